@@ -1,0 +1,29 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Each C module is imported by exactly one Swift target (see Docs/architecture.md).
+let package = Package(
+    name: "VirtualDrive",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "vdrive", targets: ["vdrive"]),
+    ],
+    targets: [
+        // C libraries from Debian, wrapped by system-library targets.
+        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3", providers: [.apt(["libfuse3-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+
+        .target(name: "CLinux"),
+
+        .target(name: "Crypto", dependencies: ["CCrypto"]),
+        .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
+        .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage"]),
+
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto"]),
+    ]
+)

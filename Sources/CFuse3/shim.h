@@ -1,0 +1,46 @@
+#ifndef VDRIVE_CFUSE3_SHIM_H
+#define VDRIVE_CFUSE3_SHIM_H
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <fcntl.h>
+#include <errno.h>
+
+/* libfuse 3.14 makes fuse_session_loop_mt a macro over a versioned symbol. */
+static inline int vd_fuse_session_loop_mt(struct fuse_session *se, unsigned int max_idle_threads) {
+    struct fuse_loop_config *config = fuse_loop_cfg_create();
+    if (config == NULL) return -1;
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    fuse_loop_cfg_set_max_threads(config, 16);
+    fuse_loop_cfg_set_idle_threads(config, max_idle_threads);
+    int rc = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+    return rc;
+}
+
+/* fuse_file_info packs its flags into bit-fields Swift cannot set. */
+static inline void vd_fi_set_direct_io(struct fuse_file_info *fi, int on) { fi->direct_io = on ? 1 : 0; }
+static inline void vd_fi_set_keep_cache(struct fuse_file_info *fi, int on) { fi->keep_cache = on ? 1 : 0; }
+static inline void vd_fi_set_cache_readdir(struct fuse_file_info *fi, int on) { fi->cache_readdir = on ? 1 : 0; }
+static inline int vd_fi_flags(const struct fuse_file_info *fi) { return fi->flags; }
+static inline uint64_t vd_fi_fh(const struct fuse_file_info *fi) { return fi->fh; }
+static inline void vd_fi_set_fh(struct fuse_file_info *fi, uint64_t fh) { fi->fh = fh; }
+
+/* The connection's capability words differ across versions; keep the bit names here. */
+static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_write) {
+    conn->max_write = max_write;
+    conn->max_readahead = max_write;
+    if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+    /* Without writeback cache every write reaches us, so hashing sees every byte in order. */
+    conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+    conn->max_background = 64;
+    conn->congestion_threshold = 48;
+}
+
+static inline int vd_errno(void) { return errno; }
+static inline void vd_set_errno(int e) { errno = e; }
+
+static inline const char *vd_fuse_version(void) { return fuse_pkgversion(); }
+#endif

@@ -1,0 +1,131 @@
+import Crypto
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A content-addressed store: one file per blob at `<root>/<first two hex>/<hex>`,
+/// plus a `staging/` folder for files still being written.
+///
+/// The store knows nothing of references: its owner (the drive's catalog, the
+/// server's metadata) decides when a blob is no longer needed and calls `remove`.
+/// Thread safety: every method is safe to call from any thread; the file system
+/// serialises the renames. Two writers adopting the same digest both succeed and
+/// leave one file.
+public final class BlobStore: Sendable {
+    public let root: String
+    public let stagingRoot: String
+
+    public init(root: String) throws {
+        self.root = root
+        self.stagingRoot = root + "/staging"
+        try FileIO.makeDirectories(root)
+        try FileIO.makeDirectories(stagingRoot)
+    }
+
+    public func path(for digest: SHA256Digest) -> String {
+        let hex = digest.hex
+        return "\(root)/\(hex.prefix(2))/\(hex)"
+    }
+
+    public func contains(_ digest: SHA256Digest) -> Bool { FileIO.exists(path(for: digest)) }
+
+    /// The size of a stored blob, or nil when it is missing.
+    public func size(of digest: SHA256Digest) -> Int64? {
+        guard let st = try? FileIO.status(path(for: digest)) else { return nil }
+        return Int64(st.st_size)
+    }
+
+    /// Creates a new, empty staging file and returns its descriptor (read-write) and path.
+    public func makeStagingFile() throws -> (fd: Int32, path: String) {
+        let name = Hex.encode(SecureRandom.bytes(12))
+        let path = "\(stagingRoot)/\(name)"
+        let fd = try FileIO.open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        return (fd, path)
+    }
+
+    /// Moves a finished staging file into the store under `digest`.
+    /// Returns true when this call stored the blob, false when the store already had it
+    /// (the staging file is then removed). With `durable`, the file and the folder
+    /// entry are on disk before this returns.
+    @discardableResult
+    public func adopt(stagingPath: String, as digest: SHA256Digest, durable: Bool = false) throws -> Bool {
+        let target = path(for: digest)
+        if FileIO.exists(target) {
+            try? FileIO.unlink(stagingPath)
+            return false
+        }
+        let folder = "\(root)/\(digest.hex.prefix(2))"
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        if durable {
+            let fd = try FileIO.open(stagingPath, O_RDONLY)
+            defer { FileIO.close(fd) }
+            try FileIO.fsync(fd)
+        }
+        // Blobs are immutable once stored: drop write permission as a guard.
+        chmod(stagingPath, 0o400)
+        try FileIO.rename(stagingPath, target)
+        if durable { try FileIO.syncDirectory(folder) }
+        return true
+    }
+
+    /// Makes a stored blob and its folder entry durable.
+    public func sync(_ digest: SHA256Digest) throws {
+        let fd = try FileIO.open(path(for: digest), O_RDONLY)
+        defer { FileIO.close(fd) }
+        try FileIO.fsync(fd)
+        try FileIO.syncDirectory("\(root)/\(digest.hex.prefix(2))")
+    }
+
+    public func remove(_ digest: SHA256Digest) {
+        _ = unlink(path(for: digest))
+    }
+
+    /// Opens a blob for reading.
+    public func open(_ digest: SHA256Digest) throws -> Int32 {
+        try FileIO.open(path(for: digest), O_RDONLY)
+    }
+
+    /// Re-reads a blob and checks that its content still has its name's hash.
+    public func verify(_ digest: SHA256Digest) -> Bool {
+        guard let fd = try? open(digest) else { return false }
+        defer { FileIO.close(fd) }
+        return (try? Self.hash(fd: fd)) == digest
+    }
+
+    /// Every digest in the store (for sweeps after an unclean stop).
+    public func allDigests() throws -> [SHA256Digest] {
+        var out: [SHA256Digest] = []
+        for folder in try FileIO.listDirectory(root) where folder.utf8.count == 2 {
+            for name in (try? FileIO.listDirectory("\(root)/\(folder)")) ?? [] {
+                if let d = SHA256Digest(hex: name) { out.append(d) }
+            }
+        }
+        return out
+    }
+
+    /// Removes every staging file (left over from a previous run).
+    public func clearStaging() {
+        for name in (try? FileIO.listDirectory(stagingRoot)) ?? [] {
+            _ = unlink("\(stagingRoot)/\(name)")
+        }
+    }
+
+    /// SHA-256 of a whole file, read from the start in 1 MiB chunks.
+    public static func hash(fd: Int32, upTo length: Int64? = nil) throws -> SHA256Digest {
+        let hasher = SHA256Hasher()
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset: Int64 = 0
+        while true {
+            var want = chunk
+            if let length { want = Int(min(Int64(chunk), length - offset)) }
+            if want <= 0 { break }
+            let n = try FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset)
+            if n == 0 { break }
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            offset += Int64(n)
+        }
+        return hasher.finish()
+    }
+}

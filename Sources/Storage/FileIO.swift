@@ -1,0 +1,152 @@
+import CLinux
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Thin, throwing wrappers over the file system calls Storage and Drive make.
+/// `EINTR` is retried here, in one place, and never around `close`.
+public enum FileIO {
+    @inline(__always)
+    static func retrying(_ body: () -> Int) -> Int {
+        while true {
+            let r = body()
+            if r == -1 && errno == EINTR { continue }
+            return r
+        }
+    }
+
+    public static func open(_ path: String, _ flags: Int32, _ mode: mode_t = 0o644) throws -> Int32 {
+        let fd = Int32(retrying { Int(Glibc.open(path, flags | O_CLOEXEC, mode)) })
+        if fd < 0 { throw Errno.current }
+        return fd
+    }
+
+    public static func close(_ fd: Int32) { _ = Glibc.close(fd) }
+
+    /// Reads up to `count` bytes at `offset`; short only at end of file.
+    public static func pread(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let n = retrying { Glibc.pread(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done)) }
+            if n < 0 { throw Errno.current }
+            if n == 0 { break }
+            done += n
+        }
+        return done
+    }
+
+    /// Writes all of `buffer` at `offset`.
+    public static func pwrite(_ fd: Int32, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {
+        var done = 0
+        while done < buffer.count {
+            let n = retrying { Glibc.pwrite(fd, buffer.baseAddress! + done, buffer.count - done, off_t(offset) + off_t(done)) }
+            if n < 0 { throw Errno.current }
+            done += n
+        }
+    }
+
+    public static func fsync(_ fd: Int32) throws {
+        if retrying({ Int(Glibc.fsync(fd)) }) != 0 { throw Errno.current }
+    }
+
+    public static func fdatasync(_ fd: Int32) throws {
+        if retrying({ Int(Glibc.fdatasync(fd)) }) != 0 { throw Errno.current }
+    }
+
+    public static func ftruncate(_ fd: Int32, _ size: Int64) throws {
+        if retrying({ Int(Glibc.ftruncate(fd, off_t(size))) }) != 0 { throw Errno.current }
+    }
+
+    public static func status(_ fd: Int32) throws -> Glibc.stat {
+        var st = Glibc.stat()
+        if Glibc.fstat(fd, &st) != 0 { throw Errno.current }
+        return st
+    }
+
+    public static func status(_ path: String) throws -> Glibc.stat {
+        var st = Glibc.stat()
+        if statPath(path, &st) != 0 { throw Errno.current }
+        return st
+    }
+
+    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+
+    public static func rename(_ from: String, _ to: String) throws {
+        if Glibc.rename(from, to) != 0 { throw Errno.current }
+    }
+
+    public static func unlink(_ path: String) throws {
+        if Glibc.unlink(path) != 0 { throw Errno.current }
+    }
+
+    /// Creates a folder and its parents; an existing folder is fine.
+    public static func makeDirectories(_ path: String, mode: mode_t = 0o700) throws {
+        var current = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, mode) != 0 && errno != EEXIST { throw Errno.current }
+        }
+        var st = Glibc.stat()
+        guard statPath(path, &st) == 0 else { throw Errno.current }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { throw Errno.notDirectory }
+    }
+
+    /// fsyncs a folder, so that a rename or create in it is durable.
+    public static func syncDirectory(_ path: String) throws {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        try fsync(fd)
+    }
+
+    /// Copies `length` bytes between descriptors in the kernel (copy_file_range),
+    /// falling back to read/write where the file systems do not support it.
+    public static func copy(from source: Int32, to destination: Int32, length: Int64) throws {
+        var inOffset: Int64 = 0
+        var outOffset: Int64 = 0
+        var remaining = length
+        while remaining > 0 {
+            let n = retrying { vd_copy_file_range(source, &inOffset, destination, &outOffset, Int(min(remaining, 1 << 30))) }
+            if n < 0 {
+                if errno == EXDEV || errno == ENOSYS || errno == EINVAL || errno == EOPNOTSUPP {
+                    try copyByReading(from: source, to: destination, from: Int64(inOffset), length: remaining)
+                    return
+                }
+                throw Errno.current
+            }
+            if n == 0 { break }
+            remaining -= Int64(n)
+        }
+    }
+
+    private static func copyByReading(from source: Int32, to destination: Int32, from start: Int64, length: Int64) throws {
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var offset = start
+        let end = start + length
+        while offset < end {
+            let want = Int(min(Int64(chunk), end - offset))
+            let n = try pread(source, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: offset)
+            if n == 0 { break }
+            try pwrite(destination, UnsafeRawBufferPointer(rebasing: buffer[0..<n]), at: offset)
+            offset += Int64(n)
+        }
+    }
+
+    /// Lists a folder's names, without "." and "..".
+    public static func listDirectory(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else { throw Errno.current }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.baseAddress!.assumingMemoryBound(to: CChar.self))
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+}
+
+/// `stat(2)` at file scope: inside `FileIO` the name would resolve to the method.
+private func statPath(_ path: String, _ st: inout stat) -> Int32 { stat(path, &st) }
