@@ -1,6 +1,8 @@
 #ifndef VDRIVE_CFUSE3_SHIM_H
 #define VDRIVE_CFUSE3_SHIM_H
 #define FUSE_USE_VERSION 314
+#include <stddef.h>
+#include <string.h>
 #include <fuse_lowlevel.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -33,6 +35,10 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
     conn->max_readahead = max_write;
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+    /* O_TRUNC arrives with open, so the old content stays until the new one is committed. */
+    if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+    /* readdirplus for every listing: ls -l then needs no lookup per entry. */
+    conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
     /* Without writeback cache every write reaches us, so hashing sees every byte in order. */
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
     conn->max_background = 64;
@@ -40,6 +46,7 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
 }
 
 static inline int vd_errno(void) { return errno; }
+static inline unsigned vd_conn_max_write(const struct fuse_conn_info *conn) { return conn->max_write; }
 static inline void vd_set_errno(int e) { errno = e; }
 
 static inline const char *vd_fuse_version(void) { return fuse_pkgversion(); }

@@ -33,4 +33,9 @@ public struct Errno: Error, Equatable, Hashable, Sendable, CustomStringConvertib
     public static let quotaExceeded = Errno(EDQUOT)
 
     public var description: String { String(cString: strerror(rawValue)) }
+
+    /// Lets `catch Errno.noSuchFileOrDirectory` match a thrown `Errno`.
+    public static func ~= (pattern: Errno, error: any Error) -> Bool {
+        (error as? Errno) == pattern
+    }
 }

@@ -1,15 +1,17 @@
 /// A verb of the command line: its name, a one-line summary, its help text and its body.
-struct Verb {
+struct Verb: Sendable {
     let name: String
     let summary: String
     let help: String
-    let run: ([String]) throws -> Int32
+    let run: @Sendable ([String]) throws -> Int32
 }
 
 enum CommandLineMain {
     /// Every verb. Each lives in its own file (MountCommand.swift, ServeCommand.swift, ...).
     static var verbs: [Verb] {
         [
+            MountCommand.verb,
+            MountCommand.unmountVerb,
         ]
     }
 

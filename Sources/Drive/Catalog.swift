@@ -1,0 +1,585 @@
+import Foundation
+import Crypto
+import Storage
+
+/// Something that wants to hear, inside the commit's own transaction, that a file
+/// under `Camera Roll` was committed or renamed into place. The backup engine
+/// implements it to queue the file in the same transaction, so that a file is
+/// never committed without being queued.
+public protocol CameraRollObserver: AnyObject, Sendable {
+    func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws
+}
+
+/// One camera-roll commit, with the change sequence that orders it.
+public struct CameraRollChange: Sendable {
+    public let sequence: Int64
+    public let ino: UInt64
+    public let path: String           // workspace path, e.g. "Camera Roll/2024/IMG_1.jpg"
+    public let hash: SHA256Digest
+    public let size: Int64
+    public let mtimeNanoseconds: Int64
+}
+
+/// The namespace and attributes of the workspace, in SQLite.
+///
+/// Thread safety: one connection, used under `lock`. Every method takes the lock
+/// for its whole duration, so each is atomic with respect to the others. Blob
+/// files are adopted into and removed from the store only under the lock, so a
+/// blob that loses its last reference cannot be removed while a concurrent
+/// commit is linking the same content.
+/// `@unchecked Sendable`: all mutable state (the connection, `generation`) is
+/// accessed under `lock`.
+final class Catalog: @unchecked Sendable {
+    static let rootIno: UInt64 = 1
+    static let cameraRollName = "Camera Roll"
+    static let maxNameLength = 255
+
+    private let db: Database
+    let blobs: BlobStore
+    private let lock = NSLock()
+    /// The commit generation: increases with every content commit (see Durability.swift).
+    private var generation: Int64 = 0
+    var observer: CameraRollObserver?
+
+    init(path: String, blobs: BlobStore) throws {
+        self.blobs = blobs
+        db = try Database(path: path)
+        try db.execute("PRAGMA journal_mode = WAL")
+        // NORMAL in WAL mode: a commit survives a process kill; durability against power
+        // loss comes from the flusher's fsync of the WAL (Durability.swift).
+        try db.execute("PRAGMA synchronous = NORMAL")
+        try db.execute("PRAGMA wal_autocheckpoint = 4000")
+        try db.execute("PRAGMA cache_size = -8000")
+        try db.migrate(CatalogSchema.migrations)
+        generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blobs") { $0.int64(0) } ?? 0
+        try bootstrapIfNew()
+    }
+
+    var databasePath: String { db.path }
+
+    func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
+        lock.lock(); defer { lock.unlock() }
+        return try body(db)
+    }
+
+    private func bootstrapIfNew() throws {
+        let hasRoot = try db.queryOne("SELECT 1 FROM inodes WHERE ino = ?", Self.rootIno) { _ in true } ?? false
+        if hasRoot { return }
+        let now = nowNanoseconds()
+        try db.transaction {
+            try db.run("INSERT INTO inodes(ino, mode, uid, gid, nlink, atime_ns, mtime_ns, ctime_ns) VALUES (?, ?, ?, ?, 2, ?, ?, ?)",
+                       Self.rootIno, UInt32(S_IFDIR) | 0o755, getuid(), getgid(), now, now, now)
+            _ = try insertNode(parent: Self.rootIno, name: Array(Self.cameraRollName.utf8), mode: UInt32(S_IFDIR) | 0o755,
+                               uid: getuid(), gid: getgid(), rdev: 0, target: nil, now: now)
+            try db.run("INSERT INTO drive_meta(key, value) VALUES ('created_ns', ?)", now)
+        }
+    }
+
+    // MARK: Reading
+
+    private static let selectColumns = "ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, blob"
+
+    private static func attributes(_ r: Row, from c: Int32 = 0) -> NodeAttributes {
+        NodeAttributes(ino: UInt64(r.int64(c)), mode: UInt32(r.int64(c + 1)), uid: UInt32(r.int64(c + 2)),
+                       gid: UInt32(r.int64(c + 3)), size: r.int64(c + 4), nlink: UInt32(r.int64(c + 5)),
+                       atime: r.int64(c + 6), mtime: r.int64(c + 7), ctime: r.int64(c + 8),
+                       rdev: UInt64(bitPattern: r.int64(c + 9)),
+                       blob: r.string(c + 10).flatMap(SHA256Digest.init(hex:)))
+    }
+
+    private func node(_ ino: UInt64) throws -> NodeAttributes {
+        guard let a = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
+            throw Errno.noSuchFileOrDirectory
+        }
+        return a
+    }
+
+    private func child(_ parent: UInt64, _ name: [UInt8]) throws -> NodeAttributes? {
+        try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.blob FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
+                        parent, name, row: { Self.attributes($0) })
+    }
+
+    func attributes(_ ino: UInt64) throws -> NodeAttributes {
+        try withDatabase { _ in try node(ino) }
+    }
+
+    func lookup(parent: UInt64, name: [UInt8]) throws -> NodeAttributes {
+        try withDatabase { _ in
+            try Self.checkName(name)
+            guard let a = try child(parent, name) else {
+                _ = try directory(parent)
+                throw Errno.noSuchFileOrDirectory
+            }
+            return a
+        }
+    }
+
+    private func directory(_ ino: UInt64) throws -> NodeAttributes {
+        let a = try node(ino)
+        guard a.isDirectory else { throw Errno.notDirectory }
+        return a
+    }
+
+    /// Entries of a folder after `offset` (0 = from the start), at most `limit`.
+    /// Offsets 1 and 2 are "." and ".."; real entries use their id + 2.
+    func list(directory ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntry] {
+        try withDatabase { db in
+            let dir = try directory(ino)
+            var out: [DirectoryEntry] = []
+            if offset < 1 { out.append(DirectoryEntry(offset: 1, name: Array(".".utf8), attributes: dir)) }
+            if offset < 2 {
+                let parentIno = try db.queryOne("SELECT parent FROM entries WHERE ino = ? LIMIT 1", ino) { UInt64($0.int64(0)) } ?? ino
+                var parent = dir
+                if parentIno != ino, let p = try? node(parentIno) { parent = p }
+                out.append(DirectoryEntry(offset: 2, name: Array("..".utf8), attributes: parent))
+            }
+            let after = max(offset - 2, 0)
+            let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.blob FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
+                                    ino, after, limit) { r in
+                DirectoryEntry(offset: r.int64(0) + 2, name: r.bytes(1) ?? [], attributes: Self.attributes(r, from: 2))
+            }
+            out.append(contentsOf: rows)
+            return out
+        }
+    }
+
+    func readlink(_ ino: UInt64) throws -> [UInt8] {
+        try withDatabase { db in
+            let a = try node(ino)
+            guard a.isSymlink else { throw Errno.invalidArgument }
+            return try db.queryOne("SELECT target FROM inodes WHERE ino = ?", ino) { $0.bytes(0) ?? [] } ?? []
+        }
+    }
+
+    /// The workspace path of an inode (one of its names, for a hard-linked file).
+    private func path(of ino: UInt64) throws -> String? {
+        var parts: [String] = []
+        var current = ino
+        var guardCount = 0
+        while current != Self.rootIno {
+            guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", current, row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else {
+                return nil
+            }
+            parts.append(String(decoding: name, as: UTF8.self))
+            current = parent
+            guardCount += 1
+            if guardCount > 4096 { return nil }
+        }
+        return parts.reversed().joined(separator: "/")
+    }
+
+    func path(ofInode ino: UInt64) throws -> String? { try withDatabase { _ in try path(of: ino) } }
+
+    // MARK: Creating and removing names
+
+    static func checkName(_ name: [UInt8]) throws {
+        if name.count > maxNameLength { throw Errno.nameTooLong }
+        if name.isEmpty || name.contains(0x2f) { throw Errno.invalidArgument }
+    }
+
+    private func insertNode(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64, target: [UInt8]?, now: Int64) throws -> NodeAttributes {
+        let isDir = mode & S_IFMT == S_IFDIR
+        let size = Int64(target?.count ?? 0)
+        try db.run("INSERT INTO inodes(mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   mode, uid, gid, size, isDir ? 2 : 1, now, now, now, rdev, target)
+        let ino = UInt64(db.lastInsertRowID)
+        try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", parent, name, ino)
+        try touchDirectory(parent, now: now, linkDelta: isDir ? 1 : 0)
+        return NodeAttributes(ino: ino, mode: mode, uid: uid, gid: gid, size: size, nlink: isDir ? 2 : 1,
+                              atime: now, mtime: now, ctime: now, rdev: rdev, blob: nil)
+    }
+
+    private func touchDirectory(_ ino: UInt64, now: Int64, linkDelta: Int = 0) throws {
+        try db.run("UPDATE inodes SET mtime_ns = ?, ctime_ns = ?, nlink = nlink + ? WHERE ino = ?", now, now, linkDelta, ino)
+    }
+
+    /// Creates a file, folder, symlink or special file. The parent's set-group-ID bit
+    /// is inherited, as on ext4.
+    func create(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64 = 0, symlinkTarget: [UInt8]? = nil) throws -> NodeAttributes {
+        try withDatabase { db in
+            try Self.checkName(name)
+            let dir = try directory(parent)
+            if dir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
+            if try child(parent, name) != nil { throw Errno.fileExists }
+            var mode = mode
+            var gid = gid
+            if dir.mode & UInt32(S_ISGID) != 0 {
+                gid = dir.gid
+                if mode & S_IFMT == S_IFDIR { mode |= UInt32(S_ISGID) }
+            }
+            return try db.transaction {
+                try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
+            }
+        }
+    }
+
+    func link(ino: UInt64, newParent: UInt64, newName: [UInt8]) throws -> NodeAttributes {
+        try withDatabase { db in
+            try Self.checkName(newName)
+            let target = try node(ino)
+            if target.isDirectory { throw Errno.notPermitted }
+            _ = try directory(newParent)
+            if try child(newParent, newName) != nil { throw Errno.fileExists }
+            let now = nowNanoseconds()
+            try db.transaction {
+                try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", newParent, newName, ino)
+                try db.run("UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", now, ino)
+                try touchDirectory(newParent, now: now)
+            }
+            return try node(ino)
+        }
+    }
+
+    /// Removes a name. Returns the inode it named; the inode itself stays until
+    /// the kernel forgets it and no handle is open (see `deleteIfUnreferenced`).
+    func remove(parent: UInt64, name: [UInt8], directory wantDirectory: Bool) throws -> UInt64 {
+        try withDatabase { db in
+            try Self.checkName(name)
+            guard let victim = try child(parent, name) else {
+                _ = try directory(parent)
+                throw Errno.noSuchFileOrDirectory
+            }
+            if wantDirectory {
+                guard victim.isDirectory else { throw Errno.notDirectory }
+                if try db.queryOne("SELECT 1 FROM entries WHERE parent = ? LIMIT 1", victim.ino, row: { _ in true }) ?? false {
+                    throw Errno.notEmpty
+                }
+            } else if victim.isDirectory {
+                throw Errno.isDirectory
+            }
+            let now = nowNanoseconds()
+            try db.transaction {
+                try unlinkEntry(parent: parent, name: name, victim: victim, now: now)
+            }
+            return victim.ino
+        }
+    }
+
+    private func unlinkEntry(parent: UInt64, name: [UInt8], victim: NodeAttributes, now: Int64) throws {
+        try db.run("DELETE FROM entries WHERE parent = ? AND name = ?", parent, name)
+        if victim.isDirectory {
+            try db.run("UPDATE inodes SET nlink = 0, ctime_ns = ? WHERE ino = ?", now, victim.ino)
+            try touchDirectory(parent, now: now, linkDelta: -1)
+        } else {
+            try db.run("UPDATE inodes SET nlink = max(nlink - 1, 0), ctime_ns = ? WHERE ino = ?", now, victim.ino)
+            try touchDirectory(parent, now: now)
+        }
+    }
+
+    /// Deletes an inode with no names left, once nothing (kernel lookups, open handles)
+    /// refers to it; then removes blobs that lost their last reference.
+    func deleteIfUnlinked(_ ino: UInt64) throws {
+        try withDatabase { db in
+            guard ino != Self.rootIno else { return }
+            guard let nlink = try db.queryOne("SELECT nlink FROM inodes WHERE ino = ?", ino, row: { $0.int64(0) }), nlink == 0 else { return }
+            let garbage = try db.transaction { () -> [SHA256Digest] in
+                try db.run("DELETE FROM inodes WHERE ino = ?", ino)
+                return try takeUnreferencedBlobs()
+            }
+            removeBlobFiles(garbage)
+        }
+    }
+
+    /// Deletes every inode without a name: left by a kill while files were open after unlink.
+    func sweepOrphans() throws -> Int {
+        try withDatabase { db in
+            let garbage = try db.transaction { () -> [SHA256Digest] in
+                try db.run("DELETE FROM inodes WHERE nlink = 0 AND ino != ?", Self.rootIno)
+                return try takeUnreferencedBlobs()
+            }
+            removeBlobFiles(garbage)
+            return garbage.count
+        }
+    }
+
+    static let renameNoReplace: UInt32 = 1   // RENAME_NOREPLACE
+    static let renameExchange: UInt32 = 2    // RENAME_EXCHANGE
+
+    /// Renames or moves a name, replacing a compatible target unless `RENAME_NOREPLACE`.
+    /// Returns the inode that lost its last name by being replaced, if any.
+    func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws -> UInt64? {
+        try withDatabase { db in
+            try Self.checkName(name)
+            try Self.checkName(newName)
+            if flags & ~(Self.renameNoReplace | Self.renameExchange) != 0 { throw Errno.invalidArgument }
+            guard let source = try child(parent, name) else { throw Errno.noSuchFileOrDirectory }
+            let destinationDir = try directory(newParent)
+            if destinationDir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
+            let target = try child(newParent, newName)
+            if source.isDirectory, try isAncestor(source.ino, of: newParent) { throw Errno.invalidArgument }
+            let now = nowNanoseconds()
+
+            if flags & Self.renameExchange != 0 {
+                guard let target else { throw Errno.noSuchFileOrDirectory }
+                if target.isDirectory, try isAncestor(target.ino, of: parent) { throw Errno.invalidArgument }
+                try db.transaction {
+                    try db.run("UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", target.ino, parent, name)
+                    try db.run("UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", source.ino, newParent, newName)
+                    if parent != newParent && source.isDirectory != target.isDirectory {
+                        let delta = source.isDirectory ? 1 : -1
+                        try touchDirectory(newParent, now: now, linkDelta: delta)
+                        try touchDirectory(parent, now: now, linkDelta: -delta)
+                    } else {
+                        try touchDirectory(parent, now: now)
+                        try touchDirectory(newParent, now: now)
+                    }
+                    try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", now, source.ino, target.ino)
+                    try recordCameraRollRename(source.ino)
+                    try recordCameraRollRename(target.ino)
+                }
+                return nil
+            }
+
+            var replaced: UInt64?
+            if let target {
+                if target.ino == source.ino { return nil }   // two names of one inode: POSIX says do nothing
+                if flags & Self.renameNoReplace != 0 { throw Errno.fileExists }
+                if source.isDirectory {
+                    guard target.isDirectory else { throw Errno.notDirectory }
+                    if try db.queryOne("SELECT 1 FROM entries WHERE parent = ? LIMIT 1", target.ino, row: { _ in true }) ?? false {
+                        throw Errno.notEmpty
+                    }
+                } else if target.isDirectory {
+                    throw Errno.isDirectory
+                }
+            }
+            try db.transaction {
+                if let target {
+                    try unlinkEntry(parent: newParent, name: newName, victim: target, now: now)
+                    replaced = target.ino
+                }
+                try db.run("UPDATE entries SET parent = ?, name = ? WHERE parent = ? AND name = ?", newParent, newName, parent, name)
+                if source.isDirectory && parent != newParent {
+                    try touchDirectory(parent, now: now, linkDelta: -1)
+                    try touchDirectory(newParent, now: now, linkDelta: 1)
+                } else {
+                    try touchDirectory(parent, now: now)
+                    if newParent != parent { try touchDirectory(newParent, now: now) }
+                }
+                try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino = ?", now, source.ino)
+                if !source.isDirectory { try recordCameraRollRename(source.ino) }
+            }
+            return replaced
+        }
+    }
+
+    private func isAncestor(_ ancestor: UInt64, of ino: UInt64) throws -> Bool {
+        var current = ino
+        var steps = 0
+        while true {
+            if current == ancestor { return true }
+            if current == Self.rootIno { return false }
+            guard let parent = try db.queryOne("SELECT parent FROM entries WHERE ino = ? LIMIT 1", current, row: { UInt64($0.int64(0)) }) else { return false }
+            current = parent
+            steps += 1
+            if steps > 4096 { return false }
+        }
+    }
+
+    // MARK: Attributes
+
+    /// Applies chmod/chown/utimens changes (size changes go through `commit`).
+    func setAttributes(_ ino: UInt64, _ changes: AttributeChanges) throws -> NodeAttributes {
+        try withDatabase { db in
+            var a = try node(ino)
+            let now = nowNanoseconds()
+            if let mode = changes.mode { a.mode = (a.mode & S_IFMT) | (mode & 0o7777) }
+            if let uid = changes.uid { a.uid = uid }
+            if let gid = changes.gid { a.gid = gid }
+            if let atime = changes.atime { a.atime = atime }
+            if let mtime = changes.mtime { a.mtime = mtime }
+            a.ctime = now
+            try db.run("UPDATE inodes SET mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                       a.mode, a.uid, a.gid, a.atime, a.mtime, a.ctime, ino)
+            return a
+        }
+    }
+
+    // MARK: Content commits
+
+    /// Points a file at new content, in one transaction: the blob row, the inode, and
+    /// (under Camera Roll) the change record and the observer's rows.
+    ///
+    /// `stagingPath` holds the content (nil for an empty file); it is hard-linked into
+    /// the blob store under the lock, and the caller removes it after success. On
+    /// failure nothing changes: the previous content stays, and a blob file this call
+    /// linked is removed again.
+    func commit(ino: UInt64, stagingPath: String?, digest: SHA256Digest?, size: Int64, mtime: Int64?) throws -> NodeAttributes {
+        try withDatabase { db in
+            var a = try node(ino)
+            var linkedHere = false
+            if let digest, let stagingPath {
+                linkedHere = try linkIntoStore(stagingPath, digest)
+            }
+            do {
+                let now = nowNanoseconds()
+                let (attrs, garbage) = try db.transaction { () -> (NodeAttributes, [SHA256Digest]) in
+                    generation += 1
+                    if let digest {
+                        try db.run("INSERT INTO blobs(hash, size, refs, gen) VALUES (?, ?, 0, ?) ON CONFLICT(hash) DO NOTHING", digest.hex, size, generation)
+                    }
+                    a.blob = digest
+                    a.size = size
+                    a.mtime = mtime ?? now
+                    a.ctime = now
+                    try db.run("UPDATE inodes SET blob = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                               digest?.hex, size, a.mtime, a.ctime, ino)
+                    if let digest, a.nlink > 0 { try recordCameraRollCommit(ino: ino, digest: digest, size: size, mtime: a.mtime, now: now) }
+                    return (a, try takeUnreferencedBlobs())
+                }
+                removeBlobFiles(garbage)
+                return attrs
+            } catch {
+                if linkedHere, let digest { blobs.remove(digest) }
+                throw error
+            }
+        }
+    }
+
+    /// Hard-links a staging file into the store. Returns true when this call created the blob file.
+    private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest) throws -> Bool {
+        let target = blobs.path(for: digest)
+        if FileIO.exists(target) { return false }
+        let folder = (target as NSString).deletingLastPathComponent
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        if Glibc.link(stagingPath, target) != 0 {
+            if errno == EEXIST { return false }
+            throw Errno.current
+        }
+        return true
+    }
+
+    private func recordCameraRollCommit(ino: UInt64, digest: SHA256Digest, size: Int64, mtime: Int64, now: Int64) throws {
+        guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
+        try db.run("INSERT INTO camera_changes(ino, path, hash, size, mtime_ns, committed_ns) VALUES (?, ?, ?, ?, ?, ?)",
+                   ino, path, digest.hex, size, mtime, now)
+        let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: digest, size: size, mtimeNanoseconds: mtime)
+        try observer?.cameraRollChanged(change, in: db)
+    }
+
+    /// A file renamed into (or within) the Camera Roll counts as a commit under its new
+    /// name: a file copied under a temporary name and renamed into place is backed up
+    /// under its final name. Its content is already known, so nothing is re-read.
+    private func recordCameraRollRename(_ ino: UInt64) throws {
+        let a = try node(ino)
+        guard a.isRegularFile, let digest = a.blob else { return }
+        try recordCameraRollCommit(ino: ino, digest: digest, size: a.size, mtime: a.mtime, now: nowNanoseconds())
+    }
+
+    static func isInCameraRoll(_ path: String) -> Bool {
+        path.hasPrefix(cameraRollName + "/")
+    }
+
+    private func takeUnreferencedBlobs() throws -> [SHA256Digest] {
+        let hashes = try db.query("SELECT hash FROM blobs WHERE refs <= 0") { SHA256Digest(hex: $0.string(0) ?? "") }
+        if !hashes.isEmpty { try db.run("DELETE FROM blobs WHERE refs <= 0") }
+        return hashes.compactMap { $0 }
+    }
+
+    /// Called with the lock held, after the transaction that dropped the rows committed.
+    private func removeBlobFiles(_ digests: [SHA256Digest]) {
+        for d in digests { blobs.remove(d) }
+    }
+
+    // MARK: Extended attributes
+
+    func setXattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
+        try withDatabase { db in
+            _ = try node(ino)
+            let exists = try db.queryOne("SELECT 1 FROM xattrs WHERE ino = ? AND name = ?", ino, name, row: { _ in true }) ?? false
+            if create && exists { throw Errno.fileExists }
+            if replace && !exists { throw Errno.noData }
+            try db.transaction {
+                try db.run("INSERT INTO xattrs(ino, name, value) VALUES (?, ?, ?) ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value", ino, name, value)
+                try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino = ?", nowNanoseconds(), ino)
+            }
+        }
+    }
+
+    func getXattr(_ ino: UInt64, name: String) throws -> [UInt8] {
+        try withDatabase { db in
+            _ = try node(ino)
+            guard let v = try db.queryOne("SELECT value FROM xattrs WHERE ino = ? AND name = ?", ino, name, row: { $0.bytes(0) ?? [] }) else {
+                throw Errno.noData
+            }
+            return v
+        }
+    }
+
+    func listXattrs(_ ino: UInt64) throws -> [String] {
+        try withDatabase { db in
+            _ = try node(ino)
+            return try db.query("SELECT name FROM xattrs WHERE ino = ? ORDER BY name", ino) { $0.string(0) ?? "" }
+        }
+    }
+
+    func removeXattr(_ ino: UInt64, name: String) throws {
+        try withDatabase { db in
+            _ = try node(ino)
+            if try db.run("DELETE FROM xattrs WHERE ino = ? AND name = ?", ino, name) == 0 { throw Errno.noData }
+        }
+    }
+
+    // MARK: Durability bookkeeping (see Durability.swift)
+
+    var currentGeneration: Int64 { lock.lock(); defer { lock.unlock() }; return generation }
+
+    func meta(_ key: String) throws -> Int64? {
+        try withDatabase { db in try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) } }
+    }
+
+    func setMeta(_ key: String, _ value: Int64) throws {
+        try withDatabase { db in
+            try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+        }
+    }
+
+    /// Blobs stored by commits newer than `generation`, for the check after an unclean stop.
+    func blobs(newerThan generation: Int64) throws -> [SHA256Digest] {
+        try withDatabase { db in
+            try db.query("SELECT hash FROM blobs WHERE gen > ?", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+        }
+    }
+
+    func markDamaged(_ digest: SHA256Digest) throws {
+        try withDatabase { db in _ = try db.run("UPDATE blobs SET damaged = 1 WHERE hash = ?", digest.hex) }
+    }
+
+    func isDamaged(_ digest: SHA256Digest) throws -> Bool {
+        try withDatabase { db in try db.queryOne("SELECT damaged FROM blobs WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? true }
+    }
+
+    /// Removes blob files that no row names (left by a kill between link and commit).
+    func sweepUnknownBlobFiles() throws -> Int {
+        try withDatabase { db in
+            let known = Set(try db.query("SELECT hash FROM blobs") { $0.string(0) ?? "" })
+            var removed = 0
+            for d in try blobs.allDigests() where !known.contains(d.hex) {
+                blobs.remove(d)
+                removed += 1
+            }
+            return removed
+        }
+    }
+
+    /// Paths of files whose content is damaged (reported after an unclean stop).
+    func pathsUsing(_ digest: SHA256Digest) throws -> [String] {
+        try withDatabase { db in
+            let inos = try db.query("SELECT ino FROM inodes WHERE blob = ?", digest.hex) { UInt64($0.int64(0)) }
+            return try inos.compactMap { try path(of: $0) }
+        }
+    }
+
+    /// Totals for statfs.
+    func counts() throws -> (inodes: Int64, bytes: Int64) {
+        try withDatabase { db in
+            let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
+            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blobs") { $0.int64(0) } ?? 0
+            return (inodes, bytes)
+        }
+    }
+
+    func checkpoint() throws {
+        try withDatabase { db in try db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+}

@@ -1,0 +1,440 @@
+import Foundation
+import Crypto
+import Storage
+import CLinux
+
+/// The workspace file system in Swift terms: every FUSE operation as a method that
+/// returns a value or throws (an `Errno`, a `DatabaseError`). The FUSE adapter
+/// (Fuse*.swift) is a thin layer over this class, and tier-one tests call it
+/// directly, without a kernel.
+///
+/// State: the catalog (SQLite), the blob store, the open nodes and handles, and
+/// the kernel's lookup counts. Lock order: `OpenNode.lock` → `Catalog` lock;
+/// `tables` is a leaf lock, never held while calling out.
+/// `@unchecked Sendable`: mutable tables are guarded by `tables`.
+public final class DriveFileSystem: @unchecked Sendable {
+    let catalog: Catalog
+    let blobs: BlobStore
+    let durability: Durability
+    public let statePath: String
+
+    private let tables = NSLock()
+    private var openNodes: [UInt64: OpenNode] = [:]
+    private var handles: [UInt64: FileHandle] = [:]
+    private var nextHandle: UInt64 = 1
+    private var lookups: [UInt64: UInt64] = [:]
+    /// Set when a check after an unclean stop found damaged blobs: reads then check each blob.
+    private var hasDamage = false
+
+    /// Opens (or creates) the workspace state in `statePath`: `catalog.sqlite` and `blobs/`.
+    public init(statePath: String, flushInterval: TimeInterval = 1.0) throws {
+        self.statePath = statePath
+        blobs = try BlobStore(root: statePath + "/blobs")
+        catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs)
+        durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
+    }
+
+    public var cameraRollObserver: CameraRollObserver? {
+        get { catalog.observer }
+        set { catalog.observer = newValue }
+    }
+
+    /// Runs the checks a mount needs before serving: leftovers of a kill, and after an
+    /// unclean stop, the blobs newer than the last durable point. Returns the paths of
+    /// files whose content was found missing or wrong.
+    public func recover() throws -> [String] {
+        blobs.clearStaging()
+        let wasClean = (try catalog.meta("clean_unmount") ?? 1) == 1
+        try catalog.setMeta("clean_unmount", 0)
+        _ = try catalog.sweepOrphans()
+        guard !wasClean else { return [] }
+        _ = try catalog.sweepUnknownBlobFiles()
+        let lost = try durability.verifyAfterUncleanStop()
+        hasDamage = !lost.isEmpty
+        for path in lost {
+            DriveLog.error("content of '\(path)' was lost in an unclean stop (power loss?): reads fail with EIO; restore it from the backup")
+        }
+        return lost
+    }
+
+    public func startBackgroundWork() { durability.start() }
+
+    /// Commits what is still open, makes everything durable and records a clean stop.
+    public func shutdown() {
+        let nodes: [OpenNode] = tables.withLock { Array(openNodes.values) }
+        for node in nodes { try? commit(node) }
+        durability.stop()
+        try? catalog.checkpoint()
+        try? catalog.setMeta("clean_unmount", 1)
+        try? catalog.checkpoint()
+    }
+
+    // MARK: Lookup counts
+
+    /// Records one more kernel reference to an inode (every entry reply does this).
+    func remember(_ ino: UInt64) {
+        tables.withLock { lookups[ino, default: 0] += 1 }
+    }
+
+    public func forget(_ ino: UInt64, count: UInt64) {
+        let remaining: UInt64 = tables.withLock {
+            let current = lookups[ino] ?? 0
+            precondition(current >= count, "forget(\(ino), \(count)) with only \(current) lookups: lookup counting is broken")
+            let left = current - count
+            if left == 0 { lookups[ino] = nil } else { lookups[ino] = left }
+            return left
+        }
+        if remaining == 0 { releaseIfUnused(ino) }
+    }
+
+    private func releaseIfUnused(_ ino: UInt64) {
+        let inUse = tables.withLock { lookups[ino] != nil || openNodes[ino] != nil }
+        if !inUse { try? catalog.deleteIfUnlinked(ino) }
+    }
+
+    // MARK: Attributes
+
+    /// Catalog attributes, with size and mtime from an open staging file when one is being written.
+    func withLiveContent(_ a: NodeAttributes) -> NodeAttributes {
+        guard a.isRegularFile, let node = tables.withLock({ openNodes[a.ino] }) else { return a }
+        return node.lock.withLock {
+            var a = a
+            if let s = node.staging, s.dirty {
+                a.size = s.size
+                a.mtime = s.mtime
+            }
+            return a
+        }
+    }
+
+    public func lookup(parent: UInt64, name: [UInt8]) throws -> NodeAttributes {
+        let a = withLiveContent(try catalog.lookup(parent: parent, name: name))
+        remember(a.ino)
+        return a
+    }
+
+    public func getattr(_ ino: UInt64) throws -> NodeAttributes {
+        withLiveContent(try catalog.attributes(ino))
+    }
+
+    public func setattr(_ ino: UInt64, _ changes: AttributeChanges, handle: UInt64?) throws -> NodeAttributes {
+        var current = try catalog.attributes(ino)
+        if let size = changes.size {
+            if current.isDirectory { throw Errno.isDirectory }
+            guard current.isRegularFile else { throw Errno.invalidArgument }
+            if size < 0 { throw Errno.invalidArgument }
+            try truncate(ino, to: size, handle: handle)
+        }
+        var rest = changes
+        rest.size = nil
+        if rest.mode != nil || rest.uid != nil || rest.gid != nil || rest.atime != nil || rest.mtime != nil {
+            current = try catalog.setAttributes(ino, rest)
+            if let mtime = rest.mtime, let node = tables.withLock({ openNodes[ino] }) {
+                node.lock.withLock { node.staging?.mtime = mtime }
+            }
+        }
+        durability.noteMetadataChanged()
+        return withLiveContent(try catalog.attributes(ino))
+    }
+
+    private func truncate(_ ino: UInt64, to size: Int64, handle: UInt64?) throws {
+        if let node = tables.withLock({ openNodes[ino] }) {
+            try node.lock.withLock {
+                let staging = try stagingForWrite(node, keepContent: size > 0)
+                try staging.truncate(to: size)
+            }
+            // truncate(2) by path takes effect at once; through an open handle, at flush.
+            if handle == nil { try commit(node) }
+            return
+        }
+        let node = OpenNode(ino: ino)
+        try node.lock.withLock {
+            let staging = try stagingForWrite(node, keepContent: size > 0)
+            try staging.truncate(to: size)
+        }
+        defer { node.lock.withLock { node.staging?.discard(); node.staging = nil } }
+        try commit(node)
+    }
+
+    // MARK: Names
+
+    public func create(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64 = 0) throws -> NodeAttributes {
+        let a = try catalog.create(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev)
+        durability.noteMetadataChanged()
+        remember(a.ino)
+        return a
+    }
+
+    public func symlink(parent: UInt64, name: [UInt8], target: [UInt8], uid: UInt32, gid: UInt32) throws -> NodeAttributes {
+        if target.count > 4095 { throw Errno.nameTooLong }
+        let a = try catalog.create(parent: parent, name: name, mode: UInt32(S_IFLNK) | 0o777, uid: uid, gid: gid, symlinkTarget: target)
+        durability.noteMetadataChanged()
+        remember(a.ino)
+        return a
+    }
+
+    public func readlink(_ ino: UInt64) throws -> [UInt8] { try catalog.readlink(ino) }
+
+    public func link(_ ino: UInt64, newParent: UInt64, newName: [UInt8]) throws -> NodeAttributes {
+        let a = withLiveContent(try catalog.link(ino: ino, newParent: newParent, newName: newName))
+        durability.noteMetadataChanged()
+        remember(a.ino)
+        return a
+    }
+
+    public func unlink(parent: UInt64, name: [UInt8]) throws {
+        let ino = try catalog.remove(parent: parent, name: name, directory: false)
+        durability.noteMetadataChanged()
+        releaseIfUnused(ino)
+    }
+
+    public func rmdir(parent: UInt64, name: [UInt8]) throws {
+        let ino = try catalog.remove(parent: parent, name: name, directory: true)
+        durability.noteMetadataChanged()
+        releaseIfUnused(ino)
+    }
+
+    public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        let replaced = try catalog.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
+        durability.noteMetadataChanged()
+        if let replaced { releaseIfUnused(replaced) }
+    }
+
+    public func readdir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
+        try catalog.list(directory: ino, after: offset, limit: limit).map {
+            DirectoryEntryInfo(offset: $0.offset, name: $0.name, attributes: $0.attributes)
+        }
+    }
+
+    // MARK: Open files
+
+    private func openNode(_ ino: UInt64) -> OpenNode {
+        tables.withLock {
+            if let n = openNodes[ino] { n.handles += 1; return n }
+            let n = OpenNode(ino: ino)
+            n.handles = 1
+            openNodes[ino] = n
+            return n
+        }
+    }
+
+    private func addHandle(_ node: OpenNode, writable: Bool) -> UInt64 {
+        tables.withLock {
+            let fh = nextHandle
+            nextHandle += 1
+            handles[fh] = FileHandle(node: node, writable: writable)
+            return fh
+        }
+    }
+
+    func handle(_ fh: UInt64) throws -> FileHandle {
+        guard let h = tables.withLock({ handles[fh] }) else { throw Errno.badFileDescriptor }
+        return h
+    }
+
+    /// Opens a file. With `truncate` (O_TRUNC) the new content starts empty in a
+    /// staging file; the previous content stays until the next commit.
+    public func open(_ ino: UInt64, writable: Bool, truncate: Bool) throws -> UInt64 {
+        let a = try catalog.attributes(ino)
+        if a.isDirectory { throw Errno.isDirectory }
+        guard a.isRegularFile else { throw Errno.invalidArgument }
+        let node = openNode(ino)
+        if writable && truncate {
+            do {
+                try node.lock.withLock {
+                    let s = try stagingForWrite(node, keepContent: false)
+                    try s.truncate(to: 0)
+                    s.hasher = SHA256Hasher()
+                    s.hashedUpTo = 0
+                }
+            } catch {
+                closeNode(node)
+                throw error
+            }
+        }
+        return addHandle(node, writable: writable)
+    }
+
+    /// Creates and opens a new, empty file.
+    public func createAndOpen(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws -> (NodeAttributes, UInt64) {
+        let a = try create(parent: parent, name: name, mode: UInt32(S_IFREG) | (mode & 0o7777), uid: uid, gid: gid)
+        let node = openNode(a.ino)
+        return (a, addHandle(node, writable: true))
+    }
+
+    /// The staging file for writing to `node`, made on first need. With `keepContent`
+    /// it starts as a copy of the committed blob (a reflink where the disk can).
+    /// Called with `node.lock` held.
+    private func stagingForWrite(_ node: OpenNode, keepContent: Bool) throws -> Staging {
+        if let s = node.staging { return s }
+        let (fd, path) = try blobs.makeStagingFile()
+        var size: Int64 = 0
+        var hashed = true
+        if keepContent {
+            let a = try catalog.attributes(node.ino)
+            if let blob = a.blob, a.size > 0 {
+                do {
+                    let src = try openBlob(blob)
+                    defer { FileIO.close(src) }
+                    if vd_clone_file(fd, src) != 0 { try FileIO.copy(from: src, to: fd, length: a.size) }
+                } catch {
+                    FileIO.close(fd); _ = Glibc.unlink(path)
+                    throw error
+                }
+                size = a.size
+                hashed = false
+            }
+        }
+        let s = Staging(fd: fd, path: path, size: size, hashed: hashed)
+        node.staging = s
+        return s
+    }
+
+    private func openBlob(_ digest: SHA256Digest) throws -> Int32 {
+        if hasDamage, try catalog.isDamaged(digest) { throw Errno.ioError }
+        do { return try blobs.open(digest) } catch Errno.noSuchFileOrDirectory {
+            DriveLog.error("blob \(digest.hex) is missing from \(blobs.root): reads of its file fail with EIO")
+            throw Errno.ioError
+        }
+    }
+
+    public func read(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        let node = try handle(fh).node
+        enum Source { case done(Int), blob(SharedDescriptor) }
+        let source: Source = try node.lock.withLock {
+            if let s = node.staging {
+                // Being written: the staging file is the content (its length is the size).
+                return .done(try FileIO.pread(s.fd, into: buffer, at: offset))
+            }
+            let a = try catalog.attributes(node.ino)
+            guard let blob = a.blob else { return .done(0) }
+            if node.readerDigest != blob || node.reader == nil {
+                node.reader = SharedDescriptor(try openBlob(blob))
+                node.readerDigest = blob
+            }
+            return .blob(node.reader!)
+        }
+        switch source {
+        case .done(let n): return n
+        // A blob is immutable: read it without holding the node's lock.
+        case .blob(let d): return try FileIO.pread(d.fd, into: buffer, at: offset)
+        }
+    }
+
+    public func write(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+        let h = try handle(fh)
+        guard h.writable else { throw Errno.badFileDescriptor }
+        if offset < 0 || offset > (Int64(1) << 40) { throw Errno.fileTooLarge }
+        try h.node.lock.withLock {
+            let s = try stagingForWrite(h.node, keepContent: true)
+            try s.write(buffer, at: offset)
+        }
+        return buffer.count
+    }
+
+    /// Commits a node's staging content, if it changed: hash, link into the blob store,
+    /// one catalog transaction. On failure the previous content stays and the staging
+    /// file is kept, so a later flush can try again.
+    func commit(_ node: OpenNode) throws {
+        try node.lock.withLock {
+            guard let s = node.staging, s.dirty else { return }
+            let digest: SHA256Digest? = s.size == 0 ? nil : try s.digest()
+            _ = try catalog.commit(ino: node.ino, stagingPath: digest == nil ? nil : s.path, digest: digest, size: s.size, mtime: s.mtime)
+            // The staging file is now a hard link of the blob: never write to it again.
+            s.discard()
+            node.staging = nil
+            node.reader = nil
+            node.readerDigest = nil
+            durability.noteCommitted(digest)
+        }
+    }
+
+    /// close(2) waits for this: the file's content is committed before close returns.
+    public func flush(_ fh: UInt64) throws {
+        let h = try handle(fh)
+        if h.writable { try commit(h.node) }
+    }
+
+    public func fsync(_ fh: UInt64) throws {
+        let h = try handle(fh)
+        try commit(h.node)
+        try durability.flushNow()
+    }
+
+    public func release(_ fh: UInt64) {
+        guard let h = tables.withLock({ handles.removeValue(forKey: fh) }) else { return }
+        // Writes through a shared mapping can arrive after flush: commit them now.
+        do { try commit(h.node) } catch { DriveLog.error("commit at release of inode \(h.node.ino) failed: \(error)") }
+        closeNode(h.node)
+    }
+
+    private func closeNode(_ node: OpenNode) {
+        let last: Bool = tables.withLock {
+            node.handles -= 1
+            if node.handles == 0 { openNodes[node.ino] = nil; return true }
+            return false
+        }
+        if last {
+            node.lock.withLock {
+                node.staging?.discard()
+                node.staging = nil
+                node.reader = nil
+            }
+            releaseIfUnused(node.ino)
+        }
+    }
+
+    /// Makes everything committed so far durable (FUSE fsyncdir, syncfs).
+    public func syncAll() throws { try durability.flushNow() }
+
+    // MARK: Extended attributes
+
+    static func checkXattrName(_ name: String) throws {
+        if name.utf8.count > 255 || name.isEmpty { throw Errno.outOfRange }
+        // POSIX ACLs would need enforcing; refuse them so cp -a and rsync -A skip them.
+        if name.hasPrefix("system.") { throw Errno.notSupported }
+    }
+
+    public func setxattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
+        try Self.checkXattrName(name)
+        if value.count > 65536 { throw Errno.outOfRange }
+        try catalog.setXattr(ino, name: name, value: value, create: create, replace: replace)
+        durability.noteMetadataChanged()
+    }
+
+    public func getxattr(_ ino: UInt64, name: String) throws -> [UInt8] {
+        try Self.checkXattrName(name)
+        return try catalog.getXattr(ino, name: name)
+    }
+
+    public func listxattr(_ ino: UInt64) throws -> [String] { try catalog.listXattrs(ino) }
+
+    public func removexattr(_ ino: UInt64, name: String) throws {
+        try Self.checkXattrName(name)
+        try catalog.removeXattr(ino, name: name)
+        durability.noteMetadataChanged()
+    }
+
+    // MARK: File system
+
+    /// statfs: the space of the disk that holds the state, the inode count from the catalog.
+    public func statfs() throws -> statvfs {
+        var st = statvfs()
+        if statvfsPath(statePath, &st) != 0 { throw Errno.current }
+        st.f_namemax = UInt(Catalog.maxNameLength)
+        return st
+    }
+
+    /// The workspace path of an inode, for tools and logs.
+    public func path(of ino: UInt64) throws -> String? { try catalog.path(ofInode: ino) }
+}
+
+/// A directory entry with its attributes (readdir and readdirplus).
+public struct DirectoryEntryInfo {
+    public let offset: Int64
+    public let name: [UInt8]
+    public let attributes: NodeAttributes
+}
+
+/// `statvfs(3)` at file scope: inside the class the name would resolve to the method.
+private func statvfsPath(_ path: String, _ st: inout statvfs) -> Int32 { statvfs(path, &st) }

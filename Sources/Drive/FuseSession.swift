@@ -1,0 +1,117 @@
+import Foundation
+import CFuse3
+import Storage
+
+/// Why a mount could not start, with the path at fault and what to do.
+public enum MountError: Error, CustomStringConvertible {
+    case mountPointMissing(String)
+    case mountPointNotDirectory(String)
+    case alreadyMounted(String)
+    case fuseUnavailable(String)
+    case mountFailed(String)
+
+    public var description: String {
+        switch self {
+        case .mountPointMissing(let p): return "mount point \(p) does not exist; create it (mkdir -p '\(p)') or name another folder"
+        case .mountPointNotDirectory(let p): return "mount point \(p) is not a folder; name an empty folder"
+        case .alreadyMounted(let p): return "\(p) is already mounted; unmount it first (vdrive unmount '\(p)')"
+        case .fuseUnavailable(let m): return "FUSE is not available: \(m); install fuse3 and check that /dev/fuse exists"
+        case .mountFailed(let p): return "the kernel refused to mount \(p); check that it is an empty folder you may write to and that fuse3 is installed"
+        }
+    }
+}
+
+/// One FUSE session: builds the operation table, mounts, runs the multithreaded loop,
+/// unmounts. The loop returns when the file system is unmounted (fusermount3 -u,
+/// umount) or the process gets SIGINT, SIGTERM or SIGHUP.
+public final class FuseSession {
+    private let context: FuseContext
+    private let retained: Unmanaged<FuseContext>
+    private var session: OpaquePointer?
+    public let mountPoint: String
+
+    public init(fs: DriveFileSystem, mountPoint: String) {
+        context = FuseContext(fs: fs)
+        retained = Unmanaged.passRetained(context)
+        self.mountPoint = mountPoint
+    }
+
+    deinit { retained.release() }
+
+    /// True when `path` is the mount point of a mounted file system (per /proc/self/mountinfo).
+    public static func isMounted(_ path: String) -> Bool {
+        guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
+        let target = (path as NSString).standardizingPath
+        for line in info.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count > 4, unescapeMountPath(String(fields[4])) == target { return true }
+        }
+        return false
+    }
+
+    private static func unescapeMountPath(_ s: String) -> String {
+        s.replacingOccurrences(of: "\\040", with: " ").replacingOccurrences(of: "\\011", with: "\t")
+            .replacingOccurrences(of: "\\012", with: "\n").replacingOccurrences(of: "\\134", with: "\\")
+    }
+
+    public static func checkMountPoint(_ path: String) throws {
+        var st = stat()
+        if stat(path, &st) != 0 {
+            if errno == ENOTCONN { throw MountError.alreadyMounted(path) }   // a dead FUSE mount
+            throw MountError.mountPointMissing(path)
+        }
+        if st.st_mode & S_IFMT != S_IFDIR { throw MountError.mountPointNotDirectory(path) }
+        if isMounted(path) { throw MountError.alreadyMounted(path) }
+        if access("/dev/fuse", R_OK | W_OK) != 0 { throw MountError.fuseUnavailable("/dev/fuse: \(Errno.current)") }
+    }
+
+    /// Mounts the file system. After this returns the mount point serves requests
+    /// (they queue in the kernel until `run` starts the loop).
+    public func mount() throws {
+        try Self.checkMountPoint(mountPoint)
+        var ops = fuse_lowlevel_ops()
+        ops.`init` = { userdata, conn in
+            guard let conn, let userdata else { return }
+            let ctx = Unmanaged<FuseContext>.fromOpaque(userdata).takeUnretainedValue()
+            vd_conn_configure(conn, ctx.maxWrite)
+        }
+        FuseEntryOps.install(&ops)
+        FuseDirectoryOps.install(&ops)
+        FuseFileOps.install(&ops)
+        FuseXattrOps.install(&ops)
+
+        var options = "fsname=vdrive,subtype=vdrive,default_permissions"
+        if getuid() == 0 { options += ",allow_other" }
+        let argv = ["vdrive", "-o", options]
+        var cargs = argv.map { strdup($0) }
+        defer { cargs.forEach { free($0) } }
+        var args = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)
+        let se: OpaquePointer? = cargs.withUnsafeMutableBufferPointer { buf in
+            args.argv = buf.baseAddress
+            return fuse_session_new(&args, &ops, MemoryLayout<fuse_lowlevel_ops>.size, retained.toOpaque())
+        }
+        fuse_opt_free_args(&args)
+        guard let se else { throw MountError.fuseUnavailable("fuse_session_new failed") }
+        if fuse_set_signal_handlers(se) != 0 {
+            fuse_session_destroy(se)
+            throw MountError.fuseUnavailable("cannot install signal handlers")
+        }
+        if fuse_session_mount(se, mountPoint) != 0 {
+            fuse_remove_signal_handlers(se)
+            fuse_session_destroy(se)
+            throw MountError.mountFailed(mountPoint)
+        }
+        session = se
+    }
+
+    /// Serves requests until unmounted or signalled, then unmounts and tears down.
+    public func run() -> Int32 {
+        guard let se = session else { return -1 }
+        let rc = vd_fuse_session_loop_mt(se, 4)
+        fuse_session_unmount(se)
+        fuse_remove_signal_handlers(se)
+        fuse_session_destroy(se)
+        session = nil
+        return rc
+    }
+}

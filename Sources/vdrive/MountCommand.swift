@@ -1,0 +1,115 @@
+import Foundation
+import Drive
+import Storage
+
+/// `vdrive mount` and `vdrive unmount`.
+enum MountCommand {
+    static let verb = Verb(
+        name: "mount",
+        summary: "mount the workspace at a folder (backs up its Camera Roll)",
+        help: """
+        Usage: vdrive mount MOUNTPOINT [--state DIR] [-f]
+
+        Mounts the workspace at MOUNTPOINT, an existing empty folder. Returns once the
+        mount is ready and keeps serving it in the background.
+
+        Options:
+          --state DIR   where the workspace lives (catalog and blobs);
+                        default $XDG_DATA_HOME/vdrive/drive
+          -f            stay in the foreground (for systemd and debugging)
+          --help        show this help
+
+        Stop with 'vdrive unmount MOUNTPOINT' (or fusermount3 -u MOUNTPOINT).
+        """,
+        run: mount)
+
+    static let unmountVerb = Verb(
+        name: "unmount",
+        summary: "unmount a mounted workspace and wait for it to stop",
+        help: """
+        Usage: vdrive unmount MOUNTPOINT
+
+        Unmounts the workspace and waits (up to 60 s) for its process to finish
+        writing. Uploads in flight continue at the next mount or task run.
+        """,
+        run: unmount)
+
+    static func mount(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ["--state", "--ready-pipe"], flags: ["-f", "--foreground"])
+        guard options.positionals.count == 1 else {
+            throw CLIError.usage("mount takes one MOUNTPOINT; see 'vdrive mount --help'")
+        }
+        let mountPoint = (Paths.absolute(options.positionals[0]) as NSString).standardizingPath
+        let state = Paths.absolute(options.value("--state") ?? Paths.dataHome + "/drive")
+        let foreground = options.has("-f") || options.has("--foreground")
+        do {
+            try FuseSession.checkMountPoint(mountPoint)
+        } catch let error as MountError {
+            throw cliError(error)
+        }
+        if !foreground && options.value("--ready-pipe") == nil {
+            return try Daemon.start(arguments: ["mount", mountPoint, "--state", state, "-f", "--ready-pipe", "stdout"], mountPoint: mountPoint)
+        }
+        let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)
+        do {
+            try serve(mountPoint: mountPoint, state: state, notifier: notifier)
+            return ExitCode.ok
+        } catch let error as CLIError {
+            notifier.failed(error)
+            throw error
+        }
+    }
+
+    static func cliError(_ error: MountError) -> CLIError {
+        switch error {
+        case .mountPointMissing, .mountPointNotDirectory: return CLIError(error.description, code: ExitCode.noInput)
+        case .alreadyMounted: return CLIError(error.description, code: ExitCode.unavailable)
+        case .fuseUnavailable: return CLIError(error.description, code: ExitCode.unavailable)
+        case .mountFailed: return CLIError(error.description, code: ExitCode.osError)
+        }
+    }
+
+    private static func serve(mountPoint: String, state: String, notifier: ReadyNotifier) throws {
+        let lock = try StateFolder.open(state)
+        defer { lock.release() }
+        let fs: DriveFileSystem
+        do {
+            fs = try DriveFileSystem(statePath: state)
+        } catch let error as MigrationError {
+            throw CLIError(error.description, code: ExitCode.config)
+        } catch let error as DatabaseError where error.isCorrupt {
+            throw CLIError("catalog \(state)/catalog.sqlite is not a readable SQLite database (\(error.message)); move it aside to start an empty workspace, nothing was changed", code: ExitCode.dataError)
+        } catch let error as DatabaseError {
+            throw CLIError("cannot open the catalog in \(state): \(error.message)", code: ExitCode.ioError)
+        } catch let error as Errno {
+            throw CLIError("cannot use the state folder \(state): \(error)", code: ExitCode.cantCreate)
+        }
+        let lost = try fs.recover()
+        if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
+        let session = FuseSession(fs: fs, mountPoint: mountPoint)
+        do { try session.mount() } catch let error as MountError { throw cliError(error) }
+        let pidFile = MountRegistry.pidFile(for: mountPoint)
+        MountRegistry.record(pidFile)
+        defer { MountRegistry.remove(pidFile) }
+        fs.startBackgroundWork()
+        notifier.ready()
+        _ = session.run()
+        fs.shutdown()
+    }
+
+    static func unmount(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: [], flags: [])
+        guard options.positionals.count == 1 else { throw CLIError.usage("unmount takes one MOUNTPOINT") }
+        let mountPoint = (Paths.absolute(options.positionals[0]) as NSString).standardizingPath
+        guard FuseSession.isMounted(mountPoint) else {
+            throw CLIError("\(mountPoint) is not mounted", code: ExitCode.usage)
+        }
+        let pid = MountRegistry.pid(for: mountPoint)
+        let status = Subprocess.run("/bin/fusermount3", ["-u", mountPoint]) ?? Subprocess.run("/bin/umount", [mountPoint]) ?? 1
+        if status != 0 && FuseSession.isMounted(mountPoint) {
+            throw CLIError("could not unmount \(mountPoint) (is a program still using it? see 'fuser -m \(mountPoint)')", code: ExitCode.tempFail)
+        }
+        if let pid { MountRegistry.waitForExit(pid, seconds: 60) }
+        return ExitCode.ok
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import Storage
+
+/// The drive's state folder, held with an exclusive lock for as long as a process
+/// uses it: two processes must never write one catalog.
+struct StateFolder {
+    let path: String
+    let lockFD: Int32
+
+    static func open(_ path: String) throws -> StateFolder {
+        do { try FileIO.makeDirectories(path) } catch {
+            throw CLIError("cannot create the state folder \(path): \(error); choose another with --state", code: ExitCode.cantCreate)
+        }
+        if access(path, R_OK | W_OK | X_OK) != 0 {
+            throw CLIError("the state folder \(path) is not readable and writable by this user; fix its permissions or choose another with --state", code: ExitCode.noPermission)
+        }
+        let lockPath = path + "/lock"
+        let fd = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd < 0 { throw CLIError("cannot open \(lockPath): \(Errno.current)", code: ExitCode.cantCreate) }
+        // Wait briefly: a previous mount may still be finishing its shutdown.
+        var waited = 0
+        while flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            if waited >= 100 {
+                let holder = (try? String(contentsOfFile: lockPath, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+                Glibc.close(fd)
+                throw CLIError("the state folder \(path) is in use by another vdrive process (pid \(holder)); unmount it first", code: ExitCode.tempFail)
+            }
+            usleep(100_000)
+            waited += 1
+        }
+        ftruncate(fd, 0)
+        let pid = "\(getpid())\n"
+        pid.withCString { _ = pwrite(fd, $0, strlen($0), 0) }
+        return StateFolder(path: path, lockFD: fd)
+    }
+
+    func release() { Glibc.close(lockFD) }
+}
+
+/// Pid files of running mounts, so `vdrive unmount` can wait for the process to finish.
+enum MountRegistry {
+    static func pidFile(for mountPoint: String) -> String {
+        let key = mountPoint.utf8.reduce(UInt64(14695981039346656037)) { ($0 ^ UInt64($1)) &* 1099511628211 }
+        return Paths.runtimeDir + "/mount-\(String(key, radix: 16)).pid"
+    }
+
+    static func record(_ file: String) {
+        try? FileManager.default.createDirectory(atPath: (file as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try? "\(getpid())\n".write(toFile: file, atomically: true, encoding: .utf8)
+    }
+
+    static func remove(_ file: String) { unlink(file) }
+
+    static func pid(for mountPoint: String) -> pid_t? {
+        guard let text = try? String(contentsOfFile: pidFile(for: mountPoint), encoding: .utf8) else { return nil }
+        return pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+    }
+
+    static func waitForExit(_ pid: pid_t, seconds: Int) {
+        for _ in 0..<(seconds * 20) {
+            if kill(pid, 0) != 0 && errno == ESRCH { return }
+            usleep(50_000)
+        }
+    }
+}
+
+/// Runs a program and returns its exit status, or nil when it could not start.
+enum Subprocess {
+    static func run(_ path: String, _ arguments: [String]) -> Int32? {
+        guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = arguments
+        do { try p.run() } catch { return nil }
+        p.waitUntilExit()
+        return p.terminationStatus
+    }
+}
