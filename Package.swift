@@ -24,6 +24,6 @@ let package = Package(
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage"]),
 
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
-        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux"], exclude: ["Fixtures"]),
     ]
 )

@@ -15,3 +15,15 @@ ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_
 int vd_clone_file(int dst_fd, int src_fd) {
     return ioctl(dst_fd, FICLONE, src_fd);
 }
+
+#include <stdio.h>
+#include <fcntl.h>
+int vd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+#include <sys/xattr.h>
+int vd_setxattr(const char *path, const char *name, const void *value, size_t size, int flags) { return setxattr(path, name, value, size, flags); }
+ssize_t vd_getxattr(const char *path, const char *name, void *value, size_t size) { return getxattr(path, name, value, size); }
+ssize_t vd_listxattr(const char *path, char *list, size_t size) { return listxattr(path, list, size); }
+int vd_removexattr(const char *path, const char *name) { return removexattr(path, name); }

@@ -44,6 +44,7 @@ final class Catalog: @unchecked Sendable {
     init(path: String, blobs: BlobStore) throws {
         self.blobs = blobs
         db = try Database(path: path)
+        try db.refuseNewerSchema(known: CatalogSchema.migrations)
         try db.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a commit survives a process kill; durability against power
         // loss comes from the flusher's fsync of the WAL (Durability.swift).

@@ -34,6 +34,10 @@ public final class DriveFileSystem: @unchecked Sendable {
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
     }
 
+    /// Called when the kernel's cached pages and size of an inode no longer match the
+    /// catalog (a rolled-back write); the FUSE layer tells the kernel to drop them.
+    var kernelCacheIsStale: (@Sendable (UInt64) -> Void)?
+
     public var cameraRollObserver: CameraRollObserver? {
         get { catalog.observer }
         set { catalog.observer = newValue }
@@ -338,6 +342,12 @@ public final class DriveFileSystem: @unchecked Sendable {
     func commit(_ node: OpenNode) throws {
         try node.lock.withLock {
             guard let s = node.staging, s.dirty else { return }
+            if let failure = s.failure {
+                s.discard()
+                node.staging = nil
+                kernelCacheIsStale?(node.ino)
+                throw failure
+            }
             let digest: SHA256Digest? = s.size == 0 ? nil : try s.digest()
             _ = try catalog.commit(ino: node.ino, stagingPath: digest == nil ? nil : s.path, digest: digest, size: s.size, mtime: s.mtime)
             // The staging file is now a hard link of the blob: never write to it again.

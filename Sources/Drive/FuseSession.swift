@@ -102,16 +102,29 @@ public final class FuseSession {
             throw MountError.mountFailed(mountPoint)
         }
         session = se
+        let box = SessionBox(se)
+        context.fs.kernelCacheIsStale = { ino in
+            // Never from inside the request that caused it: the kernel may hold the inode's
+            // lock until that request is answered.
+            DispatchQueue.global().async { _ = fuse_lowlevel_notify_inval_inode(box.session, fuse_ino_t(ino), 0, 0) }
+        }
     }
 
     /// Serves requests until unmounted or signalled, then unmounts and tears down.
     public func run() -> Int32 {
         guard let se = session else { return -1 }
         let rc = vd_fuse_session_loop_mt(se, 4)
+        context.fs.kernelCacheIsStale = nil
         fuse_session_unmount(se)
         fuse_remove_signal_handlers(se)
         fuse_session_destroy(se)
         session = nil
         return rc
     }
+}
+
+/// The session pointer, handed to the invalidation closure; valid until `run` returns.
+private final class SessionBox: @unchecked Sendable {   // immutable pointer; libfuse's notify calls are thread-safe
+    let session: OpaquePointer
+    init(_ s: OpaquePointer) { session = s }
 }

@@ -21,6 +21,9 @@ final class Staging {
     var hasher: SHA256Hasher?
     var hashedUpTo: Int64 = 0
     var dirty = false
+    /// Set when a write failed (ENOSPC, EIO): this content must never be committed,
+    /// so the file keeps its previous version and the writer hears the error again at close.
+    var failure: Errno?
     /// The modification time to commit: the last write's, or one set explicitly
     /// (cp -p sets it with futimens after writing and before close).
     var mtime: Int64
@@ -34,7 +37,11 @@ final class Staging {
     }
 
     func write(_ buffer: UnsafeRawBufferPointer, at offset: Int64) throws {
-        try FileIO.pwrite(fd, buffer, at: offset)
+        if let failure { throw failure }
+        do { try FileIO.pwrite(fd, buffer, at: offset) } catch let error as Errno {
+            failure = error
+            throw error
+        }
         if let hasher, offset == hashedUpTo {
             hasher.update(buffer)
             hashedUpTo += Int64(buffer.count)

@@ -35,6 +35,16 @@ extension Database {
         }
     }
 
+    /// Throws `newerSchema` when the database records migrations this build does not
+    /// know. Reads only, so a refused database is left exactly as it was.
+    public func refuseNewerSchema(known migrations: [Migration]) throws {
+        let hasTable = try queryOne("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") { _ in true } ?? false
+        guard hasTable else { return }
+        let applied = Set(try query("SELECT name FROM schema_migrations") { $0.string(0) ?? "" })
+        let unknown = applied.subtracting(migrations.map(\.name))
+        if !unknown.isEmpty { throw MigrationError.newerSchema(path: path, unknown: unknown.sorted()) }
+    }
+
     public func appliedMigrations() throws -> [String] {
         try query("SELECT name FROM schema_migrations ORDER BY rowid") { $0.string(0) ?? "" }
     }

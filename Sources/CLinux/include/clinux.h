@@ -7,3 +7,14 @@
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len);
 int vd_clone_file(int dst_fd, int src_fd);
 #endif
+
+#ifndef VDRIVE_CLINUX_RENAME
+#define VDRIVE_CLINUX_RENAME
+int vd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+#endif
+
+/* <sys/xattr.h> is not part of Swift's Glibc module. */
+int vd_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+ssize_t vd_getxattr(const char *path, const char *name, void *value, size_t size);
+ssize_t vd_listxattr(const char *path, char *list, size_t size);
+int vd_removexattr(const char *path, const char *name);

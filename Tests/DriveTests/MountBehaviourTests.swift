@@ -1,0 +1,170 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+
+/// Tier two: a real mount in a temporary folder, through the built `vdrive` binary.
+@Suite(.serialized) struct MountBehaviourTests {
+    @Test func behavesLikeAPlainFolder() throws {
+        let plain = TempDir("vdrive-plain")
+        defer { plain.remove() }
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        try FileManager.default.createDirectory(atPath: drive.path("work"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: plain.path + "/work", withIntermediateDirectories: false)
+
+        var expected = PosixScenario(root: plain.path + "/work")
+        expected.run()
+        var actual = PosixScenario(root: drive.path("work"))
+        actual.run()
+        for (i, line) in expected.transcript.enumerated() {
+            let got = i < actual.transcript.count ? actual.transcript[i] : "<missing>"
+            #expect(got == line, "step \(i)")
+        }
+        #expect(actual.transcript.count == expected.transcript.count)
+        #expect(expected.transcript.count > 80)
+        if ProcessInfo.processInfo.environment["VDRIVE_SHOW_TRANSCRIPT"] != nil { print(actual.transcript.joined(separator: "\n")) }
+    }
+
+    @Test func newWorkspaceHasCameraRollAndSurvivesRemount() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        var isDir: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: drive.path("Camera Roll"), isDirectory: &isDir) && isDir.boolValue)
+
+        let photos = try FileManager.default.contentsOfDirectory(atPath: fixturesPath).filter { !$0.hasPrefix(".") }
+        for name in photos {
+            try FileManager.default.copyItem(atPath: fixturesPath + "/" + name, toPath: drive.path("Camera Roll/" + name))
+        }
+        let big = pseudoRandomBytes(5 << 20, seed: 42)
+        try writeFile(drive.path("big.bin"), big)
+        try FileManager.default.createDirectory(atPath: drive.path("x/y/z"), withIntermediateDirectories: true)
+        try "deep".write(toFile: drive.path("x/y/z/deep.txt"), atomically: true, encoding: .utf8)
+        try drive.unmount()
+        #expect(!isMounted(drive.mountPoint))
+        try drive.start()
+        for name in photos {
+            #expect(try sha256(ofFile: drive.path("Camera Roll/" + name)) == sha256(ofFile: fixturesPath + "/" + name))
+        }
+        #expect(try readFile(drive.path("big.bin")) == big)
+        #expect(try String(contentsOfFile: drive.path("x/y/z/deep.txt"), encoding: .utf8) == "deep")
+    }
+
+    @Test func identicalContentIsStoredOnceAndFreedWhenUnused() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let bytes = pseudoRandomBytes(300_000, seed: 7)
+        try writeFile(drive.path("one"), bytes)
+        try writeFile(drive.path("two"), bytes)
+        let digest = SHA256Hasher.digest(bytes)
+        let blobsRoot = drive.state + "/blobs"
+        let store = try BlobStore(root: blobsRoot)
+        #expect(try store.allDigests() == [digest])
+        try FileManager.default.removeItem(atPath: drive.path("one"))
+        #expect(store.contains(digest))
+        try FileManager.default.removeItem(atPath: drive.path("two"))
+        // The kernel may still hold a lookup on the inode: the blob goes once it forgets.
+        for _ in 0..<50 where store.contains(digest) { usleep(100_000) }
+        try drive.unmount()
+        #expect(!store.contains(digest))
+    }
+
+    @Test func readdirOfALargeFolderIsCompleteAndStableUnderChanges() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let dir = drive.path("many")
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: false)
+        let count = 100_000
+        for i in 0..<count {
+            let fd = open(dir + "/f\(i)", O_CREAT | O_WRONLY, 0o644)
+            #expect(fd >= 0)
+            close(fd)
+        }
+        // List while another thread removes and adds names: every name that exists
+        // throughout the listing must appear exactly once.
+        let stable = Set((0..<count).filter { $0 % 10 != 0 }.map { "f\($0)" })
+        let churn = Thread { [dir] in
+            for i in stride(from: 0, to: count, by: 10) {
+                unlink(dir + "/f\(i)")
+                close(open(dir + "/g\(i)", O_CREAT | O_WRONLY, 0o644))
+            }
+        }
+        churn.start()
+        var seen: [String: Int] = [:]
+        let d = opendir(dir)!
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+            seen[name, default: 0] += 1
+        }
+        closedir(d)
+        while !churn.isFinished { usleep(10_000) }
+        #expect(stable.allSatisfy { seen[$0] == 1 })
+        #expect(seen.values.allSatisfy { $0 == 1 })
+        let final = try FileManager.default.contentsOfDirectory(atPath: dir)
+        #expect(final.count == count)
+    }
+
+    @Test func concurrentWritersToDifferentFiles() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let writers = 8
+        let expected = (0..<writers).map { pseudoRandomBytes(2_000_000 + $0 * 1000, seed: UInt64($0 + 1)) }
+        let base = drive.mountPoint
+        DispatchQueue.concurrentPerform(iterations: writers) { i in
+            let fd = open(base + "/w\(i)", O_CREAT | O_WRONLY | O_TRUNC, 0o644)
+            expected[i].withUnsafeBytes { b in
+                var off = 0
+                while off < b.count {
+                    let n = Glibc.write(fd, b.baseAddress! + off, min(65536 + i * 100, b.count - off))
+                    if n <= 0 { break }
+                    off += n
+                }
+            }
+            close(fd)
+        }
+        for i in 0..<writers { #expect(try readFile(drive.path("w\(i)")) == expected[i]) }
+    }
+
+    @Test func statfsReportsTheStateDisk() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        var a = statvfs(), b = statvfs()
+        #expect(statvfs(drive.mountPoint, &a) == 0)
+        #expect(statvfs(drive.state, &b) == 0)
+        #expect(a.f_blocks * a.f_frsize == b.f_blocks * b.f_frsize)
+        #expect(a.f_namemax == 255)
+    }
+
+    @Test func cpArchiveAndRsyncPreserveEverything() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let source = TempDir("vdrive-src")
+        defer { source.remove() }
+        try FileManager.default.createDirectory(atPath: source.path + "/tree/sub", withIntermediateDirectories: true)
+        try writeFile(source.path + "/tree/a.bin", pseudoRandomBytes(1_500_000, seed: 3))
+        try writeFile(source.path + "/tree/sub/b.txt", Array("b".utf8))
+        symlink("a.bin", source.path + "/tree/link")
+        var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+        utimensat(AT_FDCWD, source.path + "/tree/a.bin", &times, 0)
+        chmod(source.path + "/tree/sub/b.txt", 0o640)
+        #expect(try runCommand("/bin/cp", ["-a", source.path + "/tree", drive.path("cp")]).status == 0)
+        let rsync = try runCommand("/usr/bin/rsync", ["-aX", source.path + "/tree/", drive.path("rs/")])
+        #expect(rsync.status == 0, "\(rsync.stderr)")
+        for copy in ["cp", "rs"] {
+            var st = stat()
+            #expect(lstat(drive.path("\(copy)/a.bin"), &st) == 0)
+            #expect(st.st_mtim.tv_sec == 1_000_000_000)
+            #expect(lstat(drive.path("\(copy)/sub/b.txt"), &st) == 0)
+            #expect(st.st_mode & 0o777 == 0o640)
+            #expect(lstat(drive.path("\(copy)/link"), &st) == 0 && st.st_mode & S_IFMT == S_IFLNK)
+            #expect(try sha256(ofFile: drive.path("\(copy)/a.bin")) == sha256(ofFile: source.path + "/tree/a.bin"))
+        }
+        let diff = try runCommand("/usr/bin/diff", ["-r", source.path + "/tree", drive.path("cp")])
+        #expect(diff.status == 0, "\(diff.stdout)")
+        // tar round trip.
+        #expect(try runCommand("/bin/tar", ["-cf", drive.path("t.tar"), "-C", source.path, "tree"]).status == 0)
+        try FileManager.default.createDirectory(atPath: drive.path("untar"), withIntermediateDirectories: false)
+        #expect(try runCommand("/bin/tar", ["-xf", drive.path("t.tar"), "-C", drive.path("untar")]).status == 0)
+        #expect(try runCommand("/usr/bin/diff", ["-r", source.path + "/tree", drive.path("untar/tree")]).status == 0)
+    }
+}

@@ -1,0 +1,77 @@
+import Testing
+import Foundation
+import Storage
+
+/// Bad input at mount time: one clear line naming the path, a sysexits code, nothing overwritten.
+@Suite struct MountErrorTests {
+    func mount(_ args: [String], in dir: TempDir) throws -> CommandResult {
+        try runCommand(vdriveBinary, ["mount"] + args, environment: ["XDG_DATA_HOME": dir.path + "/xdg", "XDG_RUNTIME_DIR": dir.path + "/run"])
+    }
+
+    func expectOneLine(_ r: CommandResult, code: Int32, mentions: String) {
+        #expect(r.status == code, "exit \(r.status): \(r.stderr)")
+        let lines = r.stderr.split(separator: "\n")
+        #expect(lines.count == 1, "stderr: \(r.stderr)")
+        #expect(r.stderr.contains(mentions), "stderr: \(r.stderr)")
+        #expect(r.stderr.hasPrefix("vdrive: "))
+    }
+
+    @Test func missingMountPoint() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        expectOneLine(try mount([dir.path + "/nope", "--state", dir.path + "/s"], in: dir), code: 66, mentions: dir.path + "/nope")
+    }
+
+    @Test func mountPointIsAFile() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        FileManager.default.createFile(atPath: dir.path + "/file", contents: Data("x".utf8))
+        expectOneLine(try mount([dir.path + "/file", "--state", dir.path + "/s"], in: dir), code: 66, mentions: "not a folder")
+    }
+
+    @Test func stateFolderCannotBeCreated() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        mkdir(dir.path + "/mnt", 0o755)
+        FileManager.default.createFile(atPath: dir.path + "/statefile", contents: Data("x".utf8))
+        expectOneLine(try mount([dir.path + "/mnt", "--state", dir.path + "/statefile"], in: dir), code: 73, mentions: dir.path + "/statefile")
+        #expect(!isMounted(dir.path + "/mnt"))
+    }
+
+    @Test func corruptCatalogIsReportedAndLeftAlone() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        mkdir(dir.path + "/mnt", 0o755)
+        mkdir(dir.path + "/s", 0o700)
+        let garbage = Data(repeating: 0x5a, count: 10_000)
+        FileManager.default.createFile(atPath: dir.path + "/s/catalog.sqlite", contents: garbage)
+        expectOneLine(try mount([dir.path + "/mnt", "--state", dir.path + "/s"], in: dir), code: 65, mentions: dir.path + "/s/catalog.sqlite")
+        #expect(FileManager.default.contents(atPath: dir.path + "/s/catalog.sqlite") == garbage)
+        #expect(!isMounted(dir.path + "/mnt"))
+    }
+
+    @Test func catalogFromANewerVersionIsRefused() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        mkdir(dir.path + "/mnt", 0o755)
+        mkdir(dir.path + "/s", 0o700)
+        do {
+            let db = try Database(path: dir.path + "/s/catalog.sqlite")
+            try db.migrate([Migration("drive-999-from-the-future", "CREATE TABLE future(x)")])
+        }
+        let before = FileManager.default.contents(atPath: dir.path + "/s/catalog.sqlite")
+        expectOneLine(try mount([dir.path + "/mnt", "--state", dir.path + "/s"], in: dir), code: 78, mentions: "newer version")
+        #expect(FileManager.default.contents(atPath: dir.path + "/s/catalog.sqlite") == before)
+    }
+
+    @Test func alreadyMountedIsRefused() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let other = TempDir(); defer { other.remove() }
+        expectOneLine(try mount([drive.mountPoint, "--state", other.path + "/s"], in: other), code: 69, mentions: "already mounted")
+    }
+
+    @Test func unknownOptionAndHelp() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        expectOneLine(try mount(["--bogus"], in: dir), code: 64, mentions: "--bogus")
+        let help = try runCommand(vdriveBinary, ["mount", "--help"])
+        #expect(help.status == 0 && help.stdout.contains("Usage: vdrive mount"))
+        let top = try runCommand(vdriveBinary, ["--help"])
+        #expect(top.status == 0 && top.stdout.contains("unmount"))
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import Testing
+import Storage
+
+/// A fresh folder per test, removed by `remove()`.
+struct TempDir {
+    let path: String
+    init(_ label: String = "vdrive") {
+        path = "/tmp/\(label)-\(UUID().uuidString.prefix(8))"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// The built `vdrive` binary: beside the test bundle in .build/<config>/.
+let vdriveBinary: String = {
+    if let env = ProcessInfo.processInfo.environment["VDRIVE_BIN"] { return env }
+    var dir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    for _ in 0..<4 {
+        let candidate = dir.appendingPathComponent("vdrive").path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        dir = dir.deletingLastPathComponent()
+    }
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    return root.appendingPathComponent(".build/debug/vdrive").path
+}()
+
+let fixturesPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures").path
+
+struct CommandResult {
+    let status: Int32
+    let stdout: String
+    let stderr: String
+}
+
+@discardableResult
+func runCommand(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    for (k, v) in environment { env[k] = v }
+    p.environment = env
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return CommandResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+}
+
+func isMounted(_ path: String) -> Bool {
+    let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+    return info.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == path }
+}
+
+/// A real mount of the drive in a temporary folder, through the `vdrive` binary.
+/// Always call `stop()` (in a defer): it unmounts and removes the folders.
+final class MountedDrive {
+    let root: TempDir
+    let mountPoint: String
+    let state: String
+    var foreground: Process?
+
+    init(state: String? = nil, label: String = "vdrive-mount") throws {
+        root = TempDir(label)
+        mountPoint = root.path + "/mnt"
+        self.state = state ?? root.path + "/state"
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        try start()
+    }
+
+    var environment: [String: String] { ["XDG_DATA_HOME": root.path + "/xdg", "XDG_RUNTIME_DIR": root.path + "/run"] }
+
+    /// Mounts in the background and returns once the mount is ready.
+    func start() throws {
+        let r = try runCommand(vdriveBinary, ["mount", mountPoint, "--state", state], environment: environment)
+        guard r.status == 0, isMounted(mountPoint) else {
+            throw TestFailure("vdrive mount failed (\(r.status)): \(r.stderr)")
+        }
+    }
+
+    /// Mounts in the foreground as a child process we can SIGKILL.
+    func startForeground() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: vdriveBinary)
+        p.arguments = ["mount", mountPoint, "--state", state, "-f"]
+        var env = ProcessInfo.processInfo.environment
+        for (k, v) in environment { env[k] = v }
+        p.environment = env
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        foreground = p
+        for _ in 0..<200 where !isMounted(mountPoint) { usleep(25_000) }
+        guard isMounted(mountPoint) else { throw TestFailure("foreground mount did not become ready") }
+    }
+
+    func kill9() {
+        guard let p = foreground else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        foreground = nil
+        _ = try? runCommand("/bin/fusermount3", ["-u", "-z", mountPoint])
+    }
+
+    func unmount() throws {
+        if let p = foreground {
+            _ = try runCommand("/bin/fusermount3", ["-u", mountPoint])
+            p.waitUntilExit()
+            foreground = nil
+            return
+        }
+        let r = try runCommand(vdriveBinary, ["unmount", mountPoint], environment: environment)
+        if r.status != 0 { throw TestFailure("unmount failed: \(r.stderr)") }
+    }
+
+    func stop() {
+        if foreground != nil { kill9() }
+        if isMounted(mountPoint) {
+            _ = try? unmount()
+            if isMounted(mountPoint) { _ = try? runCommand("/bin/fusermount3", ["-u", "-z", mountPoint]) }
+        }
+        root.remove()
+    }
+
+    func path(_ relative: String) -> String { mountPoint + "/" + relative }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+func sha256(ofFile path: String) throws -> String {
+    let fd = try FileIO.open(path, O_RDONLY)
+    defer { FileIO.close(fd) }
+    return try BlobStore.hash(fd: fd).hex
+}
+
+func writeFile(_ path: String, _ bytes: [UInt8], flags: Int32 = O_WRONLY | O_CREAT | O_TRUNC) throws {
+    let fd = try FileIO.open(path, flags, 0o644)
+    try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+    if close(fd) != 0 { throw Errno.current }
+}
+
+func readFile(_ path: String) throws -> [UInt8] {
+    guard let data = FileManager.default.contents(atPath: path) else { throw Errno.current }
+    return Array(data)
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so failures reproduce.
+func pseudoRandomBytes(_ count: Int, seed: UInt64) -> [UInt8] {
+    var x = seed | 1
+    var out = [UInt8](repeating: 0, count: count)
+    for i in 0..<count {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17
+        out[i] = UInt8(truncatingIfNeeded: x)
+    }
+    return out
+}
