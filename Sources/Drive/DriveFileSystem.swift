@@ -23,6 +23,14 @@ public final class DriveFileSystem: @unchecked Sendable {
     private var handles: [UInt64: FileHandle] = [:]
     private var nextHandle: UInt64 = 1
     private var lookups: [UInt64: UInt64] = [:]
+    /// Counters for tests and benchmarks.
+    public struct Statistics: Sendable {
+        public var commitsHashedWhileWriting = 0
+        public var commitsHashedByReading = 0
+    }
+    private var stats = Statistics()
+    public var statistics: Statistics { tables.withLock { stats } }
+
     /// Set when a check after an unclean stop found damaged blobs: reads then check each blob.
     private var hasDamage = false
 
@@ -348,7 +356,13 @@ public final class DriveFileSystem: @unchecked Sendable {
                 kernelCacheIsStale?(node.ino)
                 throw failure
             }
+            let hashedWhileWriting = s.hasher != nil && s.hashedUpTo == s.size
             let digest: SHA256Digest? = s.size == 0 ? nil : try s.digest()
+            if digest != nil {
+                tables.withLock {
+                    if hashedWhileWriting { stats.commitsHashedWhileWriting += 1 } else { stats.commitsHashedByReading += 1 }
+                }
+            }
             _ = try catalog.commit(ino: node.ino, stagingPath: digest == nil ? nil : s.path, digest: digest, size: s.size, mtime: s.mtime)
             // The staging file is now a hard link of the blob: never write to it again.
             s.discard()

@@ -17,6 +17,12 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     public let message: String
     public let sql: String?
 
+    public init(code: Int32, message: String, sql: String?) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+    }
+
     public var description: String {
         if let sql { return "SQLite error \(code): \(message) (in: \(sql))" }
         return "SQLite error \(code): \(message)"

@@ -1,0 +1,187 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+@testable import Drive
+
+/// Tier one: the file system's logic called directly, no kernel involved.
+@Suite struct FileSystemLogicTests {
+    func makeFS(_ dir: TempDir) throws -> DriveFileSystem {
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        return fs
+    }
+
+    func write(_ fs: DriveFileSystem, _ fh: UInt64, _ bytes: [UInt8], at offset: Int64) throws {
+        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: offset) }
+    }
+
+    func read(_ fs: DriveFileSystem, _ fh: UInt64, count: Int, at offset: Int64) throws -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        let n = try out.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: offset) }
+        return Array(out[0..<n])
+    }
+
+    @Test func sequentialWritesAreHashedWithoutReadingBack() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("p.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
+        let bytes = pseudoRandomBytes(3_000_000, seed: 5)
+        for start in stride(from: 0, to: bytes.count, by: 128 * 1024) {
+            try write(fs, fh, Array(bytes[start..<min(start + 128 * 1024, bytes.count)]), at: Int64(start))
+        }
+        try fs.flush(fh)
+        fs.release(fh)
+        #expect(fs.statistics.commitsHashedWhileWriting == 1)
+        #expect(fs.statistics.commitsHashedByReading == 0)
+        #expect(try fs.getattr(a.ino).blob == SHA256Hasher.digest(bytes))
+    }
+
+    @Test func outOfOrderWritesFallBackToOneRead() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("r.bin".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("world".utf8), at: 6)
+        try write(fs, fh, Array("hello ".utf8), at: 0)
+        try fs.flush(fh)
+        fs.release(fh)
+        #expect(fs.statistics.commitsHashedByReading == 1)
+        #expect(try fs.getattr(a.ino).blob == SHA256Hasher.digest("hello world"))
+    }
+
+    @Test func readsSeeTheStagingWhileWritingAndTheOldContentStaysUntilCommit() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("version one".utf8), at: 0)
+        try fs.flush(fh)
+        fs.release(fh)
+        let oldDigest = try fs.getattr(a.ino).blob
+
+        let writer = try fs.open(a.ino, writable: true, truncate: true)
+        let reader = try fs.open(a.ino, writable: false, truncate: false)
+        try write(fs, writer, Array("v2".utf8), at: 0)
+        #expect(try read(fs, reader, count: 100, at: 0) == Array("v2".utf8))
+        // Not committed yet: the catalog still names the old blob.
+        #expect(try fs.catalog.attributes(a.ino).blob == oldDigest)
+        #expect(try fs.getattr(a.ino).size == 2)
+        try fs.flush(writer)
+        #expect(try fs.catalog.attributes(a.ino).blob == SHA256Hasher.digest("v2"))
+        fs.release(writer); fs.release(reader)
+        // The old blob lost its last reference and is gone from the store.
+        #expect(!fs.blobs.contains(oldDigest!))
+    }
+
+    @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
+        var sequences: [Int64] = []
+        final class Recorder: CameraRollObserver, @unchecked Sendable {
+            var changes: [CameraRollChange] = []
+            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { changes.append(change) }
+        }
+        let recorder = Recorder()
+        fs.cameraRollObserver = recorder
+        for name in ["a.jpg", "b.jpg"] {
+            let (_, fh) = try fs.createAndOpen(parent: roll.ino, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+            try write(fs, fh, Array(name.utf8), at: 0)
+            try fs.flush(fh); fs.release(fh)
+        }
+        // Outside the Camera Roll: no change recorded.
+        let (_, fh) = try fs.createAndOpen(parent: 1, name: Array("elsewhere".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("x".utf8), at: 0)
+        try fs.flush(fh); fs.release(fh)
+        // A rename into place inside the Camera Roll is recorded under the final name.
+        try fs.rename(parent: 1, name: Array("elsewhere".utf8), newParent: roll.ino, newName: Array("final.jpg".utf8), flags: 0)
+        sequences = recorder.changes.map(\.sequence)
+        #expect(recorder.changes.map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/final.jpg"])
+        #expect(sequences == sequences.sorted() && Set(sequences).count == 3)
+        #expect(recorder.changes[0].hash == SHA256Hasher.digest("a.jpg"))
+    }
+
+    @Test func observerFailureRollsBackTheCommit() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        final class Failing: CameraRollObserver {
+            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { throw Errno.noSpace }
+        }
+        fs.cameraRollObserver = Failing()
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
+        let (a, fh) = try fs.createAndOpen(parent: roll.ino, name: Array("x.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("photo".utf8), at: 0)
+        #expect(throws: Errno.noSpace) { try fs.flush(fh) }
+        fs.release(fh)
+        #expect(try fs.catalog.attributes(a.ino).blob == nil)
+        #expect(try fs.blobs.allDigests().isEmpty, "a blob linked for a rolled-back commit is removed")
+    }
+
+    @Test func uncleanStopDetectsAMissingOrWrongBlobAndNeverServesIt() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        var ino: UInt64 = 0
+        var digest: SHA256Digest?
+        do {
+            let fs = try makeFS(dir)
+            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("doc".utf8), mode: 0o644, uid: 0, gid: 0)
+            try write(fs, fh, pseudoRandomBytes(10_000, seed: 9), at: 0)
+            try fs.flush(fh); fs.release(fh)
+            ino = a.ino
+            digest = try fs.getattr(ino).blob
+            // No shutdown(): the process "dies" here, before the flusher ran.
+        }
+        // Simulate what a power cut can leave: the row reached the disk, the blob's bytes did not.
+        let path = dir.path + "/state/blobs/\(digest!.hex.prefix(2))/\(digest!.hex)"
+        chmod(path, 0o600)
+        truncate(path, 100)
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let lost = try fs.recover()
+        #expect(lost == ["doc"])
+        #expect(throws: Errno.ioError) {
+            let fh = try fs.open(ino, writable: false, truncate: false)
+            defer { fs.release(fh) }
+            _ = try read(fs, fh, count: 10, at: 0)
+        }
+    }
+
+    @Test func cleanShutdownSkipsTheCheckAndFsyncMakesDurable() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        do {
+            let fs = try makeFS(dir)
+            let (_, fh) = try fs.createAndOpen(parent: 1, name: Array("a".utf8), mode: 0o644, uid: 0, gid: 0)
+            try write(fs, fh, Array("abc".utf8), at: 0)
+            try fs.fsync(fh)
+            fs.release(fh)
+            #expect(try fs.catalog.meta("durable_gen") == fs.catalog.currentGeneration)
+            fs.shutdown()
+        }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        #expect(try fs.catalog.meta("clean_unmount") == 1)
+        #expect(try fs.recover().isEmpty)
+    }
+
+    @Test(arguments: [
+        (Errno.noSuchFileOrDirectory as any Error, ENOENT),
+        (Errno.notEmpty, ENOTEMPTY),
+        (DatabaseError(code: 13, message: "database or disk is full", sql: nil), ENOSPC),
+        (DatabaseError(code: 11, message: "malformed", sql: nil), EIO),
+        (TestFailure("something else"), EIO),
+    ])
+    func errorsMapToErrno(error: any Error, expected: Int32) {
+        #expect(errnoValue(for: error) == expected)
+    }
+
+    @Test func unlinkedOpenFileIsDeletedWhenClosedAndForgotten() throws {
+        let dir = TempDir(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("tmp".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("temporary".utf8), at: 0)
+        try fs.flush(fh)
+        try fs.unlink(parent: 1, name: Array("tmp".utf8))
+        #expect(try read(fs, fh, count: 20, at: 0) == Array("temporary".utf8))
+        fs.release(fh)
+        #expect(try fs.getattr(a.ino).nlink == 0)   // the kernel still holds a lookup
+        fs.forget(a.ino, count: 1)
+        #expect(throws: Errno.noSuchFileOrDirectory) { try fs.getattr(a.ino) }
+        #expect(try fs.blobs.allDigests().isEmpty)
+    }
+}
