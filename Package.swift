@@ -22,6 +22,7 @@ let package = Package(
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
         .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage"]),
+        .executableTarget(name: "vdrive-bench", dependencies: []),
 
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux"], exclude: ["Fixtures"]),
