@@ -23,6 +23,12 @@ public final class DriveFileSystem: @unchecked Sendable {
     private var handles: [UInt64: FileHandle] = [:]
     private var nextHandle: UInt64 = 1
     private var lookups: [UInt64: UInt64] = [:]
+    /// The generated `.backup` tree and `user.vdrive.*` attributes, when a provider is set.
+    public var virtualTree: VirtualTree?
+    let virtualInodes = VirtualInodes()
+    /// Open virtual files: a snapshot of the content taken at open, so reads are consistent.
+    private var virtualHandles: [UInt64: [UInt8]] = [:]
+
     /// Counters for tests and benchmarks.
     public struct Statistics: Sendable {
         public var commitsHashedWhileWriting = 0
@@ -85,10 +91,12 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// Records one more kernel reference to an inode (every entry reply does this).
     func remember(_ ino: UInt64) {
+        if VirtualInodes.contains(ino) { return }
         tables.withLock { lookups[ino, default: 0] += 1 }
     }
 
     public func forget(_ ino: UInt64, count: UInt64) {
+        if VirtualInodes.contains(ino) { return }   // virtual inodes live as long as the process
         let remaining: UInt64 = tables.withLock {
             let current = lookups[ino] ?? 0
             precondition(current >= count, "forget(\(ino), \(count)) with only \(current) lookups: lookup counting is broken")
@@ -120,16 +128,24 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func lookup(parent: UInt64, name: [UInt8]) throws -> NodeAttributes {
+        if let path = virtualChildPath(parent: parent, name: name), let tree = virtualTree {
+            return try virtualAttributes(path, tree: tree)
+        }
         let a = withLiveContent(try catalog.lookup(parent: parent, name: name))
         remember(a.ino)
         return a
     }
 
     public func getattr(_ ino: UInt64) throws -> NodeAttributes {
-        withLiveContent(try catalog.attributes(ino))
+        if VirtualInodes.contains(ino) {
+            guard let tree = virtualTree, let path = virtualInodes.path(of: ino) else { throw Errno.noSuchFileOrDirectory }
+            return try virtualAttributes(path, tree: tree)
+        }
+        return withLiveContent(try catalog.attributes(ino))
     }
 
     public func setattr(_ ino: UInt64, _ changes: AttributeChanges, handle: UInt64?) throws -> NodeAttributes {
+        try refuseVirtual(ino)
         var current = try catalog.attributes(ino)
         if let size = changes.size {
             if current.isDirectory { throw Errno.isDirectory }
@@ -171,6 +187,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     // MARK: Names
 
     public func create(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64 = 0) throws -> NodeAttributes {
+        try refuseVirtual(parent: parent, name: name)
         let a = try catalog.create(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev)
         durability.noteMetadataChanged()
         remember(a.ino)
@@ -179,6 +196,7 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     public func symlink(parent: UInt64, name: [UInt8], target: [UInt8], uid: UInt32, gid: UInt32) throws -> NodeAttributes {
         if target.count > 4095 { throw Errno.nameTooLong }
+        try refuseVirtual(parent: parent, name: name)
         let a = try catalog.create(parent: parent, name: name, mode: UInt32(S_IFLNK) | 0o777, uid: uid, gid: gid, symlinkTarget: target)
         durability.noteMetadataChanged()
         remember(a.ino)
@@ -188,6 +206,8 @@ public final class DriveFileSystem: @unchecked Sendable {
     public func readlink(_ ino: UInt64) throws -> [UInt8] { try catalog.readlink(ino) }
 
     public func link(_ ino: UInt64, newParent: UInt64, newName: [UInt8]) throws -> NodeAttributes {
+        try refuseVirtual(ino)
+        try refuseVirtual(parent: newParent, name: newName)
         let a = withLiveContent(try catalog.link(ino: ino, newParent: newParent, newName: newName))
         durability.noteMetadataChanged()
         remember(a.ino)
@@ -195,27 +215,41 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func unlink(parent: UInt64, name: [UInt8]) throws {
+        if virtualChildPath(parent: parent, name: name) != nil { throw Errno.notPermitted }
         let ino = try catalog.remove(parent: parent, name: name, directory: false)
         durability.noteMetadataChanged()
         releaseIfUnused(ino)
     }
 
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
+        if virtualChildPath(parent: parent, name: name) != nil { throw Errno.notPermitted }
         let ino = try catalog.remove(parent: parent, name: name, directory: true)
         durability.noteMetadataChanged()
         releaseIfUnused(ino)
     }
 
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
+        if virtualChildPath(parent: parent, name: name) != nil || virtualChildPath(parent: newParent, name: newName) != nil {
+            throw Errno.notPermitted
+        }
         let replaced = try catalog.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
         durability.noteMetadataChanged()
         if let replaced { releaseIfUnused(replaced) }
     }
 
+    /// The readdir offset of the virtual tree's entry in the root listing: after every catalog entry.
+    static let virtualRootOffset = Int64.max - 1
+
     public func readdir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
-        try catalog.list(directory: ino, after: offset, limit: limit).map {
+        if VirtualInodes.contains(ino) { return try virtualReaddir(ino, after: offset) }
+        if offset >= Self.virtualRootOffset { return [] }
+        var out = try catalog.list(directory: ino, after: offset, limit: limit).map {
             DirectoryEntryInfo(offset: $0.offset, name: $0.name, attributes: $0.attributes)
         }
+        if ino == Catalog.rootIno, out.count < limit, let tree = virtualTree {
+            out.append(DirectoryEntryInfo(offset: Self.virtualRootOffset, name: Array(tree.rootName.utf8), attributes: try virtualAttributes("", tree: tree)))
+        }
+        return out
     }
 
     // MARK: Open files
@@ -247,6 +281,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// Opens a file. With `truncate` (O_TRUNC) the new content starts empty in a
     /// staging file; the previous content stays until the next commit.
     public func open(_ ino: UInt64, writable: Bool, truncate: Bool) throws -> UInt64 {
+        if VirtualInodes.contains(ino) { return try openVirtual(ino, writable: writable) }
         let a = try catalog.attributes(ino)
         if a.isDirectory { throw Errno.isDirectory }
         guard a.isRegularFile else { throw Errno.invalidArgument }
@@ -265,6 +300,18 @@ public final class DriveFileSystem: @unchecked Sendable {
             }
         }
         return addHandle(node, writable: writable)
+    }
+
+    private func openVirtual(_ ino: UInt64, writable: Bool) throws -> UInt64 {
+        if writable { throw Errno(EROFS) }
+        guard let tree = virtualTree, let path = virtualInodes.path(of: ino) else { throw Errno.noSuchFileOrDirectory }
+        guard let content = tree.content(of: path) else { throw Errno.isDirectory }
+        return tables.withLock {
+            let fh = nextHandle
+            nextHandle += 1
+            virtualHandles[fh] = content
+            return fh
+        }
     }
 
     /// Creates and opens a new, empty file.
@@ -311,6 +358,12 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func read(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        if let content = tables.withLock({ virtualHandles[fh] }) {
+            guard offset < content.count else { return 0 }
+            let n = min(buffer.count, content.count - Int(offset))
+            content.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + Int(offset), byteCount: n) }
+            return n
+        }
         let node = try handle(fh).node
         enum Source { case done(Int), blob(SharedDescriptor) }
         let source: Source = try node.lock.withLock {
@@ -375,17 +428,20 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// close(2) waits for this: the file's content is committed before close returns.
     public func flush(_ fh: UInt64) throws {
+        if tables.withLock({ virtualHandles[fh] != nil }) { return }
         let h = try handle(fh)
         if h.writable { try commit(h.node) }
     }
 
     public func fsync(_ fh: UInt64) throws {
+        if tables.withLock({ virtualHandles[fh] != nil }) { return }
         let h = try handle(fh)
         try commit(h.node)
         try durability.flushNow()
     }
 
     public func release(_ fh: UInt64) {
+        if tables.withLock({ virtualHandles.removeValue(forKey: fh) }) != nil { return }
         guard let h = tables.withLock({ handles.removeValue(forKey: fh) }) else { return }
         // Writes through a shared mapping can arrive after flush: commit them now.
         do { try commit(h.node) } catch { DriveLog.error("commit at release of inode \(h.node.ino) failed: \(error)") }
@@ -419,8 +475,23 @@ public final class DriveFileSystem: @unchecked Sendable {
         if name.hasPrefix("system.") { throw Errno.notSupported }
     }
 
+    /// Generated attributes of a real file (`user.vdrive.*`), empty without a provider.
+    private func generatedAttributes(_ ino: UInt64) -> [String: [UInt8]] {
+        guard let tree = virtualTree, !VirtualInodes.contains(ino),
+              let a = try? catalog.attributes(ino), a.isRegularFile,
+              let path = try? catalog.path(ofInode: ino) else { return [:] }
+        return tree.attributes(ofFileAt: path, ino: ino)
+    }
+
+    private func isGenerated(_ name: String) -> Bool {
+        guard let prefix = virtualTree?.attributePrefix else { return false }
+        return name.hasPrefix(prefix)
+    }
+
     public func setxattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
         try Self.checkXattrName(name)
+        try refuseVirtual(ino)
+        if isGenerated(name) { throw Errno.notPermitted }
         if value.count > 65536 { throw Errno.outOfRange }
         try catalog.setXattr(ino, name: name, value: value, create: create, replace: replace)
         durability.noteMetadataChanged()
@@ -428,13 +499,23 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     public func getxattr(_ ino: UInt64, name: String) throws -> [UInt8] {
         try Self.checkXattrName(name)
+        if VirtualInodes.contains(ino) { throw Errno.noData }
+        if isGenerated(name) {
+            guard let value = generatedAttributes(ino)[name] else { throw Errno.noData }
+            return value
+        }
         return try catalog.getXattr(ino, name: name)
     }
 
-    public func listxattr(_ ino: UInt64) throws -> [String] { try catalog.listXattrs(ino) }
+    public func listxattr(_ ino: UInt64) throws -> [String] {
+        if VirtualInodes.contains(ino) { return [] }
+        return try catalog.listXattrs(ino) + generatedAttributes(ino).keys.sorted()
+    }
 
     public func removexattr(_ ino: UInt64, name: String) throws {
         try Self.checkXattrName(name)
+        try refuseVirtual(ino)
+        if isGenerated(name) { throw Errno.notPermitted }
         try catalog.removeXattr(ino, name: name)
         durability.noteMetadataChanged()
     }
