@@ -92,7 +92,11 @@ final class HTTPDaemon: Sendable {
 private final class RequestState {
     var body: RequestBody?
     var finished = false
-    init(body: RequestBody?) { self.body = body }
+    /// A reply decided at the headers of a request without a body, queued on the next
+    /// call: queued at once, libmicrohttpd would close the connection (it cannot know
+    /// the body is empty), and clients could not reuse it.
+    var pending: HTTPResponse?
+    init(body: RequestBody?, pending: HTTPResponse? = nil) { self.body = body; self.pending = pending }
 }
 
 /// Collects header or query values through `MHD_get_connection_values`.
@@ -150,7 +154,11 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
                                   query: values(connection, headers: false))
         switch daemon.handler.route(request) {
         case .respond(let reply):
-            // Answered before the body: libmicrohttpd then does not read it (and closes the connection if one was sent).
+            if request.contentLength ?? 0 == 0 && request.header("Transfer-Encoding") == nil {
+                conCls.pointee = Unmanaged.passRetained(RequestState(body: nil, pending: reply)).toOpaque()
+                return vd_mhd_yes()
+            }
+            // Answered before the body: libmicrohttpd then does not read it and closes the connection.
             conCls.pointee = Unmanaged.passRetained(RequestState(body: nil)).toOpaque()
             return queue(connection, reply)
         case .read(let body):
@@ -166,6 +174,10 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
         }
         uploadDataSize.pointee = 0
         return vd_mhd_yes()
+    }
+    if let reply = state.pending {
+        state.pending = nil
+        return queue(connection, reply)
     }
     guard let body = state.body, !state.finished else { return vd_mhd_yes() }
     state.finished = true

@@ -10,6 +10,7 @@ enum CommandLineMain {
     /// Every verb. Each lives in its own file (MountCommand.swift, ServeCommand.swift, ...).
     static var verbs: [Verb] {
         [
+            ServeCommand.verb,
         ]
     }
 
