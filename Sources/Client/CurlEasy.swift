@@ -121,14 +121,13 @@ private func headerCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _
     guard let data, let userdata else { return 0 }
     let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
     let n = size * count
-    let line = String(decoding: UnsafeRawBufferPointer(start: data, count: n), as: UTF8.self)
-    if line.hasPrefix("HTTP/") { t.headers = [:]; return n }
-    if let colon = line.firstIndex(of: ":") {
-        let name = line[..<colon].lowercased()
-        var value = line[line.index(after: colon)...]
-        while value.first == " " { value = value.dropFirst() }
-        while let last = value.last, last == "\r" || last == "\n" || last == " " { value = value.dropLast() }
-        t.headers[name] = String(value)
+    var bytes = Array(UnsafeRawBufferPointer(start: data, count: n))
+    while let last = bytes.last, last == 13 || last == 10 || last == 32 { bytes.removeLast() }
+    if bytes.starts(with: Array("HTTP/".utf8)) { t.headers = [:]; return n }
+    if let colon = bytes.firstIndex(of: 58) {
+        var start = colon + 1
+        while start < bytes.count && bytes[start] == 32 { start += 1 }
+        t.headers[String(decoding: bytes[..<colon], as: UTF8.self).lowercased()] = String(decoding: bytes[start...], as: UTF8.self)
     }
     return n
 }

@@ -198,7 +198,7 @@ public final class WorkspaceClient: Sendable {
         let error = try? WireJSON.decode(ErrorResponse.self, from: reply.body)
         let message = error?.message ?? (reply.body.isEmpty ? "no details" : String(decoding: reply.body.prefix(300), as: UTF8.self))
         switch reply.status {
-        case 403 where error?.error == "forbidden": throw .expired
+        case 403: throw .expired  // only presigned URLs answer 403 (a HEAD reply has no body)
         case 404: throw .notFound
         case 409 where error?.error == "offset_conflict" || error?.error == "upload_busy":
             throw .offsetConflict(serverOffset: reply.header(Tus.uploadOffset).flatMap { Int64($0) })

@@ -238,7 +238,7 @@ enum TusHandlers {
             return .respond(.empty(204, headers: headers + [(Tus.uploadOffset, String(row.length))]))
         }
         let fd: Int32
-        do { fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_WRONLY | O_CREAT, 0o600) } catch { return fail(ServerContext.failure(error)) }
+        do { fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_RDWR | O_CREAT, 0o600) } catch { return fail(ServerContext.failure(error)) }
         return .read(PatchBody(context: context, upload: row, digest: digest, fd: fd, checksum: checksum, running: running, headers: headers))
     }
 }
