@@ -31,7 +31,8 @@ public enum Tus {
 }
 
 extension Substring {
-    var trimmingSpaces: Substring {
+    /// Without leading and trailing spaces (header list items).
+    public var trimmingSpaces: Substring {
         var s = self
         while s.first == " " { s = s.dropFirst() }
         while s.last == " " { s = s.dropLast() }

@@ -40,7 +40,7 @@ enum BlobHandlers {
         let etag = "\"\(digest.hex)\""
         var headers = [("ETag", etag), ("Accept-Ranges", "bytes"), ("Content-Type", "application/octet-stream"),
                        ("Cache-Control", "private, max-age=31536000, immutable")]
-        if let inm = request.header("If-None-Match"), inm == "*" || inm.split(separator: ",").contains(where: { $0.trimmingCharacters() == etag }) {
+        if let inm = request.header("If-None-Match"), inm == "*" || inm.split(separator: ",").contains(where: { $0.trimmingSpaces == etag }) {
             close(fd)
             return .empty(304, headers: headers)
         }
@@ -143,14 +143,5 @@ enum ByteRange: Equatable {
         if last.isEmpty { return .range(start, size - 1) }
         guard let end = Int64(last), end >= start else { return .none }
         return .range(start, min(end, size - 1))
-    }
-}
-
-extension Substring {
-    func trimmingCharacters() -> Substring {
-        var s = self
-        while s.first == " " { s = s.dropFirst() }
-        while s.last == " " { s = s.dropLast() }
-        return s
     }
 }
