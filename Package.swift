@@ -7,6 +7,7 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "vdrive", targets: ["vdrive"]),
+        .executable(name: "vdrive-bench", targets: ["vdrive-bench"]),
     ],
     targets: [
         // C libraries from Debian, wrapped by system-library targets.
@@ -21,10 +22,14 @@ let package = Package(
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
         .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage"]),
-        .executableTarget(name: "vdrive-bench", dependencies: []),
+        .target(name: "Protocol", dependencies: ["Crypto"]),
+        .target(name: "Client", dependencies: ["CCurl", "Protocol", "Crypto"]),
+        .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server"]),
+        .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
 
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux"], exclude: ["Fixtures"]),
+        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
     ]
 )

@@ -5,4 +5,35 @@
 #include <sys/types.h>
 #include <sys/socket.h>
 #include <microhttpd.h>
+
+/* MHD_start_daemon is variadic; this wrapper fixes the options the server uses.
+   The listening socket is made by the caller (so it can report EADDRINUSE itself). */
+static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
+                                              MHD_AccessHandlerCallback handler, void *handler_cls,
+                                              MHD_RequestCompletedCallback completed, void *completed_cls,
+                                              size_t memory_limit, unsigned int connection_limit,
+                                              unsigned int timeout_seconds) {
+    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
+                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
+                            MHD_OPTION_END);
+}
+
+/* Enum constants Swift imports awkwardly, wrapped as plain calls. */
+static inline struct MHD_Response *vd_mhd_response_copy(size_t size, const void *data) {
+    return MHD_create_response_from_buffer(size, (void *)data, MHD_RESPMEM_MUST_COPY);
+}
+static inline int vd_mhd_headers(struct MHD_Connection *c, MHD_KeyValueIterator it, void *cls) {
+    return MHD_get_connection_values(c, MHD_HEADER_KIND, it, cls);
+}
+static inline int vd_mhd_query(struct MHD_Connection *c, MHD_KeyValueIterator it, void *cls) {
+    return MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, it, cls);
+}
+
+/* MHD_YES / MHD_NO as plain ints for Swift. */
+static inline enum MHD_Result vd_mhd_yes(void) { return MHD_YES; }
+static inline enum MHD_Result vd_mhd_no(void) { return MHD_NO; }
 #endif

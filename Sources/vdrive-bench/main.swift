@@ -1,18 +1,20 @@
-// vdrive-bench: benchmarks that print figures side by side in one run.
-// Usage: vdrive-bench <drive|server> [options]; see each benchmark's file.
+// vdrive-bench: benchmarks that print figures side by side in one run (never timed tests).
+// Usage: vdrive-bench <drive|server> [options]; see DriveBenchmark.swift and ServerBenchmark.swift.
 import Foundation
 
 let benchArguments = Array(CommandLine.arguments.dropFirst())
-let benchmarks: [String: ([String]) throws -> Void] = [
-    "drive": DriveBenchmark.run,
-]
-guard let name = benchArguments.first, let bench = benchmarks[name] else {
-    print("Usage: vdrive-bench <\(benchmarks.keys.sorted().joined(separator: "|"))> [options]")
+switch benchArguments.first {
+case "drive":
+    do {
+        try DriveBenchmark.run(Array(benchArguments.dropFirst()))
+    } catch {
+        FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
+        exit(1)
+    }
+case "server":
+    exit(ServerBenchmark.run(Array(benchArguments.dropFirst())))
+default:
+    print("usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N]")
+    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--dir DIR]")
     exit(64)
-}
-do {
-    try bench(Array(benchArguments.dropFirst()))
-} catch {
-    FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
-    exit(1)
 }

@@ -12,6 +12,7 @@ enum CommandLineMain {
         [
             MountCommand.verb,
             MountCommand.unmountVerb,
+            ServeCommand.verb,
         ]
     }
 

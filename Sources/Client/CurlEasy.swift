@@ -1,0 +1,237 @@
+import CCurl
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where a request body comes from.
+public enum RequestBodySource: Sendable {
+    case none
+    case bytes([UInt8])
+    /// `length` bytes of `fd` from `offset`, read in pieces as libcurl asks (constant memory).
+    case file(fd: Int32, offset: Int64, length: Int64)
+}
+
+/// A reply: status, headers (names lowercased) and the body (unless it went to a file).
+public struct HTTPResult: Sendable {
+    public let status: Int
+    public let headers: [String: String]
+    public let body: [UInt8]
+    public func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// Timeouts for every transfer.
+public struct Timeouts: Sendable {
+    /// Seconds to establish a connection.
+    public var connect: Int
+    /// A transfer slower than `lowSpeedBytes` per second for `lowSpeedSeconds` is abandoned.
+    public var lowSpeedBytes: Int
+    public var lowSpeedSeconds: Int
+    public init(connect: Int = 10, lowSpeedBytes: Int = 1024, lowSpeedSeconds: Int = 30) {
+        self.connect = connect; self.lowSpeedBytes = lowSpeedBytes; self.lowSpeedSeconds = lowSpeedSeconds
+    }
+}
+
+private let curlGlobalInit: Bool = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK }()
+
+/// The libcurl easy handle, reset between requests (which keeps its connection cache).
+/// `@unchecked Sendable`: the handle is only used inside `HTTPConnection`'s mutex.
+final class CurlEasy: @unchecked Sendable {
+    let handle: UnsafeMutableRawPointer
+
+    init() {
+        precondition(curlGlobalInit, "curl_global_init failed")
+        guard let h = curl_easy_init() else { fatalError("curl_easy_init failed: out of memory") }
+        handle = h
+    }
+
+    deinit { curl_easy_cleanup(handle) }
+}
+
+/// State shared with the C callbacks of one transfer, reached through their userdata pointer.
+private final class Transfer {
+    // Request body.
+    var bytes: [UInt8] = []
+    var fd: Int32 = -1
+    var position: Int64 = 0
+    var end: Int64 = 0
+    var readError: Int32 = 0
+    // Response.
+    var headers: [String: String] = [:]
+    var body: [UInt8] = []
+    var responseLimit: Int = 0
+    var overflow = false
+    var sink: Int32 = -1
+    var sinkOffset: Int64 = 0
+    var writeError: Int32 = 0
+    var received: Int64 = 0
+    var sinkHook: ((UnsafeRawBufferPointer) -> Void)?
+    var progress: ((Int64) -> Bool)?
+    var cancelled = false
+}
+
+private func readCallback(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
+    guard let buffer, let userdata else { return 0 }
+    let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
+    let want = Int(min(Int64(size * count), t.end - t.position))
+    if want <= 0 { return 0 }
+    if t.fd < 0 {
+        t.bytes.withUnsafeBytes { raw in
+            UnsafeMutableRawPointer(buffer).copyMemory(from: raw.baseAddress! + Int(t.position), byteCount: want)
+        }
+        t.position += Int64(want)
+        return want
+    }
+    while true {
+        let n = pread(t.fd, buffer, want, off_t(t.position))
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 {
+            t.readError = n < 0 ? errno : EIO
+            return Int(CURL_READFUNC_ABORT)
+        }
+        t.position += Int64(n)
+        return n
+    }
+}
+
+private func writeCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let userdata else { return 0 }
+    let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
+    let n = size * count
+    let chunk = UnsafeRawBufferPointer(start: data, count: n)
+    if t.sink >= 0 {
+        var done = 0
+        while done < n {
+            let w = pwrite(t.sink, data + done, n - done, off_t(t.sinkOffset))
+            if w < 0 && errno == EINTR { continue }
+            if w <= 0 { t.writeError = w < 0 ? errno : EIO; return 0 }
+            done += w
+            t.sinkOffset += Int64(w)
+        }
+        t.sinkHook?(chunk)
+        t.received += Int64(n)
+        return n
+    }
+    if t.body.count + n > t.responseLimit { t.overflow = true; return 0 }
+    t.body.append(contentsOf: chunk)
+    return n
+}
+
+private func headerCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
+    guard let data, let userdata else { return 0 }
+    let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
+    let n = size * count
+    var bytes = Array(UnsafeRawBufferPointer(start: data, count: n))
+    while let last = bytes.last, last == 13 || last == 10 || last == 32 { bytes.removeLast() }
+    if bytes.starts(with: Array("HTTP/".utf8)) { t.headers = [:]; return n }
+    if let colon = bytes.firstIndex(of: 58) {
+        var start = colon + 1
+        while start < bytes.count && bytes[start] == 32 { start += 1 }
+        t.headers[String(decoding: bytes[..<colon], as: UTF8.self).lowercased()] = String(decoding: bytes[start...], as: UTF8.self)
+    }
+    return n
+}
+
+private func progressCallback(_ userdata: UnsafeMutableRawPointer?, _ dlTotal: curl_off_t, _ dlNow: curl_off_t, _ ulTotal: curl_off_t, _ ulNow: curl_off_t) -> Int32 {
+    guard let userdata else { return 0 }
+    let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
+    guard let progress = t.progress else { return 0 }
+    if progress(Int64(ulNow > 0 ? ulNow : dlNow)) { return 0 }
+    t.cancelled = true
+    return 1
+}
+
+/// One reusable HTTP connection (a libcurl easy handle): requests on it are serialised
+/// and reuse the kept-alive connection. Public so that tests can send raw requests.
+public final class HTTPConnection: Sendable {
+    private let easy = Mutex(CurlEasy())
+    public let timeouts: Timeouts
+
+    public init(timeouts: Timeouts = Timeouts()) { self.timeouts = timeouts }
+
+    /// Sends one request and waits for the reply. Response bodies go to memory (at most
+    /// `responseLimit` bytes) or, with `sink`, to that descriptor from `sinkOffset`
+    /// (`sinkHook` sees each written piece). `progress` gets bytes sent (or received)
+    /// so far and returns false to cancel.
+    public func perform(method: String, url: String, headers: [String] = [], body: RequestBodySource = .none,
+                        responseLimit: Int = 16 << 20, sink: Int32? = nil, sinkOffset: Int64 = 0,
+                        sinkHook: ((UnsafeRawBufferPointer) -> Void)? = nil,
+                        progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
+        let transfer = Transfer()
+        transfer.responseLimit = responseLimit
+        transfer.sink = sink ?? -1
+        transfer.sinkOffset = sinkOffset
+        transfer.sinkHook = sinkHook
+        transfer.progress = progress
+        let timeouts = self.timeouts
+        let result: Result<HTTPResult, ClientError> = easy.withLock { easy in
+            let h = easy.handle
+            curl_easy_reset(h)
+            let ud = Unmanaged.passUnretained(transfer).toOpaque()
+            var list: UnsafeMutablePointer<curl_slist>?
+            defer { curl_slist_free_all(list) }
+            for header in headers { list = curl_slist_append(list, header) }
+            vd_curl_setopt_str(h, CURLOPT_URL, url)
+            vd_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1)
+            vd_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT, timeouts.connect)
+            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
+            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
+            vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
+            vd_curl_setopt_write(h, writeCallback)
+            vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
+            vd_curl_setopt_header(h, headerCallback)
+            vd_curl_setopt_ptr(h, CURLOPT_HEADERDATA, ud)
+            if progress != nil {
+                vd_curl_setopt_xferinfo(h, progressCallback)
+                vd_curl_setopt_ptr(h, CURLOPT_XFERINFODATA, ud)
+                vd_curl_setopt_long(h, CURLOPT_NOPROGRESS, 0)
+            }
+            switch body {
+            case .none:
+                if method == "HEAD" { vd_curl_setopt_long(h, CURLOPT_NOBODY, 1) }
+                else if method != "GET" { vd_curl_setopt_str(h, CURLOPT_CUSTOMREQUEST, method) }
+            case .bytes(let bytes):
+                transfer.bytes = bytes
+                transfer.end = Int64(bytes.count)
+            case .file(let fd, let offset, let length):
+                transfer.fd = fd
+                transfer.position = offset
+                transfer.end = offset + length
+            }
+            if case .none = body {} else {
+                vd_curl_setopt_long(h, CURLOPT_UPLOAD, 1)
+                vd_curl_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(transfer.end - transfer.position))
+                vd_curl_setopt_read(h, readCallback)
+                vd_curl_setopt_ptr(h, CURLOPT_READDATA, ud)
+                vd_curl_setopt_str(h, CURLOPT_CUSTOMREQUEST, method)
+            }
+            vd_curl_setopt_ptr(h, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+            let code = curl_easy_perform(h)
+            if code != CURLE_OK { return .failure(Self.map(code, transfer)) }
+            var status = 0
+            vd_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
+            return .success(HTTPResult(status: status, headers: transfer.headers, body: transfer.body))
+        }
+        return try result.get()
+    }
+
+    private static func map(_ code: CURLcode, _ t: Transfer) -> ClientError {
+        let text = String(cString: curl_easy_strerror(code))
+        switch code {
+        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY,
+             CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE:
+            return .unreachable(text)
+        case CURLE_OPERATION_TIMEDOUT:
+            return .timedOut
+        case CURLE_ABORTED_BY_CALLBACK:
+            return .cancelled
+        case CURLE_READ_ERROR:
+            return .localIO("reading the file to upload failed: \(String(cString: strerror(t.readError)))")
+        case CURLE_WRITE_ERROR:
+            if t.overflow { return .invalidResponse("the reply is larger than \(t.responseLimit) bytes") }
+            return .localIO("writing the downloaded bytes failed: \(String(cString: strerror(t.writeError)))")
+        default:
+            return .unreachable("curl error \(code.rawValue): \(text)")
+        }
+    }
+}

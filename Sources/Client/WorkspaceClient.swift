@@ -1,0 +1,248 @@
+import Crypto
+import Protocol
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The answer to "create upload".
+public enum UploadTicket: Sendable, Equatable {
+    /// The workspace already has the blob: link it, send nothing.
+    case present
+    /// Send the blob to `url` (absolute, presigned, needs no token) from `offset`.
+    /// After `expiresAt` (Unix seconds) ask `createUpload` again.
+    case upload(url: String, offset: Int64, expiresAt: Int64)
+}
+
+/// Every call of the workspace API (Docs/protocol.md), synchronous, over one kept-alive connection.
+public final class WorkspaceClient: Sendable {
+    public let baseURL: String
+    private let token: String
+    public let connection: HTTPConnection
+
+    /// `baseURL` such as `http://127.0.0.1:8420` (no trailing slash needed); `token` is the device token.
+    public init(baseURL: String, token: String, timeouts: Timeouts = Timeouts()) {
+        var base = baseURL
+        while base.hasSuffix("/") { base.removeLast() }
+        self.baseURL = base
+        self.token = token
+        self.connection = HTTPConnection(timeouts: timeouts)
+    }
+
+    // MARK: calls
+
+    public func health() throws(ClientError) -> HealthResponse {
+        try decode(HealthResponse.self, call("GET", API.health, auth: false))
+    }
+
+    /// Which of `hashes` the workspace has. Sends at most 10,000 per request.
+    public func presentHashes(_ hashes: [SHA256Digest]) throws(ClientError) -> Set<SHA256Digest> {
+        var out = Set<SHA256Digest>()
+        var start = 0
+        while start < hashes.count {
+            let slice = hashes[start..<min(hashes.count, start + API.maxHashesPerCheck)]
+            let reply = try decode(PresentResponse.self, call("POST", API.presentBlobs, json: PresentRequest(hashes: slice.map(\.hex))))
+            for hex in reply.present {
+                guard let d = SHA256Digest(hex: hex) else { throw .invalidResponse("'\(hex)' in 'present' is not a hash") }
+                out.insert(d)
+            }
+            start += API.maxHashesPerCheck
+        }
+        return out
+    }
+
+    /// Finds or creates the upload of a blob. Idempotent: the same hash gives the same upload and its current offset.
+    public func createUpload(hash: SHA256Digest, size: Int64) throws(ClientError) -> UploadTicket {
+        let reply = try decode(CreateUploadResponse.self, call("POST", API.uploads, json: CreateUploadRequest(hash: hash.hex, size: size)))
+        if reply.status == CreateUploadResponse.present { return .present }
+        guard reply.status == CreateUploadResponse.upload, let url = reply.url, let offset = reply.offset, let expires = reply.expiresAt else {
+            throw .invalidResponse("create upload answered status '\(reply.status)' without url/offset/expiresAt")
+        }
+        return .upload(url: url, offset: offset, expiresAt: expires)
+    }
+
+    /// The server's offset of an upload (tus HEAD). Trust this, not a local record, after a restart.
+    public func uploadOffset(url: String) throws(ClientError) -> Int64 {
+        let reply = try connection.perform(method: "HEAD", url: url, headers: [tusHeader])
+        try check(reply, expect: [200])
+        guard let text = reply.header(Tus.uploadOffset), let offset = Int64(text) else {
+            throw .invalidResponse("HEAD of the upload has no Upload-Offset")
+        }
+        return offset
+    }
+
+    /// Sends `length` bytes of `fd` from `fileOffset` as one tus PATCH at upload offset `offset`,
+    /// with `Upload-Checksum: sha256` of exactly those bytes (read from the descriptor first,
+    /// in 1 MiB pieces). Memory stays constant whatever the length. `progress` gets the bytes
+    /// of this chunk sent so far and returns false to cancel. Returns the server's new offset.
+    public func patch(url: String, offset: Int64, fd: Int32, fileOffset: Int64, length: Int64,
+                      progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
+        let digest = try Self.hash(fd: fd, offset: fileOffset, length: length)
+        let headers = [tusHeader, "Content-Type: \(Tus.offsetContentType)", "\(Tus.uploadOffset): \(offset)",
+                       "\(Tus.uploadChecksum): \(Tus.checksumHeader(digest.bytes))"]
+        let reply = try connection.perform(method: "PATCH", url: url, headers: headers,
+                                           body: .file(fd: fd, offset: fileOffset, length: length), progress: progress)
+        try check(reply, expect: [204, 200])
+        guard let text = reply.header(Tus.uploadOffset), let newOffset = Int64(text) else {
+            throw .invalidResponse("PATCH reply has no Upload-Offset")
+        }
+        return newOffset
+    }
+
+    /// Ends an upload (tus termination): the server drops its bytes.
+    public func terminate(url: String) throws(ClientError) {
+        let reply = try connection.perform(method: "DELETE", url: url, headers: [tusHeader])
+        try check(reply, expect: [204])
+    }
+
+    /// Uploads a whole blob: create, then PATCHes of `chunkSize` from the server's offset,
+    /// resuming on offset conflicts and renewing an expired URL. Returns `.present` when
+    /// nothing had to be sent. `progress` gets the blob's bytes on the server so far.
+    @discardableResult
+    public func uploadBlob(hash: SHA256Digest, size: Int64, fd: Int32, chunkSize: Int64 = 8 << 20,
+                           progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> UploadTicket {
+        var ticket = try createUpload(hash: hash, size: size)
+        guard case .upload(var url, var offset, _) = ticket else { return .present }
+        var conflicts = 0
+        while offset < size {
+            let base = offset
+            do {
+                offset = try patch(url: url, offset: offset, fd: fd, fileOffset: offset, length: min(chunkSize, size - offset),
+                                   progress: progress.map { p in { p(base + $0) } })
+            } catch .offsetConflict(let server) {
+                conflicts += 1
+                if conflicts > 1000 { throw .offsetConflict(serverOffset: server) }
+                if server == offset { usleep(20_000) }  // another request is writing this upload
+                if let server { offset = server } else { offset = try uploadOffset(url: url) }
+            } catch .expired {
+                ticket = try createUpload(hash: hash, size: size)
+                guard case .upload(let u, let o, _) = ticket else { return .present }
+                url = u
+                offset = o
+            }
+        }
+        return ticket
+    }
+
+    /// Records `path → hash` (idempotent); returns the stored record with its server sequence.
+    @discardableResult
+    public func recordFile(_ record: FileRecord) throws(ClientError) -> FileRecord {
+        try decode(FileRecord.self, call("POST", API.files, json: record))
+    }
+
+    /// Records under a path prefix (`""` for all), sorted by path.
+    public func listFiles(prefix: String) throws(ClientError) -> [FileRecord] {
+        try decode(FileListResponse.self, call("GET", API.files + "?prefix=" + Self.percentEncode(prefix))).files
+    }
+
+    /// Records changed after server sequence `since`; pass `nextSequence` next time.
+    public func changes(since: Int64, limit: Int = API.maxChangesPage) throws(ClientError) -> (records: [FileRecord], nextSequence: Int64) {
+        let reply = try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
+        return (reply.changes, reply.nextSequence)
+    }
+
+    /// This device's stored backup cursor, nil before the first `setWatermark`.
+    public func watermark() throws(ClientError) -> Watermark? {
+        try decode(WatermarkResponse.self, call("GET", API.watermark)).watermark
+    }
+
+    public func setWatermark(_ watermark: Watermark) throws(ClientError) {
+        _ = try call("PUT", API.watermark, json: watermark)
+    }
+
+    /// Downloads a blob (or `range` of it) into `fd` at `fdOffset`; returns the bytes written.
+    /// A whole download is checked against the hash (`.contentMismatch` otherwise).
+    @discardableResult
+    public func download(hash: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
+                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
+        var headers = [authHeader]
+        if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
+        let hasher = range == nil ? SHA256Hasher() : nil
+        let reply = try connection.perform(method: "GET", url: baseURL + API.blobPrefix + hash.hex, headers: headers,
+                                           sink: fd, sinkOffset: fdOffset, sinkHook: hasher.map { h in { h.update($0) } }, progress: progress)
+        try check(reply, expect: range == nil ? [200] : [206, 200])
+        let written = Int64((try? Self.size(fd)) ?? 0) - fdOffset
+        if let hasher {
+            let got = hasher.finish()
+            guard got == hash else { throw .contentMismatch("the downloaded blob hashes to \(got.hex), not \(hash.hex); download it again") }
+        }
+        return written
+    }
+
+    // MARK: plumbing
+
+    private var authHeader: String { "Authorization: Bearer \(token)" }
+    private var tusHeader: String { "\(Tus.resumable): \(API.tusVersion)" }
+
+    private func call(_ method: String, _ pathAndQuery: String, auth: Bool = true) throws(ClientError) -> HTTPResult {
+        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [authHeader] : [])
+        try check(reply, expect: [200, 201])
+        return reply
+    }
+
+    private func call<T: Encodable>(_ method: String, _ path: String, json: T) throws(ClientError) -> HTTPResult {
+        let reply = try connection.perform(method: method, url: baseURL + path,
+                                           headers: [authHeader, "Content-Type: application/json", "Expect:"], body: .bytes(WireJSON.encode(json)))
+        try check(reply, expect: [200, 201])
+        return reply
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ reply: HTTPResult) throws(ClientError) -> T {
+        do { return try WireJSON.decode(T.self, from: reply.body) } catch {
+            throw .invalidResponse("cannot decode \(T.self): \(WireJSON.describe(error).message)")
+        }
+    }
+
+    /// Maps an HTTP status outside `expect` to a `ClientError`.
+    private func check(_ reply: HTTPResult, expect: Set<Int>) throws(ClientError) {
+        if expect.contains(reply.status) { return }
+        let error = try? WireJSON.decode(ErrorResponse.self, from: reply.body)
+        let message = error?.message ?? (reply.body.isEmpty ? "no details" : String(decoding: reply.body.prefix(300), as: UTF8.self))
+        switch reply.status {
+        case 403: throw .expired  // only presigned URLs answer 403 (a HEAD reply has no body)
+        case 404: throw .notFound
+        case 409 where error?.error == "offset_conflict" || error?.error == "upload_busy":
+            throw .offsetConflict(serverOffset: reply.header(Tus.uploadOffset).flatMap { Int64($0) })
+        case Tus.checksumMismatchStatus where error?.error == "blob_checksum_mismatch": throw .contentMismatch(message)
+        case Tus.checksumMismatchStatus: throw .checksumMismatch
+        default: throw .http(status: reply.status, message: message)
+        }
+    }
+
+    static func hash(fd: Int32, offset: Int64, length: Int64) throws(ClientError) -> SHA256Digest {
+        let hasher = SHA256Hasher()
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var done: Int64 = 0
+        while done < length {
+            let want = Int(min(Int64(chunk), length - done))
+            let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw .localIO("reading the file to hash it failed: \(String(cString: strerror(errno)))") }
+            if n == 0 { throw .localIO("the file is shorter than \(offset + length) bytes (it changed since it was queued?)") }
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            done += Int64(n)
+        }
+        return hasher.finish()
+    }
+
+    private static func size(_ fd: Int32) throws -> Int64 {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return 0 }
+        return Int64(st.st_size)
+    }
+
+    static func percentEncode(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.unicodeScalars.append(Unicode.Scalar(b))
+            default:
+                out += "%" + Hex.encode([b]).uppercased()
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,76 @@
+import Crypto
+
+/// Presigned upload URLs: `/v1/tus/<id>?hash=<hex>&size=<n>&expires=<unix>&sig=<hex>`.
+///
+/// `sig` is HMAC-SHA256, under the server's secret key, over the canonical string
+///
+///     vdrive-presign-v1 \n <METHOD> \n <path> \n <hash> \n <size> \n <expires>
+///
+/// The method signed for a tus resource is `PATCH`: the same URL also authorises
+/// the resource's other tus verbs (HEAD, OPTIONS, DELETE), since tus clients use one
+/// URL for all of them. A URL is refused after `expires` and whenever any signed
+/// part was changed. Nothing else (no token) is needed to use it.
+public struct Presigner: Sendable {
+    private let key: [UInt8]
+    public init(key: [UInt8]) {
+        precondition(key.count >= 32, "a presign key has at least 32 bytes")
+        self.key = key
+    }
+
+    /// The parts of a presigned URL's query, as parsed by the server.
+    public struct Signed: Sendable, Equatable {
+        public var method: String
+        public var path: String
+        public var hash: String
+        public var size: Int64
+        public var expires: Int64
+        public init(method: String, path: String, hash: String, size: Int64, expires: Int64) {
+            self.method = method; self.path = path; self.hash = hash; self.size = size; self.expires = expires
+        }
+    }
+
+    public static func canonical(_ s: Signed) -> [UInt8] {
+        Array("vdrive-presign-v1\n\(s.method)\n\(s.path)\n\(s.hash)\n\(s.size)\n\(s.expires)".utf8)
+    }
+
+    public func signature(_ s: Signed) -> String {
+        Hex.encode(HMACSHA256.mac(key: key, message: Self.canonical(s)))
+    }
+
+    /// Path and query of the presigned URL (no scheme or host).
+    public func sign(_ s: Signed) -> String {
+        "\(s.path)?hash=\(s.hash)&size=\(s.size)&expires=\(s.expires)&sig=\(signature(s))"
+    }
+
+    public enum Failure: Error, Sendable, Equatable {
+        case missing(String)
+        case malformed(String)
+        case badSignature
+        case expired(at: Int64)
+
+        public var message: String {
+            switch self {
+            case .missing(let q): return "the presigned URL lacks '\(q)'; ask for a fresh URL with POST /v1/uploads"
+            case .malformed(let q): return "the presigned URL's '\(q)' is malformed; ask for a fresh URL with POST /v1/uploads"
+            case .badSignature: return "the presigned URL's signature does not match (was it altered?); ask for a fresh URL with POST /v1/uploads"
+            case .expired(let at): return "the presigned URL expired at \(at) (Unix time); ask for a fresh URL with POST /v1/uploads"
+            }
+        }
+    }
+
+    /// Checks a request on `path` with its query arguments; returns the signed values.
+    public func verify(method: String, path: String, query: (String) -> String?, now: Int64) throws(Failure) -> Signed {
+        guard let hash = query("hash") else { throw .missing("hash") }
+        guard let sizeText = query("size") else { throw .missing("size") }
+        guard let expiresText = query("expires") else { throw .missing("expires") }
+        guard let sig = query("sig") else { throw .missing("sig") }
+        guard let size = Int64(sizeText), size >= 0 else { throw .malformed("size") }
+        guard let expires = Int64(expiresText) else { throw .malformed("expires") }
+        guard let given = Hex.decode(sig), given.count == 32 else { throw .malformed("sig") }
+        let signed = Signed(method: method, path: path, hash: hash, size: size, expires: expires)
+        let expected = HMACSHA256.mac(key: key, message: Self.canonical(signed))
+        guard HMACSHA256.equal(expected, given) else { throw .badSignature }
+        guard now <= expires else { throw .expired(at: expires) }
+        return signed
+    }
+}

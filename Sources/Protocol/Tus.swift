@@ -1,0 +1,111 @@
+/// Header names and formats of the tus 1.0 subset we speak.
+public enum Tus {
+    public static let resumable = "Tus-Resumable"
+    public static let uploadOffset = "Upload-Offset"
+    public static let uploadLength = "Upload-Length"
+    public static let uploadExpires = "Upload-Expires"
+    public static let uploadChecksum = "Upload-Checksum"
+    public static let uploadMetadata = "Upload-Metadata"
+    public static let offsetContentType = "application/offset+octet-stream"
+    /// Status for a chunk whose Upload-Checksum does not match (tus checksum extension).
+    public static let checksumMismatchStatus = 460
+
+    /// `Upload-Checksum: sha256 <base64 of the 32-byte digest>`.
+    public static func checksumHeader(_ digest: [UInt8]) -> String { "sha256 " + Base64.encode(digest) }
+
+    /// Parses `Upload-Metadata: key base64,key2 base64` into a dictionary.
+    public static func parseMetadata(_ header: String) -> [String: [UInt8]]? {
+        var out: [String: [UInt8]] = [:]
+        for pair in header.split(separator: ",") {
+            let parts = pair.trimmingSpaces.split(separator: " ", maxSplits: 1)
+            guard let key = parts.first, !key.isEmpty else { return nil }
+            if parts.count == 2 {
+                guard let value = Base64.decode(String(parts[1])) else { return nil }
+                out[String(key)] = value
+            } else {
+                out[String(key)] = []
+            }
+        }
+        return out
+    }
+}
+
+extension Substring {
+    /// Without leading and trailing spaces (header list items).
+    public var trimmingSpaces: Substring {
+        var s = self
+        while s.first == " " { s = s.dropFirst() }
+        while s.last == " " { s = s.dropLast() }
+        return s
+    }
+}
+
+/// Standard base64 (RFC 4648 with padding), for tus headers.
+public enum Base64 {
+    private static let alphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+
+    public static func encode(_ bytes: [UInt8]) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var i = 0
+        while i < bytes.count {
+            let b0 = bytes[i], b1 = i + 1 < bytes.count ? bytes[i + 1] : 0, b2 = i + 2 < bytes.count ? bytes[i + 2] : 0
+            out.append(alphabet[Int(b0 >> 2)])
+            out.append(alphabet[Int((b0 & 3) << 4 | b1 >> 4)])
+            out.append(i + 1 < bytes.count ? alphabet[Int((b1 & 0x0f) << 2 | b2 >> 6)] : UInt8(ascii: "="))
+            out.append(i + 2 < bytes.count ? alphabet[Int(b2 & 0x3f)] : UInt8(ascii: "="))
+            i += 3
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    public static func decode(_ string: String) -> [UInt8]? {
+        var values: [UInt8] = []
+        for c in string.utf8 {
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): values.append(c - 65)
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): values.append(c - 97 + 26)
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): values.append(c - 48 + 52)
+            case UInt8(ascii: "+"), UInt8(ascii: "-"): values.append(62)
+            case UInt8(ascii: "/"), UInt8(ascii: "_"): values.append(63)
+            case UInt8(ascii: "="): continue
+            default: return nil
+            }
+        }
+        if values.count % 4 == 1 { return nil }
+        var out: [UInt8] = []
+        var i = 0
+        while i + 1 < values.count {
+            let v0 = values[i], v1 = values[i + 1]
+            out.append(v0 << 2 | v1 >> 4)
+            if i + 2 < values.count { out.append((v1 & 0x0f) << 4 | values[i + 2] >> 2) }
+            if i + 3 < values.count { out.append((values[i + 2] & 3) << 6 | values[i + 3]) }
+            i += 4
+        }
+        return out
+    }
+}
+
+/// HTTP dates (RFC 7231 IMF-fixdate) for Upload-Expires.
+public enum HTTPDate {
+    private static let days = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    public static func format(_ unix: Int64) -> String {
+        let dayCount = unix >= 0 ? unix / 86400 : (unix - 86399) / 86400
+        let secs = unix - dayCount * 86400
+        // Civil-from-days (Howard Hinnant).
+        let z = dayCount + 719468
+        let era = (z >= 0 ? z : z - 146096) / 146097
+        let doe = z - era * 146097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        let y = yoe + era * 400 + (m <= 2 ? 1 : 0)
+        let weekday = days[Int(((dayCount % 7) + 7) % 7)]
+        func two(_ v: Int64) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        return "\(weekday), \(two(d)) \(months[Int(m - 1)]) \(y) \(two(secs / 3600)):\(two(secs / 60 % 60)):\(two(secs % 60)) GMT"
+    }
+}

@@ -1,0 +1,184 @@
+/// Protocol: the wire format shared by the workspace client and server.
+///
+/// Terms: a *device* authenticates with a bearer token; a *blob* is content
+/// addressed by its SHA-256 (64 lowercase hex digits); an *upload* is a tus
+/// resource that becomes a blob once its last byte lands and the whole file
+/// hashes to the upload's hash; a *file record* maps a workspace path to a blob;
+/// the *server sequence* orders file records for the change feed; a device's
+/// *watermark* is its backup cursor.
+/// Thread safety: every type here is a value type and `Sendable`.
+/// Imports: Crypto (for HMAC in `Presign`), Foundation (JSON coding only).
+import Foundation
+
+/// The path prefix of every API call.
+public enum API {
+    public static let version = "v1"
+    public static let health = "/v1/health"
+    public static let openAPI = "/v1/openapi.json"
+    public static let presentBlobs = "/v1/blobs/present"
+    public static let blobPrefix = "/v1/blobs/"
+    public static let uploads = "/v1/uploads"
+    public static let tus = "/v1/tus"
+    public static let tusPrefix = "/v1/tus/"
+    public static let files = "/v1/files"
+    public static let changes = "/v1/changes"
+    public static let watermark = "/v1/watermark"
+
+    /// At most this many hashes per dedup check.
+    public static let maxHashesPerCheck = 10_000
+    /// JSON request bodies larger than this are refused with 413 before being read.
+    public static let maxJSONBody = 1 << 20
+    /// At most this many records per change-feed page.
+    public static let maxChangesPage = 5_000
+    public static let tusVersion = "1.0.0"
+    public static let tusExtensions = "creation,checksum,expiration,termination"
+}
+
+/// `GET /v1/health`
+public struct HealthResponse: Codable, Sendable, Equatable {
+    public var status: String
+    public var version: String
+    public var time: Int64
+    public init(status: String, version: String, time: Int64) { self.status = status; self.version = version; self.time = time }
+}
+
+/// `POST /v1/blobs/present`: which of these hashes does the workspace have?
+public struct PresentRequest: Codable, Sendable {
+    public var hashes: [String]
+    public init(hashes: [String]) { self.hashes = hashes }
+}
+
+public struct PresentResponse: Codable, Sendable {
+    /// The subset of the asked hashes that the workspace has, lowercase.
+    public var present: [String]
+    public init(present: [String]) { self.present = present }
+}
+
+/// `POST /v1/uploads`: start (or find) the upload of one blob.
+public struct CreateUploadRequest: Codable, Sendable {
+    public var hash: String
+    public var size: Int64
+    public init(hash: String, size: Int64) { self.hash = hash; self.size = size }
+}
+
+public struct CreateUploadResponse: Codable, Sendable, Equatable {
+    /// "present" (nothing to send) or "upload" (send to `url` from `offset`).
+    public var status: String
+    public var url: String?
+    public var offset: Int64?
+    public var length: Int64?
+    /// Unix seconds after which `url` is refused; ask again for a fresh one.
+    public var expiresAt: Int64?
+    public init(status: String, url: String? = nil, offset: Int64? = nil, length: Int64? = nil, expiresAt: Int64? = nil) {
+        self.status = status; self.url = url; self.offset = offset; self.length = length; self.expiresAt = expiresAt
+    }
+    public static let present = "present"
+    public static let upload = "upload"
+}
+
+/// A workspace path mapped to a blob. Sent by a device (`POST /v1/files`), returned
+/// by listings and the change feed with `device` and `sequence` filled in by the server.
+public struct FileRecord: Codable, Sendable, Equatable, Hashable {
+    /// Workspace path, relative, `/`-separated, e.g. `Camera Roll/IMG_0001.jpg`.
+    public var path: String
+    public var hash: String
+    public var size: Int64
+    /// Capture date (EXIF DateTimeOriginal, else mtime), Unix seconds; nil when unknown.
+    public var captureDate: Int64?
+    /// Modification time, Unix seconds.
+    public var mtime: Int64
+    /// The device's own change sequence for this commit.
+    public var deviceSequence: Int64
+    /// Set by the server: the device that recorded it.
+    public var device: String?
+    /// Set by the server: the position of this record in the change feed.
+    public var sequence: Int64?
+
+    public init(path: String, hash: String, size: Int64, captureDate: Int64?, mtime: Int64,
+                deviceSequence: Int64, device: String? = nil, sequence: Int64? = nil) {
+        self.path = path; self.hash = hash; self.size = size; self.captureDate = captureDate
+        self.mtime = mtime; self.deviceSequence = deviceSequence; self.device = device; self.sequence = sequence
+    }
+}
+
+/// `GET /v1/files?prefix=`
+public struct FileListResponse: Codable, Sendable {
+    public var files: [FileRecord]
+    public init(files: [FileRecord]) { self.files = files }
+}
+
+/// `GET /v1/changes?since=&limit=`
+public struct ChangesResponse: Codable, Sendable {
+    public var changes: [FileRecord]
+    /// Pass as `since` next time; equals `since` when there was nothing new.
+    public var nextSequence: Int64
+    public init(changes: [FileRecord], nextSequence: Int64) { self.changes = changes; self.nextSequence = nextSequence }
+}
+
+/// A device's backup cursor: every commit with a device sequence up to `sequence`
+/// is backed up; `newestCaptureDate` is the newest capture date among them.
+public struct Watermark: Codable, Sendable, Equatable {
+    public var sequence: Int64
+    public var newestCaptureDate: Int64?
+    public init(sequence: Int64, newestCaptureDate: Int64?) { self.sequence = sequence; self.newestCaptureDate = newestCaptureDate }
+}
+
+/// `GET /v1/watermark`: `watermark` is null until the device first sets one.
+public struct WatermarkResponse: Codable, Sendable {
+    public var device: String
+    public var watermark: Watermark?
+    public init(device: String, watermark: Watermark?) { self.device = device; self.watermark = watermark }
+}
+
+/// Every error body: a stable code, a sentence for people, and the field at fault.
+public struct ErrorResponse: Codable, Sendable, Equatable {
+    public var error: String
+    public var message: String
+    public var field: String?
+    public init(error: String, message: String, field: String? = nil) { self.error = error; self.message = message; self.field = field }
+}
+
+/// JSON coding with the same settings on both sides.
+public enum WireJSON {
+    public static func encode<T: Encodable>(_ value: T) -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        // Encoding our own plain structs cannot fail.
+        return Array(try! encoder.encode(value))
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        try JSONDecoder().decode(type, from: Data(bytes))
+    }
+
+    /// The field a decoding error is about, as a dotted path (`hashes.3`, `size`), for 400 replies.
+    public static func describe(_ error: Error) -> (field: String?, message: String) {
+        guard let error = error as? DecodingError else { return (nil, "\(error)") }
+        func path(_ keys: [CodingKey], _ last: CodingKey? = nil) -> String? {
+            let all = keys + (last.map { [$0] } ?? [])
+            if all.isEmpty { return nil }
+            return all.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let ctx):
+            return (path(ctx.codingPath, key), "missing field '\(path(ctx.codingPath, key) ?? key.stringValue)'")
+        case .typeMismatch(let type, let ctx):
+            return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type))")
+        case .valueNotFound(let type, let ctx):
+            return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type)), not null")
+        case .dataCorrupted(let ctx):
+            return (path(ctx.codingPath), "the body is not valid JSON: \(ctx.debugDescription)")
+        @unknown default:
+            return (nil, "\(error)")
+        }
+    }
+
+    private static func typeName(_ type: Any.Type) -> String {
+        switch type {
+        case is String.Type: return "a string"
+        case is Int64.Type, is Int.Type: return "an integer"
+        case is Array<String>.Type: return "an array of strings"
+        default: return "\(type)"
+        }
+    }
+}

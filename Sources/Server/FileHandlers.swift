@@ -1,0 +1,106 @@
+import Crypto
+import Protocol
+import Storage
+
+/// Files (path → blob), listing by prefix, the change feed, and device watermarks.
+enum FileHandlers {
+    /// Records `path → hash`. Idempotent: the same record again returns the stored one
+    /// with its sequence unchanged; a changed record gets the next server sequence.
+    /// The blob must be in the workspace (upload it first), with the same size.
+    static func record(_ body: FileRecord, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        do {
+            let path = try Validation.path(body.path)
+            let digest = try Validation.hash(body.hash)
+            _ = try Validation.nonNegative(body.size, field: "size")
+            guard let blobSize = try context.presentBlobSize(digest) else {
+                return .error(409, "blob_missing", "the workspace has no blob \(digest.hex); upload it (POST /v1/uploads) before recording the file", field: "hash")
+            }
+            guard blobSize == body.size else {
+                return .error(400, "bad_request", "size \(body.size) does not match the blob's \(blobSize) bytes", field: "size")
+            }
+            let (record, created) = try context.metadata.withDatabase { db -> (FileRecord, Bool) in
+                try db.transaction {
+                    let select = "SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.path = ?"
+                    if let existing = try db.queryOne(select, path, row: Metadata.fileRecord),
+                       existing.hash == digest.hex, existing.size == body.size, existing.captureDate == body.captureDate,
+                       existing.mtime == body.mtime, existing.device == device.name, existing.deviceSequence == body.deviceSequence {
+                        return (existing, false)
+                    }
+                    let next = (try db.queryOne("SELECT COALESCE(MAX(sequence), 0) + 1 FROM files") { $0.int64(0) }) ?? 1
+                    try db.run("""
+                        INSERT INTO files(path, hash, size, capture_date, mtime, device_id, device_sequence, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT(path) DO UPDATE SET hash = excluded.hash, size = excluded.size, capture_date = excluded.capture_date,
+                            mtime = excluded.mtime, device_id = excluded.device_id, device_sequence = excluded.device_sequence, sequence = excluded.sequence
+                        """, path, digest.hex, body.size, body.captureDate, body.mtime, device.id, body.deviceSequence, next)
+                    return (FileRecord(path: path, hash: digest.hex, size: body.size, captureDate: body.captureDate, mtime: body.mtime,
+                                       deviceSequence: body.deviceSequence, device: device.name, sequence: next), true)
+                }
+            }
+            return .json(created ? 201 : 200, record)
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    /// `GET /v1/files?prefix=`: records whose path starts with the prefix, by path.
+    static func list(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+        do {
+            let prefix = try Validation.prefix(request.query["prefix"] ?? "")
+            let records = try context.metadata.withDatabase { db in
+                // Range scan on the primary key: paths >= prefix and < prefix with its last byte raised.
+                try db.query("SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.path >= ? AND substr(f.path, 1, length(?)) = ? ORDER BY f.path",
+                             prefix, prefix, prefix, row: Metadata.fileRecord)
+            }
+            return .json(200, FileListResponse(files: records))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    /// `GET /v1/changes?since=N&limit=M`: records changed after server sequence N, in order.
+    static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+        let sinceText = request.query["since"] ?? "0"
+        guard let since = Int64(sinceText), since >= 0 else {
+            return .error(400, "bad_request", "'since' must be a server sequence (an integer ≥ 0), got '\(sinceText)'", field: "since")
+        }
+        let limitText = request.query["limit"] ?? String(API.maxChangesPage)
+        guard let limit = Int64(limitText), limit > 0 else {
+            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
+        }
+        do {
+            let records = try context.metadata.withDatabase { db in
+                try db.query("SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.sequence > ? ORDER BY f.sequence LIMIT ?",
+                             since, min(limit, Int64(API.maxChangesPage)), row: Metadata.fileRecord)
+            }
+            return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    static func watermark(device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        do {
+            let mark = try context.metadata.withDatabase { db in
+                try db.queryOne("SELECT watermark_sequence, watermark_capture_date FROM devices WHERE id = ? AND watermark_sequence IS NOT NULL", device.id) {
+                    Watermark(sequence: $0.int64(0), newestCaptureDate: $0.isNull(1) ? nil : $0.int64(1))
+                }
+            }
+            return .json(200, WatermarkResponse(device: device.name, watermark: mark))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    static func setWatermark(_ body: Watermark, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        do {
+            _ = try Validation.nonNegative(body.sequence, field: "sequence")
+            try context.metadata.withDatabase { db in
+                try db.run("UPDATE devices SET watermark_sequence = ?, watermark_capture_date = ?, watermark_updated_at = ? WHERE id = ?",
+                           body.sequence, body.newestCaptureDate, ServerContext.now(), device.id)
+            }
+            return .json(200, WatermarkResponse(device: device.name, watermark: body))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+}

@@ -1,0 +1,115 @@
+/// Server: the workspace server over libmicrohttpd.
+///
+/// Terms: the *daemon* is libmicrohttpd's listener (HTTPDaemon.swift, the only file
+/// that calls it); the *router* turns a request's method and path into a reply or
+/// a *request body* sink that receives the body chunk by chunk; *metadata* is the
+/// SQLite database (devices, blobs, uploads, files); blobs live in a Storage
+/// `BlobStore`, partial uploads in its staging folder.
+/// Thread safety: libmicrohttpd runs one thread per connection and calls the router
+/// on it. Shared state is behind `Synchronization.Mutex` (the metadata connection,
+/// the table of uploads being written); a request body sink belongs to its
+/// connection's thread. No handler waits on Swift concurrency.
+/// Imports: CMicroHTTPD (HTTPDaemon.swift only), Storage, Protocol, Crypto. Nothing of FUSE.
+import Protocol
+
+/// A request as the router sees it: headers already received, body still to come.
+struct HTTPRequest: Sendable {
+    let method: String
+    let path: String
+    /// Header names lowercased.
+    let headers: [String: String]
+    /// Query arguments, percent-decoded.
+    let query: [String: String]
+
+    func header(_ name: String) -> String? { headers[name.lowercased()] }
+
+    /// Declared body length, when the client sent Content-Length.
+    var contentLength: Int64? { header("Content-Length").flatMap { Int64($0) } }
+}
+
+/// A reply. File bodies are handed to libmicrohttpd, which closes the descriptor.
+struct HTTPResponse: Sendable {
+    enum Body: Sendable {
+        case bytes([UInt8])
+        case file(fd: Int32, offset: Int64, length: Int64)
+    }
+    var status: Int
+    var headers: [(String, String)]
+    var body: Body
+
+    init(status: Int, headers: [(String, String)] = [], body: Body = .bytes([])) {
+        self.status = status; self.headers = headers; self.body = body
+    }
+
+    static func json<T: Encodable>(_ status: Int, _ value: T, headers: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [("Content-Type", "application/json")] + headers, body: .bytes(WireJSON.encode(value)))
+    }
+
+    static func empty(_ status: Int, headers: [(String, String)] = []) -> HTTPResponse {
+        HTTPResponse(status: status, headers: headers)
+    }
+
+    /// An error reply with a JSON body naming what was wrong (and the field, if any).
+    static func error(_ status: Int, _ code: String, _ message: String, field: String? = nil, headers: [(String, String)] = []) -> HTTPResponse {
+        json(status, ErrorResponse(error: code, message: message, field: field), headers: headers)
+    }
+
+    func adding(_ extra: [(String, String)]) -> HTTPResponse {
+        var copy = self
+        copy.headers += extra
+        return copy
+    }
+}
+
+/// Receives a request body as it arrives. Called on the connection's thread only.
+protocol RequestBody: AnyObject {
+    /// One chunk of the body; the buffer is valid only during the call.
+    func receive(_ chunk: UnsafeRawBufferPointer)
+    /// The whole body arrived; returns the reply.
+    func finish() -> HTTPResponse
+    /// The client went away (or the server is stopping) before the body ended.
+    func abort()
+}
+
+/// What the router decided after the headers.
+enum Route {
+    case respond(HTTPResponse)
+    case read(RequestBody)
+}
+
+/// The request handler the daemon calls.
+protocol HTTPHandler: AnyObject, Sendable {
+    func route(_ request: HTTPRequest) -> Route
+}
+
+/// A request body that is read, bounded, into memory (JSON calls), then handed to `handle`.
+final class BufferedBody: RequestBody {
+    private var bytes: [UInt8] = []
+    private var overflow = false
+    private let limit: Int
+    private let handle: ([UInt8]) -> HTTPResponse
+
+    init(limit: Int, handle: @escaping ([UInt8]) -> HTTPResponse) {
+        self.limit = limit
+        self.handle = handle
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) {
+        if overflow { return }
+        if bytes.count + chunk.count > limit {
+            overflow = true
+            bytes = []
+            return
+        }
+        bytes.append(contentsOf: chunk)
+    }
+
+    func finish() -> HTTPResponse {
+        if overflow {
+            return .error(413, "body_too_large", "the JSON body is larger than \(limit) bytes; send fewer items per call")
+        }
+        return handle(bytes)
+    }
+
+    func abort() {}
+}

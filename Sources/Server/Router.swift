@@ -1,0 +1,124 @@
+import Crypto
+import Protocol
+import Storage
+
+/// Turns a request's method and path into a handler; checks the bearer token for
+/// every call but health, the OpenAPI document, tus OPTIONS and presigned transfers.
+final class Router: HTTPHandler {
+    let context: ServerContext
+    init(context: ServerContext) { self.context = context }
+
+    func route(_ request: HTTPRequest) -> Route {
+        let path = request.path
+        let method = request.method
+
+        switch (method, path) {
+        case ("GET", API.health), ("HEAD", API.health):
+            return .respond(.json(200, HealthResponse(status: "ok", version: serverVersion, time: ServerContext.now())))
+        case ("GET", API.openAPI):
+            return .respond(HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: .bytes(Array(OpenAPI.document.utf8))))
+        default: break
+        }
+
+        if path == API.tus || path.hasPrefix(API.tusPrefix) {
+            if method == "OPTIONS" { return .respond(Tus.options()) }
+            if path == API.tus {
+                guard method == "POST" else { return .respond(methodNotAllowed(method, path, allowed: "POST, OPTIONS")) }
+                return authenticated(request) { TusHandlers.create(request, device: $0, context: self.context) }
+            }
+            let id = String(path.dropFirst(API.tusPrefix.count))
+            return TusHandlers.resource(request, id: id, context: context)
+        }
+
+        switch (method, path) {
+        case ("POST", API.presentBlobs):
+            return authenticated(request) { _ in json(request, PresentRequest.self) { BlobHandlers.present($0, context: self.context) } }
+        case ("POST", API.uploads):
+            return authenticated(request) { device in
+                json(request, CreateUploadRequest.self) { UploadHandlers.create($0, request: request, device: device, context: self.context) }
+            }
+        case ("POST", API.files):
+            return authenticated(request) { device in json(request, FileRecord.self) { FileHandlers.record($0, device: device, context: self.context) } }
+        case ("GET", API.files):
+            return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
+        case ("GET", API.changes):
+            return authenticated(request) { _ in .respond(FileHandlers.changes(request, context: self.context)) }
+        case ("GET", API.watermark):
+            return authenticated(request) { device in .respond(FileHandlers.watermark(device: device, context: self.context)) }
+        case ("PUT", API.watermark):
+            return authenticated(request) { device in json(request, Watermark.self) { FileHandlers.setWatermark($0, device: device, context: self.context) } }
+        default: break
+        }
+
+        if path.hasPrefix(API.blobPrefix) {
+            let hashText = String(path.dropFirst(API.blobPrefix.count))
+            switch method {
+            case "GET", "HEAD":
+                return authenticated(request) { _ in .respond(BlobHandlers.download(request, hash: hashText, context: self.context)) }
+            case "PUT":
+                return authenticated(request) { _ in BlobHandlers.put(request, hash: hashText, context: self.context) }
+            default:
+                return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD, PUT"))
+            }
+        }
+        let known = [API.health, API.openAPI, API.presentBlobs, API.uploads, API.files, API.changes, API.watermark]
+        if known.contains(path) { return .respond(methodNotAllowed(method, path, allowed: nil)) }
+        return .respond(.error(404, "not_found", "no such endpoint: \(method) \(path); see GET /v1/openapi.json"))
+    }
+
+    private func methodNotAllowed(_ method: String, _ path: String, allowed: String?) -> HTTPResponse {
+        .error(405, "method_not_allowed", "\(method) is not allowed on \(path); see GET /v1/openapi.json",
+               headers: allowed.map { [("Allow", $0)] } ?? [])
+    }
+
+    /// Runs `body` with the device whose bearer token the request carries; 401 otherwise.
+    private func authenticated(_ request: HTTPRequest, _ body: (Metadata.Device) -> Route) -> Route {
+        let challenge = [("WWW-Authenticate", "Bearer realm=\"vdrive\"")]
+        guard let value = request.header("Authorization") else {
+            return .respond(.error(401, "unauthorized", "missing 'Authorization: Bearer <device token>'; make one with 'vdrive serve device add NAME'", headers: challenge))
+        }
+        let parts = value.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else {
+            return .respond(.error(401, "unauthorized", "the Authorization header must be 'Bearer <device token>'", headers: challenge))
+        }
+        let device: Metadata.Device?
+        do { device = try context.metadata.device(token: String(parts[1])) } catch { return .respond(ServerContext.failure(error)) }
+        guard let device else {
+            return .respond(.error(401, "unauthorized", "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'", headers: challenge))
+        }
+        return body(device)
+    }
+}
+
+let serverVersion = "0.1.0"
+
+/// Reads a bounded JSON body, decodes `T` and hands it to `handle`. Bodies declared
+/// larger than `API.maxJSONBody` are refused before a byte of them is read.
+func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, _ handle: @escaping (T) -> HTTPResponse) -> Route {
+    if let length = request.contentLength, length > Int64(API.maxJSONBody) {
+        return .respond(.error(413, "body_too_large", "the JSON body (\(length) bytes) is larger than \(API.maxJSONBody) bytes; send fewer items per call"))
+    }
+    return .read(BufferedBody(limit: API.maxJSONBody) { bytes in
+        let value: T
+        do { value = try WireJSON.decode(T.self, from: bytes) } catch {
+            let (field, message) = WireJSON.describe(error)
+            return .error(400, "bad_request", message, field: field)
+        }
+        return handle(value)
+    })
+}
+
+extension ServerContext {
+    /// Maps an unexpected error to a reply: disk full is 507 (try again once space is
+    /// freed), anything else 500 with the error's text.
+    static func failure(_ error: Error) -> HTTPResponse {
+        if let e = error as? DatabaseError, e.isDiskFull { return diskFull() }
+        if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
+        if let e = error as? ValidationError { return .error(400, "bad_request", e.message, field: e.field) }
+        return .error(500, "internal", "the server failed: \(error); see the server's log")
+    }
+
+    static func diskFull() -> HTTPResponse {
+        .error(507, "insufficient_storage", "the server's disk is full; free space on the server, then resume the upload (HEAD gives the offset)")
+    }
+}

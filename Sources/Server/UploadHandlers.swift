@@ -1,0 +1,256 @@
+import Crypto
+import Protocol
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `POST /v1/uploads` and the tus creation endpoint `POST /v1/tus`: find or make the
+/// one upload of a hash (idempotent), and hand out its presigned URL.
+enum UploadHandlers {
+    enum Outcome {
+        case present
+        case upload(UploadRow, created: Bool)
+    }
+
+    static func create(_ body: CreateUploadRequest, request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        do {
+            let digest = try Validation.hash(body.hash)
+            let size = try Validation.nonNegative(body.size, field: "size")
+            switch try findOrCreate(digest, size: size, device: device, context: context, tombstoneIfPresent: false) {
+            case .present:
+                return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
+            case .upload(let row, let created):
+                let url = context.presignedURL(row, request: request)
+                return .json(created ? 201 : 200, CreateUploadResponse(status: CreateUploadResponse.upload, url: url.absolute,
+                                                                       offset: row.received, length: row.length, expiresAt: url.expires))
+            }
+        } catch let e as UploadConflict {
+            return .error(409, "size_conflict", e.message, field: "size")
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    struct UploadConflict: Error { let message: String }
+
+    /// The one upload of `digest`, made if needed; its expiry is pushed out to now + expiry.
+    /// With `tombstoneIfPresent`, a present blob yields a completed upload (tus creation
+    /// must answer with a Location).
+    static func findOrCreate(_ digest: SHA256Digest, size: Int64, device: Metadata.Device, context: ServerContext, tombstoneIfPresent: Bool) throws -> Outcome {
+        var present = false
+        if let existing = try context.presentBlobSize(digest) {
+            guard existing == size else {
+                throw UploadConflict(message: "the workspace has \(digest.hex) with size \(existing), not \(size); check the size you send")
+            }
+            if !tombstoneIfPresent { return .present }
+            present = true
+        }
+        if size == 0 && !present {
+            // An empty blob needs no transfer: store it now.
+            let staging = try context.blobs.makeStagingFile()
+            defer { FileIO.close(staging.fd) }
+            if let failure = context.commit(stagingPath: staging.path, fd: staging.fd, digest: digest, length: 0, running: nil, uploadID: nil) {
+                throw CommitFailed(response: failure)
+            }
+            if !tombstoneIfPresent { return .present }
+            present = true
+        }
+        let now = ServerContext.now()
+        let expires = now + context.configuration.uploadExpiry
+        let (row, created) = try context.metadata.withDatabase { db -> (UploadRow, Bool) in
+            try db.transaction {
+                if let row = try db.queryOne("SELECT \(UploadRow.columns) FROM uploads WHERE hash = ?", digest.hex, row: UploadRow.from) {
+                    guard row.length == size else {
+                        throw UploadConflict(message: "an upload of \(digest.hex) with size \(row.length) exists, not \(size); check the size you send")
+                    }
+                    try db.run("UPDATE uploads SET expires_at = max(expires_at, ?) WHERE id = ?", expires, row.id)
+                    return (UploadRow(id: row.id, hash: row.hash, length: row.length, received: row.received, expiresAt: max(row.expiresAt, expires), completed: row.completed), false)
+                }
+                let id = Hex.encode(SecureRandom.bytes(16))
+                try db.run("INSERT INTO uploads(id, hash, length, received, expires_at, created_at, device_id, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           id, digest.hex, size, present ? size : 0, expires, now, device.id, present ? Optional(now) : nil)
+                return (UploadRow(id: id, hash: digest.hex, length: size, received: present ? size : 0, expiresAt: expires, completed: present), true)
+            }
+        }
+        if created && !present {
+            let fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_WRONLY | O_CREAT, 0o600)
+            FileIO.close(fd)
+        }
+        return .upload(row, created: created)
+    }
+
+    struct CommitFailed: Error { let response: HTTPResponse }
+}
+
+extension ServerContext {
+    /// The presigned URL of an upload, valid until its row's expiry.
+    func presignedURL(_ row: UploadRow, request: HTTPRequest) -> (absolute: String, relative: String, expires: Int64) {
+        let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt)
+        let relative = presigner.sign(signed)
+        let base = configuration.publicURL ?? "http://" + (request.header("Host") ?? "\(configuration.host):\(configuration.port)")
+        return (base + relative, relative, row.expiresAt)
+    }
+
+    func upload(id: String) throws -> UploadRow? {
+        try metadata.withDatabase { try $0.queryOne("SELECT \(UploadRow.columns) FROM uploads WHERE id = ?", id, row: UploadRow.from) }
+    }
+}
+
+/// tus 1.0 on `/v1/tus` (creation, token-authenticated) and on presigned
+/// `/v1/tus/<id>?…` resources (HEAD, PATCH, DELETE; no token).
+enum TusHandlers {
+    static func options() -> HTTPResponse { Tus.options() }
+
+    static func create(_ request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> Route {
+        if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
+        if request.header("Upload-Defer-Length") != nil {
+            return .respond(.error(400, "bad_request", "Upload-Defer-Length is not supported; send Upload-Length", field: "Upload-Defer-Length"))
+        }
+        guard let lengthText = request.header(Tus.uploadLength), let length = Int64(lengthText), length >= 0 else {
+            return .respond(.error(400, "bad_request", "Upload-Length must be the upload's size in bytes", field: Tus.uploadLength))
+        }
+        guard let metadataText = request.header(Tus.uploadMetadata), let metadata = Tus.parseMetadata(metadataText), let raw = metadata["sha256"] else {
+            return .respond(.error(400, "bad_request", "Upload-Metadata must carry 'sha256 <base64 of the file's SHA-256 in hex>': this server stores content by hash", field: "Upload-Metadata.sha256"))
+        }
+        let hex = raw.count == 32 ? Hex.encode(raw) : String(decoding: raw, as: UTF8.self)
+        guard let digest = SHA256Digest(hex: hex) else {
+            return .respond(.error(400, "bad_request", "Upload-Metadata sha256 must be 64 hex digits (or 32 raw bytes), base64-encoded", field: "Upload-Metadata.sha256"))
+        }
+        do {
+            guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context, tombstoneIfPresent: true) else {
+                return .respond(.error(500, "internal", "tus creation found no upload row"))
+            }
+            let url = context.presignedURL(row, request: request)
+            return .respond(.empty(201, headers: [("Location", url.absolute), (Tus.resumable, API.tusVersion),
+                                                  (Tus.uploadOffset, String(row.received)), (Tus.uploadExpires, HTTPDate.format(url.expires))]))
+        } catch let e as UploadHandlers.UploadConflict {
+            return .respond(.error(409, "size_conflict", e.message, field: Tus.uploadLength))
+        } catch let e as UploadHandlers.CommitFailed {
+            return .respond(e.response)
+        } catch {
+            return .respond(ServerContext.failure(error))
+        }
+    }
+
+    /// HEAD, PATCH or DELETE on a presigned upload resource.
+    static func resource(_ request: HTTPRequest, id: String, context: ServerContext) -> Route {
+        let signed: Presigner.Signed
+        do {
+            signed = try context.presigner.verify(method: "PATCH", path: request.path, query: { request.query[$0] }, now: ServerContext.now())
+        } catch {
+            return .respond(.error(403, "forbidden", error.message))
+        }
+        var headers = [(Tus.resumable, API.tusVersion), (Tus.uploadExpires, HTTPDate.format(signed.expires))]
+        if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
+        let notFound = HTTPResponse.error(404, "not_found", "upload \(id) does not exist (terminated or expired); create it again with POST /v1/uploads", headers: headers)
+        guard request.method == "HEAD" || request.method == "PATCH" || request.method == "DELETE" else {
+            return .respond(.error(405, "method_not_allowed", "\(request.method) is not a tus method; use HEAD, PATCH, DELETE or OPTIONS", headers: headers + [("Allow", "HEAD, PATCH, DELETE, OPTIONS")]))
+        }
+        guard let claim = context.uploads.claim(id) else {
+            if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
+                return .respond(head(row, headers: headers))
+            }
+            return .respond(.error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers))
+        }
+        var running = claim
+        let row: UploadRow
+        do {
+            guard let found = try context.upload(id: id), found.hash == signed.hash, found.length == signed.size,
+                  let digest = SHA256Digest(hex: found.hash) else {
+                context.uploads.release(id, running: nil)
+                return .respond(notFound)
+            }
+            if let r = running, r.position != found.received { running = nil }
+            if running == nil && found.received == 0 && !found.completed { running = RunningHash() }
+            row = try retryCommitIfFull(found, digest: digest, context: context)
+            switch request.method {
+            case "HEAD":
+                context.uploads.release(id, running: running)
+                return .respond(head(row, headers: headers))
+            case "DELETE":
+                _ = unlink(context.stagingPath(uploadID: id))
+                try context.metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ?", id) }
+                context.uploads.remove(id)
+                return .respond(.empty(204, headers: headers))
+            default:
+                headers.append((Tus.uploadLength, String(row.length)))
+                return patch(request, row: row, digest: digest, running: running, headers: headers, context: context)
+            }
+        } catch let e as UploadHandlers.CommitFailed {
+            context.uploads.release(id, running: nil)
+            return .respond(e.response.adding(headers))
+        } catch {
+            context.uploads.release(id, running: nil)
+            return .respond(ServerContext.failure(error).adding(headers))
+        }
+    }
+
+    private static func head(_ row: UploadRow, headers: [(String, String)]) -> HTTPResponse {
+        .empty(200, headers: headers + [(Tus.uploadOffset, String(row.received)), (Tus.uploadLength, String(row.length)), ("Cache-Control", "no-store")])
+    }
+
+    /// An upload whose every byte was recorded but whose commit failed (disk full) is committed now.
+    private static func retryCommitIfFull(_ row: UploadRow, digest: SHA256Digest, context: ServerContext) throws -> UploadRow {
+        guard !row.completed, row.received == row.length, row.length > 0 else { return row }
+        let path = context.stagingPath(uploadID: row.id)
+        let fd = try FileIO.open(path, O_RDWR)
+        defer { FileIO.close(fd) }
+        if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, running: nil, uploadID: row.id) {
+            throw UploadHandlers.CommitFailed(response: failure)
+        }
+        return try context.upload(id: row.id) ?? row
+    }
+
+    /// Checks a PATCH's headers (the claim is held) and returns the body writer, or an error.
+    private static func patch(_ request: HTTPRequest, row: UploadRow, digest: SHA256Digest, running: RunningHash?, headers: [(String, String)], context: ServerContext) -> Route {
+        func fail(_ response: HTTPResponse) -> Route {
+            context.uploads.release(row.id, running: running)
+            return .respond(response.adding(headers))
+        }
+        guard request.header("Content-Type")?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
+            return fail(.error(415, "unsupported_media_type", "a PATCH must have 'Content-Type: \(Tus.offsetContentType)'", field: "Content-Type"))
+        }
+        guard let offsetText = request.header(Tus.uploadOffset), let offset = Int64(offsetText), offset >= 0 else {
+            return fail(.error(400, "bad_request", "Upload-Offset must be a byte offset; HEAD the upload to learn it", field: Tus.uploadOffset))
+        }
+        guard offset == row.received else {
+            return fail(.error(409, "offset_conflict", "Upload-Offset \(offset) does not match the server's offset \(row.received); resume from \(row.received)",
+                               field: Tus.uploadOffset, headers: [(Tus.uploadOffset, String(row.received))]))
+        }
+        if let length = request.contentLength, offset + length > row.length {
+            return fail(.error(413, "body_too_large", "the PATCH declares \(length) bytes but only \(row.length - offset) are left of this \(row.length)-byte upload",
+                               headers: [(Tus.uploadOffset, String(row.received))]))
+        }
+        var checksum: [UInt8]?
+        if let text = request.header(Tus.uploadChecksum) {
+            let parts = text.split(separator: " ", maxSplits: 1)
+            guard parts.count == 2, parts[0].lowercased() == "sha256" else {
+                return fail(.error(400, "bad_request", "Upload-Checksum algorithm must be sha256 (see Tus-Checksum-Algorithm)", field: Tus.uploadChecksum))
+            }
+            guard let value = Base64.decode(String(parts[1])), value.count == 32 else {
+                return fail(.error(400, "bad_request", "Upload-Checksum must be 'sha256 <base64 of 32 bytes>'", field: Tus.uploadChecksum))
+            }
+            checksum = value
+        }
+        if row.completed {
+            context.uploads.release(row.id, running: nil)
+            return .respond(.empty(204, headers: headers + [(Tus.uploadOffset, String(row.length))]))
+        }
+        let fd: Int32
+        do { fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_RDWR | O_CREAT, 0o600) } catch { return fail(ServerContext.failure(error)) }
+        return .read(PatchBody(context: context, upload: row, digest: digest, fd: fd, checksum: checksum, running: running, headers: headers))
+    }
+}
+
+extension Tus {
+    static func options() -> HTTPResponse {
+        .empty(204, headers: [(resumable, API.tusVersion), ("Tus-Version", API.tusVersion), ("Tus-Extension", API.tusExtensions),
+                              ("Tus-Checksum-Algorithm", "sha256")])
+    }
+
+    static func unsupportedVersion(_ version: String) -> HTTPResponse {
+        .error(412, "precondition_failed", "Tus-Resumable \(version) is not supported; use \(API.tusVersion)", field: resumable,
+               headers: [("Tus-Version", API.tusVersion)])
+    }
+}

@@ -1,0 +1,153 @@
+import Crypto
+import Protocol
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An upload row.
+struct UploadRow: Sendable {
+    let id: String
+    let hash: String
+    let length: Int64
+    let received: Int64
+    let expiresAt: Int64
+    let completed: Bool
+
+    static let columns = "id, hash, length, received, expires_at, completed_at IS NOT NULL"
+    static func from(_ row: Row) -> UploadRow {
+        UploadRow(id: row.string(0) ?? "", hash: row.string(1) ?? "", length: row.int64(2),
+                  received: row.int64(3), expiresAt: row.int64(4), completed: row.int(5) != 0)
+    }
+}
+
+/// Streams one PATCH body into the upload's staging file at the upload's offset.
+/// Nothing is buffered beyond libmicrohttpd's chunk. The offset recorded in SQLite
+/// moves only when the PATCH ends well (checksum matched), or, for a PATCH without
+/// Upload-Checksum, also when the client goes away: then the bytes written count.
+final class PatchBody: RequestBody {
+    private let context: ServerContext
+    private let upload: UploadRow
+    private let fd: Int32
+    private let digest: SHA256Digest
+    private var position: Int64
+    private let start: Int64
+    private let expectedChecksum: [UInt8]?
+    private let chunkHasher: SHA256Hasher?
+    private var running: RunningHash?
+    private var failure: HTTPResponse?
+    private let responseHeaders: [(String, String)]
+
+    init(context: ServerContext, upload: UploadRow, digest: SHA256Digest, fd: Int32, checksum: [UInt8]?, running: RunningHash?, headers: [(String, String)]) {
+        self.context = context
+        self.upload = upload
+        self.digest = digest
+        self.fd = fd
+        self.position = upload.received
+        self.start = upload.received
+        self.expectedChecksum = checksum
+        self.chunkHasher = checksum == nil ? nil : SHA256Hasher()
+        self.running = running
+        self.responseHeaders = headers
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) {
+        guard failure == nil else { return }
+        if position + Int64(chunk.count) > upload.length {
+            failure = .error(413, "body_too_large", "the PATCH carries more than the \(upload.length - start) bytes left of this \(upload.length)-byte upload; the chunk was discarded")
+            return
+        }
+        do {
+            try FileIO.pwrite(fd, chunk, at: position)
+        } catch {
+            failure = ServerContext.failure(error)
+            return
+        }
+        chunkHasher?.update(chunk)
+        if let running {
+            running.hasher.update(chunk)
+            running.position += Int64(chunk.count)
+        }
+        position += Int64(chunk.count)
+    }
+
+    private func headers(offset: Int64) -> [(String, String)] {
+        responseHeaders + [(Tus.uploadOffset, String(offset))]
+    }
+
+    func finish() -> HTTPResponse {
+        defer { FileIO.close(fd) }
+        if let failure {
+            context.uploads.release(upload.id, running: nil)
+            return failure.adding(headers(offset: start))
+        }
+        if let expectedChecksum, let chunkHasher, !HMACSHA256.equal(chunkHasher.finish().bytes, expectedChecksum) {
+            context.uploads.release(upload.id, running: nil)
+            return HTTPResponse.error(Tus.checksumMismatchStatus, "checksum_mismatch",
+                                      "the chunk's SHA-256 does not match Upload-Checksum; the chunk was discarded, send it again from offset \(start)",
+                                      headers: headers(offset: start))
+        }
+        do {
+            if context.configuration.syncEveryPatch { try FileIO.fdatasync(fd) }
+            try context.setReceived(upload.id, position)
+        } catch {
+            context.uploads.release(upload.id, running: nil)
+            return ServerContext.failure(error).adding(headers(offset: start))
+        }
+        if position == upload.length {
+            let result = context.commit(stagingPath: context.stagingPath(uploadID: upload.id), fd: fd, digest: digest,
+                                        length: upload.length, running: running, uploadID: upload.id)
+            context.uploads.remove(upload.id)
+            if let result { return result.adding(headers(offset: result.status == Tus.checksumMismatchStatus ? 0 : start)) }
+            return .empty(204, headers: headers(offset: position))
+        }
+        context.uploads.release(upload.id, running: running)
+        return .empty(204, headers: headers(offset: position))
+    }
+
+    func abort() {
+        defer { FileIO.close(fd) }
+        if failure == nil, expectedChecksum == nil, position > start, (try? context.setReceived(upload.id, position)) != nil {
+            context.uploads.release(upload.id, running: running)
+        } else {
+            context.uploads.release(upload.id, running: position == start ? running : nil)
+        }
+    }
+}
+
+extension ServerContext {
+    func setReceived(_ id: String, _ received: Int64) throws {
+        try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ? AND completed_at IS NULL", received, id) }
+    }
+
+    /// The last byte landed: check the whole file's SHA-256, then fsync, rename into the
+    /// blob store, sync the folder, and only then write the row. Returns nil on success,
+    /// else the reply (460 when the content is not what the upload was created for: the
+    /// upload is reset to offset 0 and nothing enters the store).
+    func commit(stagingPath: String, fd: Int32, digest: SHA256Digest, length: Int64, running: RunningHash?, uploadID: String?) -> HTTPResponse? {
+        do {
+            let actual: SHA256Digest
+            if let running, running.position == length {
+                actual = running.hasher.finish()
+            } else {
+                actual = try BlobStore.hash(fd: fd)
+            }
+            guard actual == digest else {
+                if let uploadID {
+                    try FileIO.ftruncate(fd, 0)
+                    try setReceived(uploadID, 0)
+                } else {
+                    _ = unlink(stagingPath)
+                }
+                return .error(Tus.checksumMismatchStatus, "blob_checksum_mismatch",
+                              "the uploaded bytes hash to \(actual.hex), not \(digest.hex); nothing was stored and the upload starts again at offset 0")
+            }
+            try FileIO.fdatasync(fd)
+            try blobs.adopt(stagingPath: stagingPath, as: digest, durable: true)
+            try recordBlob(digest, size: length, uploadID: uploadID)
+            return nil
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+}

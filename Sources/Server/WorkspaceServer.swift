@@ -1,0 +1,158 @@
+import Crypto
+import Protocol
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How a server runs. `dataDirectory` holds `server.db` and `blobs/`.
+public struct ServerConfiguration: Sendable {
+    public var dataDirectory: String
+    public var host: String
+    /// 0 picks a free port (tests).
+    public var port: UInt16
+    /// Lifetime of a presigned upload URL, seconds (default 7 days).
+    public var uploadExpiry: Int64
+    /// Base of the presigned URLs handed out; nil means `http://<the request's Host>`.
+    public var publicURL: String?
+    /// fdatasync the staging file at the end of every PATCH before its offset is recorded.
+    /// Off by default: see Docs/protocol.md, "Kill safety".
+    public var syncEveryPatch: Bool
+
+    public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
+                uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false) {
+        self.dataDirectory = dataDirectory; self.host = host; self.port = port
+        self.uploadExpiry = uploadExpiry; self.publicURL = publicURL; self.syncEveryPatch = syncEveryPatch
+    }
+
+    var databasePath: String { dataDirectory + "/server.db" }
+    var blobRoot: String { dataDirectory + "/blobs" }
+}
+
+/// The workspace server: opens (and repairs) the data folder, then serves HTTP until `stop()`.
+public final class WorkspaceServer: Sendable {
+    public let configuration: ServerConfiguration
+    private let daemon: HTTPDaemon
+    let router: Router
+
+    /// Opens the data folder, recovers after an unclean stop, binds and starts serving.
+    public init(_ configuration: ServerConfiguration) throws(ServerError) {
+        self.configuration = configuration
+        let context = try ServerContext.open(configuration)
+        router = Router(context: context)
+        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router)
+    }
+
+    public var port: UInt16 { daemon.port }
+    public var baseURL: String { "http://\(configuration.host):\(port)" }
+
+    /// Stops accepting, ends open connections (their partial PATCHes are handled as
+    /// disconnects) and waits for the connection threads. Idempotent.
+    public func stop() { daemon.stop() }
+}
+
+/// Everything the handlers share. Created once per server.
+final class ServerContext: Sendable {
+    let configuration: ServerConfiguration
+    let metadata: Metadata
+    let blobs: BlobStore
+    let presigner: Presigner
+    let uploads: UploadTable
+
+    private init(configuration: ServerConfiguration, metadata: Metadata, blobs: BlobStore, presigner: Presigner) {
+        self.configuration = configuration; self.metadata = metadata; self.blobs = blobs; self.presigner = presigner
+        self.uploads = UploadTable()
+    }
+
+    static func open(_ configuration: ServerConfiguration) throws(ServerError) -> ServerContext {
+        let dir = configuration.dataDirectory
+        do {
+            try FileIO.makeDirectories(dir)
+        } catch let e as Errno { throw .dataFolder(dir, e) } catch { throw .dataFolder(dir, .ioError) }
+        if access(dir, W_OK) != 0 { throw .dataFolder(dir, Errno.current) }
+        let blobs: BlobStore
+        do { blobs = try BlobStore(root: configuration.blobRoot) }
+        catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
+        let metadata = try Metadata(path: configuration.databasePath)
+        let key: [UInt8]
+        do { key = try metadata.presignKey() } catch { throw .database(configuration.databasePath, "\(error)") }
+        let context = ServerContext(configuration: configuration, metadata: metadata, blobs: blobs, presigner: Presigner(key: key))
+        do { try context.recover() } catch { throw .database(configuration.databasePath, "recovery failed: \(error)") }
+        return context
+    }
+
+    static func now() -> Int64 { Int64(time(nil)) }
+
+    func stagingPath(uploadID: String) -> String { blobs.stagingRoot + "/tus-" + uploadID }
+
+    /// After an unclean stop: an upload's recorded offset never exceeds its staging
+    /// file's size; a blob renamed into place whose row was not yet written is checked
+    /// and recorded; expired uploads and stray staging files are removed.
+    func recover() throws {
+        struct Pending { let id: String; let hash: String; let length: Int64; let received: Int64; let expires: Int64; let completed: Bool }
+        let pending = try metadata.withDatabase { db in
+            try db.query("SELECT id, hash, length, received, expires_at, completed_at IS NOT NULL FROM uploads") {
+                Pending(id: $0.string(0) ?? "", hash: $0.string(1) ?? "", length: $0.int64(2), received: $0.int64(3), expires: $0.int64(4), completed: $0.int(5) != 0)
+            }
+        }
+        let now = Self.now()
+        var keep: Set<String> = []
+        for upload in pending {
+            guard let digest = SHA256Digest(hex: upload.hash) else { continue }
+            let staging = stagingPath(uploadID: upload.id)
+            if upload.expires < now {
+                _ = unlink(staging)
+                try metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ?", upload.id) }
+                continue
+            }
+            if try metadata.blobSize(upload.hash) == nil, blobs.contains(digest) {
+                // Killed between the rename into the store and the row: check, then record.
+                if blobs.verify(digest) {
+                    try recordBlob(digest, size: upload.length, uploadID: upload.id)
+                } else {
+                    blobs.remove(digest)
+                }
+            }
+            if upload.completed { continue }
+            keep.insert("tus-" + upload.id)
+            let size = (try? FileIO.status(staging)).map { Int64($0.st_size) } ?? -1
+            if size < 0 {
+                let fd = try FileIO.open(staging, O_WRONLY | O_CREAT, 0o600)
+                FileIO.close(fd)
+            }
+            let clamped = max(0, min(upload.received, size))
+            if clamped != upload.received {
+                try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ?", clamped, upload.id) }
+            }
+        }
+        for name in (try? FileIO.listDirectory(blobs.stagingRoot)) ?? [] where !keep.contains(name) {
+            _ = unlink(blobs.stagingRoot + "/" + name)
+        }
+    }
+
+    /// Records a blob that is in the store (and marks its upload complete) in one transaction.
+    func recordBlob(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
+        let now = Self.now()
+        try metadata.withDatabase { db in
+            try db.transaction {
+                try db.run("INSERT OR IGNORE INTO blobs(hash, size, created_at) VALUES (?, ?, ?)", digest.hex, size, now)
+                if let uploadID {
+                    try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)
+                }
+            }
+        }
+    }
+
+    /// The blob's size when the workspace has it. A blob file without its row (a kill
+    /// between rename and row) is checked and recorded here.
+    func presentBlobSize(_ digest: SHA256Digest) throws -> Int64? {
+        if let size = try metadata.blobSize(digest.hex) { return size }
+        guard blobs.contains(digest) else { return nil }
+        guard blobs.verify(digest), let size = blobs.size(of: digest) else {
+            blobs.remove(digest)
+            return nil
+        }
+        try recordBlob(digest, size: size, uploadID: nil)
+        return size
+    }
+}

@@ -1,0 +1,316 @@
+import Client
+import Crypto
+import Foundation
+import Protocol
+import Server
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `vdrive-bench server`: the workspace server's figures, in one run.
+///  1. a file uploaded with our client in 8 MiB tus PATCHes vs `curl -T` (PUT /v1/blobs/<hash>)
+///     of the same file in one request, each to a fresh `vdrive serve` (MB/s, CPU seconds);
+///  2. the same client upload with `--sync-every-patch` (the cost of an fdatasync per PATCH);
+///  3. server RSS sampled every 20 ms during a larger upload;
+///  4. the time to answer a dedup check of 10,000 hashes against 100,000 stored ones.
+enum ServerBenchmark {
+    struct Options {
+        var sizeMiB: Int64 = 2048
+        var rssSizeMiB: Int64 = 4096
+        var chunkMiB: Int64 = 8
+        var dir = "/var/tmp/vdrive-bench"
+        var vdrive: String = ""
+    }
+
+    static func run(_ arguments: [String]) -> Int32 {
+        var o = Options()
+        o.vdrive = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path + "/vdrive"
+        var i = 0
+        while i + 1 < arguments.count {
+            let v = arguments[i + 1]
+            switch arguments[i] {
+            case "--size-mib": o.sizeMiB = Int64(v) ?? o.sizeMiB
+            case "--rss-size-mib": o.rssSizeMiB = Int64(v) ?? o.rssSizeMiB
+            case "--chunk-mib": o.chunkMiB = Int64(v) ?? o.chunkMiB
+            case "--dir": o.dir = v
+            case "--vdrive": o.vdrive = v
+            default: print("unknown option \(arguments[i])"); return 64
+            }
+            i += 2
+        }
+        do {
+            try run(o)
+            return 0
+        } catch {
+            print("vdrive-bench server: \(error)")
+            return 70
+        }
+    }
+
+    static func run(_ o: Options) throws {
+        try? FileManager.default.removeItem(atPath: o.dir)
+        try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: o.dir) }
+        print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
+        let file = o.dir + "/payload"
+        let digest = try makeFile(file, mib: o.sizeMiB)
+        let size = o.sizeMiB << 20
+
+        // 1. Our client, 8 MiB PATCHes.
+        let ours = try measure(o, label: "client (tus PATCH \(o.chunkMiB) MiB)", extra: []) { server, token in
+            let client = WorkspaceClient(baseURL: server.base, token: token)
+            let fd = open(file, O_RDONLY)
+            defer { close(fd) }
+            try client.uploadBlob(hash: digest, size: size, fd: fd, chunkSize: o.chunkMiB << 20)
+            guard try client.presentHashes([digest]) == [digest] else { throw BenchError("blob not present after upload") }
+        }
+        // 1b. curl -T, one request.
+        let curl = try measure(o, label: "curl -T (one PUT)", extra: []) { server, token in
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
+            p.arguments = ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", file, "-H", "Authorization: Bearer \(token)",
+                           "\(server.base)/v1/blobs/\(digest.hex)"]
+            let out = Pipe()
+            p.standardOutput = out
+            try p.run()
+            let code = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            guard code == "201" else { throw BenchError("curl -T answered \(code)") }
+        }
+        // 2. fdatasync on every PATCH.
+        let synced = try measure(o, label: "client, server --sync-every-patch", extra: ["--sync-every-patch"]) { server, token in
+            let client = WorkspaceClient(baseURL: server.base, token: token)
+            let fd = open(file, O_RDONLY)
+            defer { close(fd) }
+            try client.uploadBlob(hash: digest, size: size, fd: fd, chunkSize: o.chunkMiB << 20)
+        }
+        try? FileManager.default.removeItem(atPath: file)
+
+        // 3. RSS during a larger upload.
+        let big = o.dir + "/big"
+        let bigDigest = try makeFile(big, mib: o.rssSizeMiB)
+        let rss = try measure(o, label: "client, \(o.rssSizeMiB) MiB (RSS run)", extra: []) { server, token in
+            let client = WorkspaceClient(baseURL: server.base, token: token)
+            let fd = open(big, O_RDONLY)
+            defer { close(fd) }
+            try client.uploadBlob(hash: bigDigest, size: o.rssSizeMiB << 20, fd: fd, chunkSize: o.chunkMiB << 20)
+        }
+        try? FileManager.default.removeItem(atPath: big)
+
+        // 4. Dedup check of 10,000 hashes against 100,000 stored blob rows.
+        let dedup = try dedupCheck(o)
+
+        print("")
+        print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for r in [ours, curl, synced, rss] { print(r.row) }
+        print("")
+        print(String(format: "client throughput vs curl -T: %.0f%%", 100 * ours.mbps / curl.mbps))
+        print(String(format: "fdatasync per PATCH costs %.0f%% of throughput", 100 * (1 - synced.mbps / ours.mbps)))
+        print(String(format: "server RSS: idle %.1f MiB; peak %.1f MiB during %lld MiB, %.1f MiB during %lld MiB",
+                     ours.idleRSS, ours.peakRSS, o.sizeMiB, rss.peakRSS, o.rssSizeMiB))
+        print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
+                     dedup.median, dedup.max, dedup.count))
+    }
+
+    struct Figures {
+        let label: String
+        let bytes: Int64
+        let wall: Double
+        let clientCPU: Double
+        let serverCPU: Double
+        let idleRSS: Double
+        let peakRSS: Double
+        var mbps: Double { Double(bytes) / 1e6 / wall }
+        var row: String {
+            String(format: "| %@ | %.0f | %.2f | %.2f | %.2f | %.1f |", label, mbps, wall, clientCPU, serverCPU, peakRSS)
+        }
+    }
+
+    /// Starts a fresh `vdrive serve`, runs `body` against it, and measures.
+    static func measure(_ o: Options, label: String, extra: [String], _ body: (RunningServer, String) throws -> Void) throws -> Figures {
+        let data = o.dir + "/data-" + String(label.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init).prefix(12))
+        try? FileManager.default.removeItem(atPath: data)
+        let token = try DeviceRegistry(dataDirectory: data).add("bench")
+        sync()
+        let server = try RunningServer(vdrive: o.vdrive, data: data, extra: extra)
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: data) }
+        let sampler = RSSSampler(pid: server.pid)
+        let idle = Double(sampler.sample()) / 1024
+        sampler.start()
+        let serverBefore = server.cpuSeconds()
+        let selfBefore = cpu(RUSAGE_SELF), childBefore = cpu(RUSAGE_CHILDREN)
+        let start = now()
+        try body(server, token)
+        let wall = now() - start
+        let clientCPU = (cpu(RUSAGE_SELF) - selfBefore) + (cpu(RUSAGE_CHILDREN) - childBefore)
+        let serverCPU = server.cpuSeconds() - serverBefore
+        let peak = Double(sampler.stop()) / 1024
+        let bytes = blobBytes(data + "/blobs")
+        let f = Figures(label: label, bytes: bytes, wall: wall, clientCPU: clientCPU, serverCPU: serverCPU, idleRSS: idle, peakRSS: peak)
+        print(f.row)
+        return f
+    }
+
+    static func blobBytes(_ root: String) -> Int64 {
+        var total: Int64 = 0
+        for folder in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where folder.count == 2 {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? [] {
+                var st = stat()
+                if stat(root + "/" + folder + "/" + name, &st) == 0 { total += Int64(st.st_size) }
+            }
+        }
+        return total
+    }
+
+    static func dedupCheck(_ o: Options) throws -> (median: Double, max: Double, count: Int) {
+        let data = o.dir + "/data-dedup"
+        let token = try DeviceRegistry(dataDirectory: data).add("bench")
+        // Seed 100,000 blob rows (rows only: the dedup check reads metadata, not files).
+        let db = try Database(path: data + "/server.db")
+        try db.transaction {
+            for i in 0..<100_000 {
+                try db.run("INSERT INTO blobs(hash, size, created_at) VALUES (?, ?, 0)", SHA256Hasher.digest("blob \(i)").hex, Int64(i))
+            }
+        }
+        let server = try RunningServer(vdrive: o.vdrive, data: data, extra: [])
+        defer { server.stop(); try? FileManager.default.removeItem(atPath: data) }
+        let client = WorkspaceClient(baseURL: server.base, token: token)
+        // Half present, half not.
+        let asked = (0..<10_000).map { SHA256Hasher.digest($0 % 2 == 0 ? "blob \($0 * 7)" : "absent \($0)") }
+        var times: [Double] = []
+        for _ in 0..<11 {
+            let t = now()
+            let present = try client.presentHashes(asked)
+            times.append((now() - t) * 1000)
+            guard present.count == 5_000 else { throw BenchError("dedup answered \(present.count) present, expected 5000") }
+        }
+        times.removeFirst()  // the first call also opens the connection
+        times.sort()
+        return (times[times.count / 2], times.last!, times.count)
+    }
+
+    /// A file of pseudo-random bytes (xorshift), written in 8 MiB pieces, hashed as written.
+    static func makeFile(_ path: String, mib: Int64) throws -> SHA256Digest {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw BenchError("cannot create \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let hasher = SHA256Hasher()
+        var state: UInt64 = 0x9E3779B97F4A7C15 ^ UInt64(mib)
+        let words = 1 << 20
+        var block = [UInt64](repeating: 0, count: words)
+        for _ in 0..<mib / 8 {
+            for j in 0..<words {
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                block[j] = state
+            }
+            try block.withUnsafeBytes { raw in
+                hasher.update(raw)
+                var done = 0
+                while done < raw.count {
+                    let n = write(fd, raw.baseAddress! + done, raw.count - done)
+                    if n <= 0 { throw BenchError("writing \(path): \(String(cString: strerror(errno)))") }
+                    done += n
+                }
+            }
+        }
+        return hasher.finish()
+    }
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    static func cpu(_ who: __rusage_who) -> Double {
+        let who = __rusage_who_t(who.rawValue)
+        var u = rusage()
+        getrusage(who, &u)
+        return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// A `vdrive serve` child process on a free loopback port.
+final class RunningServer {
+    let process = Process()
+    let base: String
+    var pid: Int32 { process.processIdentifier }
+
+    init(vdrive: String, data: String, extra: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: vdrive)
+        process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        var line = [UInt8]()
+        while true {
+            let b = out.fileHandleForReading.readData(ofLength: 1)
+            if b.isEmpty || b.first == 10 { break }
+            line.append(b.first!)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let r = text.range(of: "http://") else {
+            process.terminate()
+            throw BenchError("vdrive serve did not start: '\(text)'")
+        }
+        base = String(text[r.lowerBound...].prefix { $0 != " " })
+    }
+
+    func cpuSeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state(0) ... utime(11) stime(12).
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+    }
+
+    func stop() {
+        if process.isRunning { kill(pid, SIGTERM) }
+        process.waitUntilExit()
+    }
+}
+
+/// Samples a process's VmRSS (KiB) on a background thread; `stop()` returns the peak.
+final class RSSSampler: @unchecked Sendable { // `peak` and `running` are guarded by `lock`
+    let pid: Int32
+    private let lock = NSLock()
+    private var peak = 0
+    private var running = false
+    private var done = false
+
+    init(pid: Int32) { self.pid = pid }
+
+    func sample() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true)[1]) ?? 0
+        }
+        return 0
+    }
+
+    func start() {
+        lock.withLock { running = true }
+        Thread {
+            while self.lock.withLock({ self.running }) {
+                let kib = self.sample()
+                self.lock.withLock { self.peak = max(self.peak, kib) }
+                usleep(20_000)
+            }
+            self.lock.withLock { self.done = true }
+        }.start()
+    }
+
+    func stop() -> Int {
+        lock.withLock { running = false }
+        while !lock.withLock({ done }) { usleep(1_000) }
+        return lock.withLock { max(peak, sample()) }
+    }
+}

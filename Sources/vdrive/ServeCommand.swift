@@ -1,0 +1,120 @@
+import Server
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `vdrive serve`: the workspace server, and `vdrive serve device add|list|revoke`.
+enum ServeCommand {
+    static var verb: Verb { Verb(name: "serve", summary: "run the workspace server (uploads, dedup, files)", help: help, run: run) }
+
+    static let help = """
+    Usage: vdrive serve [--data DIR] [--listen HOST:PORT] [--upload-expiry SECONDS]
+           vdrive serve device add NAME       make a device and print its token (once)
+           vdrive serve device list           list devices
+           vdrive serve device revoke NAME    revoke a device's token at once
+
+    Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Metadata is
+    in DIR/server.db (SQLite), blobs in DIR/blobs. The API is in Docs/protocol.md and
+    at GET /v1/openapi.json.
+
+    Options:
+      --data DIR               data folder (default: $XDG_DATA_HOME/vdrive/server)
+      --listen HOST:PORT       IPv4 address and port (default: 127.0.0.1:8420; port 0 picks one)
+      --upload-expiry SECONDS  lifetime of presigned upload URLs (default: 604800, 7 days)
+      --public-url URL         base of presigned URLs (default: http:// + the request's Host)
+      --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
+
+    Exit codes: 64 usage, 69 address in use, 73 data folder not writable,
+    78 database from a newer vdrive or unusable.
+    """
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
+        let options = try Options(arguments, valued: ["--data", "--listen", "--upload-expiry", "--public-url"], flags: ["--sync-every-patch"])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
+        var configuration = ServerConfiguration(dataDirectory: dataDirectory(options))
+        if let listen = options.value("--listen") {
+            let (host, port) = try parseListen(listen)
+            configuration.host = host
+            configuration.port = port
+        }
+        if let text = options.value("--upload-expiry") {
+            guard let seconds = Int64(text), seconds > 0 else { throw CLIError.usage("--upload-expiry must be a number of seconds > 0, got '\(text)'") }
+            configuration.uploadExpiry = seconds
+        }
+        configuration.publicURL = options.value("--public-url")
+        configuration.syncEveryPatch = options.has("--sync-every-patch")
+
+        // Block the stop signals in every thread (libmicrohttpd's inherit the mask); this thread waits for them.
+        var stopSignals = sigset_t()
+        sigemptyset(&stopSignals)
+        sigaddset(&stopSignals, SIGTERM)
+        sigaddset(&stopSignals, SIGINT)
+        pthread_sigmask(SIG_BLOCK, &stopSignals, nil)
+        signal(SIGPIPE, SIG_IGN)
+
+        let server: WorkspaceServer
+        do { server = try WorkspaceServer(configuration) } catch { throw cliError(error) }
+        let line = "vdrive serve: listening on \(server.baseURL) (data: \(configuration.dataDirectory))\n"
+        line.withCString { _ = write(1, $0, strlen($0)) }
+
+        var received: Int32 = 0
+        sigwait(&stopSignals, &received)
+        server.stop()
+        let bye = "vdrive serve: stopped (\(received == SIGINT ? "SIGINT" : "SIGTERM"))\n"
+        bye.withCString { _ = write(1, $0, strlen($0)) }
+        return ExitCode.ok
+    }
+
+    static func dataDirectory(_ options: Options) -> String {
+        options.value("--data").map(Paths.absolute) ?? Paths.dataHome + "/server"
+    }
+
+    static func parseListen(_ text: String) throws -> (String, UInt16) {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else {
+            throw CLIError.usage("--listen must be HOST:PORT such as 127.0.0.1:8420, got '\(text)'")
+        }
+        let host = String(text[..<colon])
+        return (host.isEmpty ? "127.0.0.1" : host, port)
+    }
+
+    static func cliError(_ error: ServerError) -> CLIError {
+        switch error {
+        case .addressInUse, .cannotListen, .cannotStart: return CLIError(error.description, code: ExitCode.unavailable)
+        case .badAddress: return CLIError(error.description, code: ExitCode.usage)
+        case .dataFolder: return CLIError(error.description, code: ExitCode.cantCreate)
+        case .database, .newerSchema: return CLIError(error.description, code: ExitCode.config)
+        }
+    }
+
+    static func device(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ["--data"], flags: [])
+        let words = options.positionals
+        guard let action = words.first else { throw CLIError.usage("say what to do: 'vdrive serve device add|list|revoke'; see --help") }
+        let registry: DeviceRegistry
+        do { registry = try DeviceRegistry(dataDirectory: dataDirectory(options)) } catch { throw cliError(error) }
+        do {
+            switch (action, words.count) {
+            case ("add", 2):
+                let token = try registry.add(words[1])
+                print(token)
+                printError("device '\(words[1])' added; the token above is shown only once; give it to the device")
+            case ("list", 1):
+                for d in try registry.list() {
+                    let state = d.revokedAt == nil ? "active" : "revoked"
+                    let mark = d.watermarkSequence.map { "watermark \($0)" } ?? "no watermark"
+                    print("\(d.name)\t\(state)\tcreated \(d.createdAt)\t\(mark)")
+                }
+            case ("revoke", 2):
+                try registry.revoke(words[1])
+                print("device '\(words[1])' revoked")
+            default:
+                throw CLIError.usage("usage: vdrive serve device add NAME | list | revoke NAME")
+            }
+        } catch let e as DeviceRegistry.Failure {
+            throw CLIError(e.description, code: ExitCode.dataError)
+        }
+        return ExitCode.ok
+    }
+}

@@ -1,0 +1,160 @@
+import Client
+import Crypto
+import Foundation
+import Protocol
+import Server
+import Testing
+
+@Suite struct HealthAndAuthTests {
+    @Test func healthNeedsNoToken() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let h = try s.client.health()
+        #expect(h.status == "ok")
+    }
+
+    @Test func openAPIListsExactlyTheServedPaths() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let r = try s.send("GET", "/v1/openapi.json", auth: false)
+        #expect(r.status == 200)
+        let doc = try JSONSerialization.jsonObject(with: Data(r.body)) as! [String: Any]
+        #expect(doc["openapi"] as? String == "3.0.3")
+        let paths = Set((doc["paths"] as! [String: Any]).keys)
+        #expect(paths == ["/v1/health", "/v1/openapi.json", "/v1/blobs/present", "/v1/blobs/{hash}", "/v1/uploads",
+                          "/v1/tus", "/v1/tus/{id}", "/v1/files", "/v1/changes", "/v1/watermark"])
+        // Every documented path answers something other than "no such endpoint".
+        for path in paths {
+            let concrete = path.replacingOccurrences(of: "{hash}", with: String(repeating: "0", count: 64)).replacingOccurrences(of: "{id}", with: "x")
+            let reply = try s.send("GET", concrete)
+            #expect(reply.error?.error != "not_found" || reply.error?.message.contains("no such endpoint") == false, "\(path)")
+        }
+        #expect(try s.send("GET", "/v1/nope").status == 404)
+    }
+
+    @Test func missingWrongAndRevokedTokensGet401() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let missing = try s.send("GET", "/v1/watermark", auth: false)
+        #expect(missing.status == 401)
+        #expect(missing.header("WWW-Authenticate")?.hasPrefix("Bearer") == true)
+        #expect(missing.error?.error == "unauthorized")
+        let wrong = try s.send("GET", "/v1/watermark", headers: ["Authorization: Bearer vdt_nope"], auth: false)
+        #expect(wrong.status == 401)
+        let basic = try s.send("GET", "/v1/watermark", headers: ["Authorization: Basic eDp5"], auth: false)
+        #expect(basic.status == 401)
+        #expect(try s.send("GET", "/v1/watermark").status == 200)
+        try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory).revoke("test-device")
+        #expect(try s.send("GET", "/v1/watermark").status == 401)
+        #expect(throws: ClientError.http(status: 401, message: "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'")) {
+            try s.client.watermark()
+        }
+    }
+
+    @Test func deviceRegistryAddListRevoke() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let reg = try DeviceRegistry(dataDirectory: dir.path)
+        let t1 = try reg.add("phone")
+        #expect(t1.hasPrefix("vdt_") && t1.count == 68)
+        #expect(throws: DeviceRegistry.Failure.exists("phone")) { try reg.add("phone") }
+        #expect(throws: DeviceRegistry.Failure.badName("a b")) { try reg.add("a b") }
+        #expect(try reg.list().map(\.name) == ["phone"])
+        try reg.revoke("phone")
+        #expect(try reg.list().first?.revokedAt != nil)
+        #expect(throws: DeviceRegistry.Failure.unknown("tablet")) { try reg.revoke("tablet") }
+        let t2 = try reg.add("phone")  // a reinstall: new token, same device
+        #expect(t2 != t1)
+        #expect(try reg.list().first?.revokedAt == nil)
+        // The token is stored hashed, never in clear.
+        let db = try String(contentsOfFile: dir.path + "/server.db", encoding: .isoLatin1)
+        #expect(!db.contains(t2))
+    }
+}
+
+@Suite struct DedupTests {
+    @Test func presentReportsOnlyStoredBlobs() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let f = TestFile(in: s.dir.path, size: 1000)
+        let fd = f.open()
+        defer { close(fd) }
+        let other = SHA256Hasher.digest("not uploaded")
+        #expect(try s.client.presentHashes([f.digest, other]).isEmpty)
+        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        #expect(try s.client.presentHashes([f.digest, other]) == [f.digest])
+        #expect(try s.client.createUpload(hash: f.digest, size: f.size) == .present)
+    }
+
+    @Test func moreThanTenThousandIsSplitByTheClientAndRefusedByTheServer() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let many = (0..<10_001).map { SHA256Hasher.digest("h\($0)") }
+        #expect(try s.client.presentHashes(many).isEmpty)
+        let body = try JSONEncoder().encode(PresentRequest(hashes: many.map(\.hex)))
+        let r = try s.send("POST", "/v1/blobs/present", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(body)))
+        #expect(r.status == 413)
+        #expect(r.error?.field == "hashes")
+    }
+
+    @Test func badHashInListNamesTheIndex() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let r = try s.json("POST", "/v1/blobs/present", #"{"hashes":["\#(String(repeating: "a", count: 64))","xyz"]}"#)
+        #expect(r.status == 400)
+        #expect(r.error?.field == "hashes.1")
+    }
+}
+
+@Suite struct BadInputTests {
+    @Test func badJSONAndWrongTypesName400Fields() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let notJSON = try s.json("POST", "/v1/uploads", "{nope")
+        #expect(notJSON.status == 400)
+        #expect(notJSON.error?.error == "bad_request")
+        let wrongType = try s.json("POST", "/v1/uploads", #"{"hash":"\#(String(repeating: "a", count: 64))","size":"big"}"#)
+        #expect(wrongType.status == 400)
+        #expect(wrongType.error?.field == "size")
+        let missing = try s.json("POST", "/v1/uploads", #"{"size":3}"#)
+        #expect(missing.error?.field == "hash")
+        let badHash = try s.json("POST", "/v1/uploads", #"{"hash":"abc","size":3}"#)
+        #expect(badHash.status == 400)
+        #expect(badHash.error?.field == "hash")
+        let negative = try s.json("POST", "/v1/uploads", #"{"hash":"\#(String(repeating: "a", count: 64))","size":-1}"#)
+        #expect(negative.error?.field == "size")
+        let badWatermark = try s.json("PUT", "/v1/watermark", #"{"sequence":"x"}"#)
+        #expect(badWatermark.error?.field == "sequence")
+    }
+
+    @Test func invalidUTF8BodyIs400() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        var body = Array(#"{"path":"a"#.utf8)
+        body += [0xff, 0xfe]
+        body += Array(#"","hash":"\#(String(repeating: "a", count: 64))","size":1,"mtime":1,"deviceSequence":1}"#.utf8)
+        let r = try s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(body))
+        #expect(r.status == 400)
+    }
+
+    @Test func oversizedJSONBodyIsRefusedBeforeReading() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let big = [UInt8](repeating: 0x20, count: (1 << 20) + 10)
+        let r = try s.send("POST", "/v1/uploads", headers: ["Content-Type: application/json"], body: .bytes(big))
+        #expect(r.status == 413)
+        #expect(r.error?.error == "body_too_large")
+        // Chunked (no Content-Length) bodies are counted, not kept.
+        let chunked = try s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Transfer-Encoding: chunked", "Expect:"], body: .bytes(big))
+        #expect(chunked.status == 413)
+    }
+
+    @Test func oversizedHeadersAreRefused() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let huge = "X-Filler: " + String(repeating: "a", count: 300_000)
+        let r = try s.send("GET", "/v1/health", headers: [huge])
+        #expect(r.status == 431 || r.status == 413)
+        #expect(try s.client.health().status == "ok")
+    }
+}

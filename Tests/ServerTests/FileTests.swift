@@ -1,0 +1,134 @@
+import Client
+import Crypto
+import Foundation
+import Protocol
+import Server
+import Testing
+
+@Suite struct FileTests {
+    func uploaded(_ s: TestServer, size: Int, seed: UInt64) throws -> TestFile {
+        let f = TestFile(in: s.dir.path, size: size, seed: seed)
+        let fd = f.open()
+        defer { close(fd) }
+        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        return f
+    }
+
+    @Test func recordListAndChangeFeed() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let a = try uploaded(s, size: 100, seed: 1)
+        let b = try uploaded(s, size: 200, seed: 2)
+        let r1 = try s.client.recordFile(FileRecord(path: "Camera Roll/a.jpg", hash: a.digest.hex, size: 100, captureDate: 1_600_000_000, mtime: 1_700_000_000, deviceSequence: 1))
+        #expect(r1.sequence == 1)
+        #expect(r1.device == "test-device")
+        // Idempotent: the same record keeps its sequence.
+        let again = try s.client.recordFile(FileRecord(path: "Camera Roll/a.jpg", hash: a.digest.hex, size: 100, captureDate: 1_600_000_000, mtime: 1_700_000_000, deviceSequence: 1))
+        #expect(again == r1)
+        try s.client.recordFile(FileRecord(path: "Camera Roll/b.jpg", hash: b.digest.hex, size: 200, captureDate: nil, mtime: 5, deviceSequence: 2))
+        try s.client.recordFile(FileRecord(path: "Documents/b copy.jpg", hash: b.digest.hex, size: 200, captureDate: nil, mtime: 6, deviceSequence: 3))
+        #expect(try s.client.listFiles(prefix: "Camera Roll/").map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg"])
+        #expect(try s.client.listFiles(prefix: "").count == 3)
+        #expect(try s.client.listFiles(prefix: "Documents").map(\.path) == ["Documents/b copy.jpg"])
+        let feed = try s.client.changes(since: 0)
+        #expect(feed.records.map(\.sequence) == [1, 2, 3])
+        #expect(feed.nextSequence == 3)
+        #expect(try s.client.changes(since: 3).records.isEmpty)
+        #expect(try s.client.changes(since: 3).nextSequence == 3)
+        // A changed record moves to the end of the feed.
+        let moved = try s.client.recordFile(FileRecord(path: "Camera Roll/a.jpg", hash: b.digest.hex, size: 200, captureDate: nil, mtime: 7, deviceSequence: 4))
+        #expect(moved.sequence == 4)
+        #expect(try s.client.changes(since: 3).records.map(\.path) == ["Camera Roll/a.jpg"])
+        #expect(try s.client.changes(since: 0, limit: 2).records.count == 2)
+    }
+
+    @Test func recordNeedsTheBlobAndAValidPath() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let a = try uploaded(s, size: 100, seed: 3)
+        #expect(throws: ClientError.self) {
+            try s.client.recordFile(FileRecord(path: "x", hash: SHA256Hasher.digest("missing").hex, size: 1, captureDate: nil, mtime: 1, deviceSequence: 1))
+        }
+        let missing = try s.json("POST", "/v1/files", #"{"path":"x","hash":"\#(SHA256Hasher.digest("missing").hex)","size":1,"mtime":1,"deviceSequence":1}"#)
+        #expect(missing.status == 409)
+        #expect(missing.error?.error == "blob_missing")
+        for bad in ["../etc/passwd", "/abs/path", "a/../b", "a\\u0000b", ""] {
+            let r = try s.json("POST", "/v1/files", #"{"path":"\#(bad)","hash":"\#(a.digest.hex)","size":100,"mtime":1,"deviceSequence":1}"#)
+            #expect(r.status == 400, "\(bad)")
+            #expect(r.error?.field == "path", "\(bad)")
+        }
+        let wrongSize = try s.json("POST", "/v1/files", #"{"path":"ok","hash":"\#(a.digest.hex)","size":99,"mtime":1,"deviceSequence":1}"#)
+        #expect(wrongSize.error?.field == "size")
+        let badPrefix = try s.send("GET", "/v1/files?prefix=..%2Fx")
+        #expect(badPrefix.status == 400)
+        let badSince = try s.send("GET", "/v1/changes?since=abc")
+        #expect(badSince.status == 400)
+        #expect(badSince.error?.field == "since")
+    }
+
+    @Test func watermarkSurvivesAReinstall() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        #expect(try s.client.watermark() == nil)
+        try s.client.setWatermark(Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
+        #expect(try s.client.watermark() == Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
+        // Reinstall: the device's token is revoked and re-issued; the cursor stays.
+        let reg = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory)
+        try reg.revoke("test-device")
+        let token = try reg.add("test-device")
+        let fresh = WorkspaceClient(baseURL: s.base, token: token)
+        #expect(try fresh.watermark() == Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
+    }
+}
+
+@Suite struct DownloadTests {
+    @Test func wholeRangeETagAnd304() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let f = TestFile(in: s.dir.path, size: 300_000)
+        let fd = f.open()
+        defer { close(fd) }
+        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        let out = s.dir.path + "/out"
+        let ofd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(ofd) }
+        #expect(try s.client.download(hash: f.digest, to: ofd) == f.size)
+        #expect(FileManager.default.contents(atPath: out) == Data(f.bytes))
+        let rfd = open(s.dir.path + "/range", O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(rfd) }
+        #expect(try s.client.download(hash: f.digest, range: 1000...1999, to: rfd) == 1000)
+        #expect(FileManager.default.contents(atPath: s.dir.path + "/range") == Data(f.bytes[1000...1999]))
+
+        let whole = try s.send("GET", "/v1/blobs/\(f.digest.hex)")
+        #expect(whole.status == 200)
+        #expect(whole.header("ETag") == "\"\(f.digest.hex)\"")
+        #expect(whole.header("Accept-Ranges") == "bytes")
+        let part = try s.send("GET", "/v1/blobs/\(f.digest.hex)", headers: ["Range: bytes=-10"])
+        #expect(part.status == 206)
+        #expect(part.body == Array(f.bytes.suffix(10)))
+        #expect(part.header("Content-Range") == "bytes 299990-299999/300000")
+        let open = try s.send("GET", "/v1/blobs/\(f.digest.hex)", headers: ["Range: bytes=299999-"])
+        #expect(open.body == [f.bytes.last!])
+        let outside = try s.send("GET", "/v1/blobs/\(f.digest.hex)", headers: ["Range: bytes=400000-"])
+        #expect(outside.status == 416)
+        #expect(outside.header("Content-Range") == "bytes */300000")
+        let cached = try s.send("GET", "/v1/blobs/\(f.digest.hex)", headers: ["If-None-Match: \"\(f.digest.hex)\""])
+        #expect(cached.status == 304)
+        #expect(cached.body.isEmpty)
+        let head = try s.send("HEAD", "/v1/blobs/\(f.digest.hex)")
+        #expect(head.status == 200)
+        #expect(head.header("Content-Length") == "300000")
+    }
+
+    @Test func unknownBlobIs404AndBadHash400() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        #expect(try s.send("GET", "/v1/blobs/\(SHA256Hasher.digest("none").hex)").status == 404)
+        let bad = try s.send("GET", "/v1/blobs/xyz")
+        #expect(bad.status == 400)
+        #expect(bad.error?.field == "hash")
+        let fd = open("/dev/null", O_WRONLY)
+        defer { close(fd) }
+        #expect(throws: ClientError.notFound) { try s.client.download(hash: SHA256Hasher.digest("none"), to: fd) }
+    }
+}

@@ -1,0 +1,159 @@
+import Client
+import Crypto
+import Foundation
+import Protocol
+import Server
+import Storage
+import Testing
+
+/// End to end with the real `vdrive serve` binary.
+@Suite(.serialized) struct ProcessTests {
+    @Test func sigkillMidUploadThenRestartAndResume() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let data = dir.path + "/data"
+        let token = try DeviceRegistry(dataDirectory: data).add("phone")
+        let f = TestFile(in: dir.path, size: 48 << 20, seed: 9)
+        let fd = f.open()
+        defer { close(fd) }
+
+        let first = try ServerProcess(data: data)
+        defer { first.kill() }
+        let client = WorkspaceClient(baseURL: first.base, token: token)
+        guard case .upload(let url, _, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        // One chunk of 8 MiB, then a PATCH of the rest that is cut by SIGKILL after 20 MiB.
+        let eight: Int64 = 8 << 20
+        #expect(try client.patch(url: url, offset: 0, fd: fd, fileOffset: 0, length: eight) == eight)
+        var sent: Int64 = 0
+        do {
+            _ = try client.connection.perform(method: "PATCH", url: url, headers: ["Tus-Resumable: 1.0.0", "Content-Type: \(Tus.offsetContentType)", "Upload-Offset: \(eight)"],
+                                              body: .file(fd: fd, offset: eight, length: f.size - eight), progress: { n in
+                sent = n
+                if n >= 20 << 20 { first.kill(SIGKILL) }
+                return true
+            })
+            Issue.record("the PATCH should have failed when the server was killed")
+        } catch {
+            #expect(error.isTransient, "\(error)")
+        }
+        first.kill()
+        // No partial blob is visible as complete.
+        #expect(!FileManager.default.fileExists(atPath: BlobStore.pathFor(root: data + "/blobs", f.digest)))
+
+        let second = try ServerProcess(data: data)
+        defer { second.kill() }
+        let again = WorkspaceClient(baseURL: second.base, token: token)
+        guard case .upload(let url2, let offset, _) = try again.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        #expect(offset >= eight)
+        #expect(offset <= eight + sent)
+        #expect(try again.uploadOffset(url: url2) == offset)
+        try again.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        #expect(try again.presentHashes([f.digest]) == [f.digest])
+        let out = open(dir.path + "/out", O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(out) }
+        #expect(try again.download(hash: f.digest, to: out) == f.size)  // checks the SHA-256
+        second.kill(SIGTERM)
+        #expect(second.process.terminationStatus == 0)
+        #expect(second.rest().contains("stopped (SIGTERM)"))
+    }
+
+    @Test func sigintStopsCleanly() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let p = try ServerProcess(data: dir.path)
+        defer { p.kill() }
+        p.kill(SIGINT)
+        #expect(p.process.terminationStatus == 0)
+    }
+
+    @Test func portInUseDataUnwritableAndNewerDatabase() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let p = try ServerProcess(data: dir.path + "/a")
+        defer { p.kill() }
+        let busy = try run(vdriveBinary(), ["serve", "--data", dir.path + "/b", "--listen", "127.0.0.1:\(p.port)"])
+        #expect(busy.0 == 69)
+        #expect(busy.2.contains("already in use"))
+
+        try "x".write(toFile: dir.path + "/file", atomically: true, encoding: .utf8)
+        let unwritable = try run(vdriveBinary(), ["serve", "--data", dir.path + "/file/sub", "--listen", "127.0.0.1:0"])
+        #expect(unwritable.0 == 73)
+        #expect(unwritable.2.contains("--data"))
+
+        let newer = dir.path + "/newer"
+        _ = try DeviceRegistry(dataDirectory: newer).add("x")
+        let db = try Database(path: newer + "/server.db")
+        try db.run("INSERT INTO schema_migrations(name, applied_at) VALUES ('server-999-future', 0)")
+        let refused = try run(vdriveBinary(), ["serve", "--data", newer, "--listen", "127.0.0.1:0"])
+        #expect(refused.0 == 78)
+        #expect(refused.2.contains("newer version"))
+
+        let usage = try run(vdriveBinary(), ["serve", "--listen", "nope"])
+        #expect(usage.0 == 64)
+        let help = try run(vdriveBinary(), ["serve", "--help"])
+        #expect(help.0 == 0 && help.1.contains("--upload-expiry"))
+    }
+
+    @Test func deviceCommands() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let add = try run(vdriveBinary(), ["serve", "device", "add", "laptop", "--data", dir.path])
+        #expect(add.0 == 0)
+        #expect(add.1.hasPrefix("vdt_"))
+        let dup = try run(vdriveBinary(), ["serve", "device", "add", "laptop", "--data", dir.path])
+        #expect(dup.0 == 65)
+        let list = try run(vdriveBinary(), ["serve", "device", "list", "--data", dir.path])
+        #expect(list.1.contains("laptop\tactive"))
+        let revoke = try run(vdriveBinary(), ["serve", "device", "revoke", "laptop", "--data", dir.path])
+        #expect(revoke.0 == 0)
+        #expect(try run(vdriveBinary(), ["serve", "device", "list", "--data", dir.path]).1.contains("laptop\trevoked"))
+    }
+}
+
+extension BlobStore {
+    static func pathFor(root: String, _ d: SHA256Digest) -> String { "\(root)/\(d.hex.prefix(2))/\(d.hex)" }
+}
+
+@Suite struct ConcurrencyTests {
+    @Test func twoClientsUploadingTheSameHashStoreOneBlob() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let f = TestFile(in: s.dir.path, size: 24 << 20, seed: 5)
+        let results = Mutex<[Result<UploadTicket, ClientError>]>([])
+        let threads = (0..<2).map { _ in
+            Thread {
+                let client = WorkspaceClient(baseURL: s.base, token: s.token)
+                let fd = f.open()
+                defer { close(fd) }
+                let r = Result { () throws(ClientError) -> UploadTicket in try client.uploadBlob(hash: f.digest, size: f.size, fd: fd, chunkSize: 2 << 20) }
+                results.withLock { $0.append(r) }
+            }
+        }
+        threads.forEach { $0.start() }
+        while results.withLock({ $0.count }) < 2 { usleep(10_000) }
+        for r in results.withLock({ $0 }) {
+            if case .failure(let e) = r { Issue.record("upload failed: \(e)") }
+        }
+        #expect(s.blobCount() == 1)
+        #expect(try s.client.createUpload(hash: f.digest, size: f.size) == .present)
+        #expect(try WorkspaceClient(baseURL: s.base, token: s.token).createUpload(hash: f.digest, size: f.size) == .present)
+    }
+
+    @Test func manyConnectionsAtOnce() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let done = Mutex(0)
+        let failures = Mutex(0)
+        for _ in 0..<16 {
+            Thread {
+                let c = WorkspaceClient(baseURL: s.base, token: s.token)
+                for _ in 0..<20 { if (try? c.health()) == nil { failures.withLock { $0 += 1 } } }
+                done.withLock { $0 += 1 }
+            }.start()
+        }
+        while done.withLock({ $0 }) < 16 { usleep(10_000) }
+        #expect(failures.withLock { $0 } == 0)
+    }
+}
+
+import Synchronization

@@ -1,0 +1,165 @@
+import Client
+import Crypto
+import Foundation
+import Protocol
+import Server
+import Storage
+
+/// A fresh folder under the system's temporary directory, removed by `remove()`.
+struct TemporaryDirectory {
+    let path: String
+    init(_ label: String = "vdrive-server-test") {
+        path = "\(FileManager.default.temporaryDirectory.path)/\(label)-\(UUID().uuidString.prefix(8))"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// An in-process server on a free loopback port with one device, in a fresh folder.
+/// `stop()` must be called on every path (use `defer`).
+final class TestServer: @unchecked Sendable { // immutable after init; the server itself is Sendable
+    let dir: TemporaryDirectory
+    let server: WorkspaceServer
+    let token: String
+    let client: WorkspaceClient
+    let raw = HTTPConnection()
+
+    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400) throws {
+        dir = TemporaryDirectory()
+        let data = dataDirectory ?? dir.path + "/data"
+        token = try DeviceRegistry(dataDirectory: data).add("test-device")
+        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry))
+        client = WorkspaceClient(baseURL: server.baseURL, token: token)
+    }
+
+    var base: String { server.baseURL }
+    var auth: String { "Authorization: Bearer \(token)" }
+    var blobRoot: String { server.configuration.dataDirectory + "/blobs" }
+
+    func stop() {
+        server.stop()
+        dir.remove()
+    }
+
+    /// Sends a raw request (for the error cases the typed client never produces).
+    func send(_ method: String, _ pathOrURL: String, headers: [String] = [], body: RequestBodySource = .none, auth: Bool = true) throws -> HTTPResult {
+        let url = pathOrURL.hasPrefix("http") ? pathOrURL : base + pathOrURL
+        return try raw.perform(method: method, url: url, headers: (auth ? [self.auth] : []) + headers, body: body)
+    }
+
+    func json(_ method: String, _ path: String, _ text: String) throws -> HTTPResult {
+        try send(method, path, headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(text.utf8)))
+    }
+
+    /// Number of blob files in the store.
+    func blobCount() -> Int {
+        let folders = (try? FileManager.default.contentsOfDirectory(atPath: blobRoot)) ?? []
+        return folders.filter { $0.count == 2 }.reduce(0) { $0 + ((try? FileManager.default.contentsOfDirectory(atPath: blobRoot + "/" + $1).count) ?? 0) }
+    }
+}
+
+/// A file of pseudo-random bytes (deterministic per seed) and its SHA-256.
+struct TestFile {
+    let path: String
+    let size: Int64
+    let digest: SHA256Digest
+
+    init(in dir: String, size: Int, seed: UInt64 = 1) {
+        path = dir + "/file-\(seed)-\(size)"
+        var state = seed &* 0x9E3779B97F4A7C15 | 1
+        var bytes = [UInt8](repeating: 0, count: size)
+        bytes.withUnsafeMutableBytes { raw in
+            let words = raw.bindMemory(to: UInt64.self)
+            for i in 0..<words.count {
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                words[i] = state
+            }
+        }
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        self.size = Int64(size)
+        digest = SHA256Hasher.digest(bytes)
+    }
+
+    func open() -> Int32 { Glibc.open(path, O_RDONLY) }
+    var bytes: [UInt8] { Array(FileManager.default.contents(atPath: path)!) }
+}
+
+/// The built `vdrive` binary next to the test bundle (`swift build` builds it with the tests).
+func vdriveBinary() -> String {
+    let here = URL(fileURLWithPath: #filePath)  // Tests/ServerTests/Support.swift
+    let root = here.deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    for config in ["debug", "release"] {
+        let p = "\(root)/.build/\(config)/vdrive"
+        if FileManager.default.isExecutableFile(atPath: p) { return p }
+    }
+    return "\(root)/.build/debug/vdrive"
+}
+
+/// A real `vdrive serve` process on a free port. `stop()`/`kill()` on every path.
+final class ServerProcess: @unchecked Sendable { // used from one test at a time
+    let process = Process()
+    let output = Pipe()
+    private(set) var port: UInt16 = 0
+    let data: String
+
+    init(data: String, extra: [String] = []) throws {
+        self.data = data
+        process.executableURL = URL(fileURLWithPath: vdriveBinary())
+        process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
+        process.standardOutput = output
+        process.standardError = FileHandle.standardError
+        try process.run()
+        // The first line says where it listens.
+        var line = [UInt8]()
+        let handle = output.fileHandleForReading
+        while true {
+            let byte = handle.readData(ofLength: 1)
+            if byte.isEmpty { break }
+            if byte.first == 10 { break }
+            line.append(byte.first!)
+        }
+        let text = String(decoding: line, as: UTF8.self)
+        guard let range = text.range(of: "127.0.0.1:"), let p = UInt16(text[range.upperBound...].prefix { $0.isNumber }) else {
+            process.terminate()
+            process.waitUntilExit()
+            throw TestFailure("vdrive serve did not print its address; got '\(text)'")
+        }
+        port = p
+    }
+
+    var base: String { "http://127.0.0.1:\(port)" }
+
+    func kill(_ signal: Int32 = SIGKILL) {
+        if process.isRunning { Glibc.kill(process.processIdentifier, signal) }
+        process.waitUntilExit()
+    }
+
+    func rest() -> String {
+        String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}
+
+/// Runs a command, returns (status, stdout, stderr).
+func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: executable)
+    p.arguments = arguments
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    try p.run()
+    let o = out.fileHandleForReading.readDataToEndOfFile()
+    let e = err.fileHandleForReading.readDataToEndOfFile()
+    p.waitUntilExit()
+    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+}
+
+extension HTTPResult {
+    var text: String { String(decoding: body, as: UTF8.self) }
+    var error: ErrorResponse? { try? WireJSON.decode(ErrorResponse.self, from: body) }
+}
