@@ -21,9 +21,12 @@ let package = Package(
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
         .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage"]),
+        .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Backup"]),
 
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto"]),
+        .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"],
+                    exclude: ["Fixtures"]),
     ]
 )
