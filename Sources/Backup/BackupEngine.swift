@@ -105,7 +105,10 @@ public final class BackupEngine: Sendable {
 
     /// Stops the engine: cancels the in-flight PATCH at its next progress tick, puts the
     /// item back to pending and returns within `stopTimeout` seconds in any case.
-    public func stop() {
+    /// Returns true when the engine thread has finished (false: it was still inside a
+    /// transport call that ignores cancellation; it exits with the process).
+    @discardableResult
+    public func stop() -> Bool {
         let (wasStarted, watcher) = shared.withLock { state -> (Bool, SettingsWatcher?) in
             state.stopRequested = true
             let w = state.watcher
@@ -114,7 +117,12 @@ public final class BackupEngine: Sendable {
         }
         watcher?.stop()
         signal.signal()
-        if wasStarted { _ = exited.wait(timeout: .now() + configuration.stopTimeout) }
+        guard wasStarted else { return true }
+        if exited.wait(timeout: .now() + configuration.stopTimeout) == .success {
+            exited.signal()  // a second stop() returns at once
+            return true
+        }
+        return false
     }
 
     /// The latest status (for `.backup/status` and `.backup/status.json` on the mount).

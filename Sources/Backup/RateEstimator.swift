@@ -25,9 +25,10 @@ public struct RateEstimator: Sendable {
     /// `bytes` went out; `time` is a monotonic clock reading.
     public mutating func record(bytes: Int64, at time: Double) {
         guard let start = windowStart, time - start <= idleGap else {
-            // First bytes, or after a pause: start measuring from now.
+            // First bytes, or after a pause: start measuring from now. These bytes took an
+            // unknown time to send, so they do not count.
             windowStart = time
-            windowBytes = bytes
+            windowBytes = 0
             return
         }
         windowBytes += bytes

@@ -1,0 +1,167 @@
+import Foundation
+import Testing
+import Crypto
+import Storage
+@testable import Backup
+
+/// Waits for a condition the engine thread brings about; fails the test after a generous
+/// deadline instead of hanging. (A deadline, not a timing assertion: nothing is measured.)
+func eventually(_ what: String, within seconds: Double = 30, _ condition: () throws -> Bool) throws {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if try condition() { return }
+        usleep(5_000)
+    }
+    Issue.record("never happened: \(what)")
+    throw CancellationError()
+}
+
+/// Slows each progress step so a test can act while a PATCH is in flight.
+final class SlowTransport: BackupTransport, Sendable {
+    let inner: InMemoryTransport
+    init(_ inner: InMemoryTransport) { self.inner = inner }
+    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> { try inner.presentHashes(hashes) }
+    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket { try inner.createUpload(hash: hash, size: size) }
+    func uploadOffset(url: String) throws -> Int64 { try inner.uploadOffset(url: url) }
+    func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
+               progress: (Int64) -> Bool) throws -> Int64 {
+        try inner.patch(url: url, offset: offset, chunk: chunk, chunkSHA256: chunkSHA256) { sent in
+            usleep(2_000)
+            return progress(sent)
+        }
+    }
+    func recordFile(_ record: FileRecord) throws { try inner.recordFile(record) }
+    func watermark() throws -> BackupWatermark? { try inner.watermark() }
+    func setWatermark(_ watermark: BackupWatermark) throws { try inner.setWatermark(watermark) }
+}
+
+@Suite struct EngineTests {
+    func configuration(_ h: Harness) -> BackupEngine.Configuration {
+        var c = BackupEngine.Configuration(databasePath: h.db.path, stateFolder: h.stateFolder, settingsPath: h.settingsPath)
+        c.uploader = UploaderConfiguration(chunkSize: h.chunkSize)
+        return c
+    }
+
+    let quietPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false))
+
+    @Test func wakesOnEnqueueUploadsAndWritesStatus() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("idle status") { engine.status().state == .idle }
+
+        let a = try h.commit(try Fixtures.bytes("IMG_0003.jpg"), path: "Camera Roll/IMG_0003.jpg")
+        let b = try h.commit(try Fixtures.bytes("IMG_0100.heic"), path: "Camera Roll/IMG_0100.heic")
+        engine.wake()
+        try eventually("both done") { try h.state(a) == .done && h.state(b) == .done }
+        try eventually("status idle again") { engine.status().state == .idle && engine.status().itemsDone == 2 }
+        // The files follow the in-memory status (written just after it).
+        try eventually("status files idle") {
+            (try StatusFile(stateFolder: h.stateFolder).read())?.state == .idle
+                && (try? String(contentsOfFile: h.stateFolder + "/status", encoding: .utf8)) == "Up to date\n"
+        }
+        #expect(try h.item(b).captureDate == "2025-12-24T20:30:00")
+        try eventually("watermark pushed") { h.server.storedWatermark?.sequence == b.changeSequence }
+        #expect(engine.stop())
+    }
+
+    @Test func offByDefaultAndTurningOnStartsBackup() throws {
+        let h = try Harness(); defer { h.remove() }
+        let c = try h.commit(testBytes(1000, seed: 40), path: "Camera Roll/a.jpg")
+        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("off status") { engine.status().state == .off }
+        #expect(h.server.stats.bytesReceived == 0)
+        _ = try SettingsFile(path: h.settingsPath).update { $0.cameraBackup = true }  // `vdrive settings camera-backup on`
+        try eventually("done after turning on") { try h.state(c) == .done }
+    }
+
+    @Test func pauseFromAnotherProcessHoldsAndResumeContinues() throws {
+        let h = try Harness(chunkSize: 64 * 1024); defer { h.remove() }
+        let file = SettingsFile(path: h.settingsPath)
+        try file.save(BackupSettings(cameraBackup: true))
+        let slow = SlowTransport(h.server)
+        let engine = BackupEngine(configuration: configuration(h), transport: slow, blobs: h.blobs, policy: quietPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        let c = try h.commit(testBytes(40 * 64 * 1024, seed: 41), path: "Camera Roll/movie.mp4")
+        engine.wake()
+        try eventually("uploading") { h.server.stats.bytesReceived > 0 }
+        _ = try file.update { $0.paused = true }  // `vdrive pause`: only the file changes
+        try eventually("paused status") { engine.status().waitingReason == "Paused" }
+        let sent = h.server.stats.bytesReceived
+        #expect(try h.state(c) == .pending)
+        #expect(sent < Int64(40 * 64 * 1024))
+        // Held: nothing more goes out, whatever wakes the engine.
+        engine.wake()
+        try eventually("status written") { (try StatusFile(stateFolder: h.stateFolder).read())?.waitingCode == "paused" }
+        #expect(h.server.stats.bytesReceived == sent)
+
+        _ = try file.update { $0.paused = false }
+        try eventually("done after resume") { try h.state(c) == .done }
+        #expect(h.server.blobs[c.hash] != nil)
+    }
+
+    @Test func stopWithUploadInFlightIsQuickAndResumesNextTime() throws {
+        let h = try Harness(chunkSize: 256 * 1024); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let bytes = testBytes(64 * 256 * 1024, seed: 42)
+        let c = try h.commit(bytes, path: "Camera Roll/long.mov")
+        let engine = BackupEngine(configuration: configuration(h), transport: SlowTransport(h.server), blobs: h.blobs,
+                                  policy: quietPolicy)
+        try engine.start()
+        try eventually("uploading") { h.server.stats.bytesReceived > 0 }
+        #expect(engine.stop())  // the thread finished: the PATCH was cancelled, not waited for
+        #expect(try h.state(c) == .pending)
+        let partial = try #require(h.server.pendingOffset(of: c.hash))
+        #expect(partial < Int64(bytes.count))
+
+        // Next mount: a new engine on the same database resumes where the server is.
+        let next = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        try next.start()
+        defer { next.stop() }
+        try eventually("done after restart") { try h.state(c) == .done }
+        let resent = h.server.stats.bytesReceivedByHash[c.hash]! - Int64(bytes.count)
+        #expect(resent <= Int64(h.chunkSize))
+    }
+
+    @Test func runOnceDrainsAndSyncs() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let present = testBytes(500, seed: 43)
+        h.server.store(present)
+        try h.commit(present, path: "Camera Roll/known.jpg")
+        try h.commit(testBytes(700, seed: 44), path: "Camera Roll/new.jpg")
+
+        let sync = try BackupEngine.runOnce(task: .sync, configuration: configuration(h), transport: h.server,
+                                            blobs: h.blobs, policy: quietPolicy)
+        #expect(sync.status.itemsDone == 1)
+        let backup = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+                                              blobs: h.blobs, policy: quietPolicy)
+        #expect(backup.sent == 1)
+        #expect(backup.status.state == .idle)
+        #expect(h.server.stats.bytesReceived == 700)
+        #expect(try StatusFile(stateFolder: h.stateFolder).read()?.state == .idle)
+    }
+
+    @Test func runOnceWaitsForAnotherUploaderAndForHolds() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        try h.commit(testBytes(100, seed: 45), path: "Camera Roll/x.jpg")
+        let lock = try #require(try UploadLock.acquire(stateFolder: h.stateFolder))
+        let busy = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+                                            blobs: h.blobs, policy: quietPolicy)
+        #expect(busy.busy)
+        #expect(busy.status.waitingReason == "Another vdrive process is backing up")
+        _ = lock
+
+        _ = try SettingsFile(path: h.settingsPath).update { $0.paused = true }
+        let held = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+                                            blobs: h.blobs, policy: quietPolicy)
+        #expect(held.hold == .paused)
+        #expect(h.server.stats.bytesReceived == 0)
+    }
+}
