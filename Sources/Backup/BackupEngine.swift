@@ -45,7 +45,7 @@ public final class BackupEngine: Sendable {
         var status = BackupStatus(state: .off)
         var lastStatusWrite: Double = -.infinity
         var started = false
-        var watcher: SettingsWatcher?
+        var watcher: FileChangeWatcher?
         var lastError: String?
     }
 
@@ -74,7 +74,7 @@ public final class BackupEngine: Sendable {
         let db = try Database(path: configuration.databasePath)
         try db.execute("PRAGMA journal_mode=WAL")
         try BackupSchema.apply(to: db)
-        let watcher = try SettingsWatcher(settingsPath: configuration.settingsPath) { [weak self] in self?.settingsChanged() }
+        let watcher = try FileChangeWatcher(path: configuration.settingsPath) { [weak self] in self?.settingsChanged() }
         let alreadyStarted = shared.withLock { state -> Bool in
             if state.started { return true }
             state.started = true
@@ -109,7 +109,7 @@ public final class BackupEngine: Sendable {
     /// transport call that ignores cancellation; it exits with the process).
     @discardableResult
     public func stop() -> Bool {
-        let (wasStarted, watcher) = shared.withLock { state -> (Bool, SettingsWatcher?) in
+        let (wasStarted, watcher) = shared.withLock { state -> (Bool, FileChangeWatcher?) in
             state.stopRequested = true
             let w = state.watcher
             state.watcher = nil

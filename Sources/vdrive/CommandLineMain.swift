@@ -10,8 +10,12 @@ enum CommandLineMain {
     /// Every verb. Each lives in its own file (MountCommand.swift, ServeCommand.swift, ...).
     static var verbs: [Verb] {
         [
-        ]
+        ] + backupVerbs
     }
+
+    /// The backup verbs (Backup target); they work on the settings file and the state folder.
+    static var backupVerbs: [Verb] { [SettingsCommand.verb, PauseCommand.pause, PauseCommand.resume,
+                                      StatusCommand.verb, BackupCommand.verb] }
 
     static var overview: String {
         var text = """

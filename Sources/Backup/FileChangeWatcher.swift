@@ -4,21 +4,22 @@ import Storage
 import Glibc
 #endif
 
-/// Calls `onChange` when the settings file is written, renamed into place or removed,
-/// so `vdrive pause` in another process bites within one progress tick. One thread
-/// sleeps in `poll` on an inotify descriptor and a stop pipe: no CPU while nothing happens.
+/// Calls `onChange` when a file is written, renamed into place or removed: the engine
+/// watches the settings file (so `vdrive pause` in another process bites within one
+/// progress tick), `vdrive status --watch` watches status.json. One thread sleeps in
+/// `poll` on an inotify descriptor and a stop pipe: no CPU while nothing happens.
 /// The folder is watched, not the file: `AtomicFile` replaces the file by rename.
-final class SettingsWatcher: Sendable {
+public final class FileChangeWatcher: Sendable {
     private let inotifyFd: Int32
     private let stopPipe: (read: Int32, write: Int32)
     private let fileName: String
     private let onChange: @Sendable () -> Void
     private let finished = DispatchSemaphore(value: 0)
 
-    init(settingsPath: String, onChange: @escaping @Sendable () -> Void) throws {
-        let folder = (settingsPath as NSString).deletingLastPathComponent
+    public init(path: String, onChange: @escaping @Sendable () -> Void) throws {
+        let folder = (path as NSString).deletingLastPathComponent
         try FileIO.makeDirectories(folder)
-        fileName = (settingsPath as NSString).lastPathComponent
+        fileName = (path as NSString).lastPathComponent
         self.onChange = onChange
         let fd = inotify_init1(Int32(IN_CLOEXEC))
         guard fd >= 0 else { throw Errno.current }
@@ -39,7 +40,7 @@ final class SettingsWatcher: Sendable {
         inotifyFd = fd
         stopPipe = (fds[0], fds[1])
         let thread = Thread { [self] in run() }
-        thread.name = "vdrive-settings-watcher"
+        thread.name = "vdrive-watch-\(fileName)"
         thread.start()
     }
 
@@ -57,11 +58,11 @@ final class SettingsWatcher: Sendable {
             guard fds[0].revents & Int16(POLLIN) != 0 else { continue }
             let length = read(inotifyFd, buffer, bufferSize)
             if length <= 0 { continue }
-            if touchesSettings(buffer, length) { onChange() }
+            if touchesWatchedFile(buffer, length) { onChange() }
         }
     }
 
-    private func touchesSettings(_ buffer: UnsafeMutableRawPointer, _ length: Int) -> Bool {
+    private func touchesWatchedFile(_ buffer: UnsafeMutableRawPointer, _ length: Int) -> Bool {
         var offset = 0
         let headerSize = MemoryLayout<inotify_event>.size
         while offset + headerSize <= length {
@@ -77,7 +78,7 @@ final class SettingsWatcher: Sendable {
     }
 
     /// Stops the thread and waits for it (it wakes at once: the stop pipe is in its poll).
-    func stop() {
+    public func stop() {
         var byte: UInt8 = 1
         _ = write(stopPipe.write, &byte, 1)
         finished.wait()
