@@ -227,7 +227,7 @@ public final class BackupEngine: Sendable {
         let result = try worker.drain { [self] _, _ in publish(worker, .uploading, force: false) }
         switch result {
         case .stopped:
-            return nil
+            return Date()  // stop, or a pause that cancelled a PATCH: the loop re-evaluates
         case .held(let hold):
             publish(worker, .held(hold), force: true)
             return Date()  // re-evaluate at once: the loop above decides how to wait

@@ -10,6 +10,7 @@ public protocol BackupTransport: Sendable {
 
     /// Starts (or finds) the resumable upload of a blob: `.present` when the server
     /// already has it (link, send nothing), else a presigned tus URL with its offset.
+    /// A zero-length blob is complete at creation (tus): the answer is `.present`.
     func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket
 
     /// The offset the server holds for an upload (tus HEAD `Upload-Offset`).

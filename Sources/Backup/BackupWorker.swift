@@ -65,18 +65,17 @@ final class BackupWorker {
     /// `onItem` is called after each item with its outcome.
     func drain(onItem: (BackupItem, UploadOutcome) -> Void = { _, _ in }) throws -> DrainResult {
         guard try takeLock() else { return .busy }
-        defer { if case .empty = lastDrainResult { lock = nil } }
         while true {
-            guard shouldContinue() else { return finish(.stopped) }
+            guard shouldContinue() else { return .stopped }
             if let hold = currentHold() {
                 rate.pause()
-                return finish(.held(hold))
+                return .held(hold)
             }
             guard let item = try queue.nextDue(now: clock()) else {
                 let nextDue = try queue.earliestDue()
                 if nextDue == nil { runCompleted = 0; lastTransientError = nil }
                 rate.pause()
-                return finish(.empty(nextDue: nextDue))
+                return .empty(nextDue: nextDue)
             }
             currentPath = item.path
             let outcome = try uploader.process(item)
@@ -91,18 +90,12 @@ final class BackupWorker {
                 break
             }
             onItem(item, outcome)
-            if case .held(let hold) = outcome { return finish(.held(hold)) }
-            if outcome == .stopped { return finish(.stopped) }
+            if case .held(let hold) = outcome { return .held(hold) }
+            if outcome == .stopped { return .stopped }
         }
     }
 
-    private var lastDrainResult: DrainResult?
     private(set) var currentPath: String?
-
-    private func finish(_ result: DrainResult) -> DrainResult {
-        lastDrainResult = result
-        return result
-    }
 
     /// Takes the cross-process upload lock if we do not hold it; on taking it, rows left
     /// `uploading` by a previous holder (killed, or stopped mid-item) go back to pending.

@@ -278,6 +278,31 @@ import Storage
         _ = holder
     }
 
+    /// Bytes read per byte uploaded, counted by the kernel for this thread (`rchar` in
+    /// /proc/thread-self/io: every read and pread, SQLite's included). The drain runs
+    /// synchronously on the test's thread.
+    @Test func eachByteIsReadOnce() throws {
+        let h = try Harness(chunkSize: 1 << 20); defer { h.remove() }
+        let bytes = testBytes(8 << 20, seed: 25)
+        let c = try h.commit(bytes, path: "Camera Roll/8MiB.mov")
+        let worker = h.makeWorker()
+        let before = try threadReadBytes()
+        _ = try worker.drain()
+        let read = try threadReadBytes() - before
+        #expect(try h.state(c) == .done)
+        let ratio = Double(read) / Double(bytes.count)
+        #expect(ratio >= 1.0 && ratio <= 1.05, "read \(read) bytes to upload \(bytes.count)")
+    }
+
+    @Test func emptyFileIsBackedUpWithoutAPatch() throws {
+        let h = try Harness(); defer { h.remove() }
+        let c = try h.commit([], path: "Camera Roll/empty.jpg")
+        _ = try h.makeWorker().drain()
+        #expect(try h.state(c) == .done)
+        #expect(h.server.blobs[c.hash] == [])
+        #expect(h.server.stats.patches == 0)
+    }
+
     @Test func captureDateIsReadFromTheFirstChunk() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(try Fixtures.bytes("DSC_1999.jpg"), path: "Camera Roll/DSC_1999.jpg")
@@ -297,6 +322,12 @@ func corrupt(_ path: String, at offset: Int64) throws {
     _ = try byte.withUnsafeMutableBytes { try FileIO.pread(fd, into: $0, at: offset) }
     byte[0] ^= 0x5A
     try byte.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: offset) }
+}
+
+func threadReadBytes() throws -> Int64 {
+    let text = try String(contentsOfFile: "/proc/thread-self/io", encoding: .utf8)
+    let line = try #require(text.split(separator: "\n").first { $0.hasPrefix("rchar:") })
+    return try #require(Int64(line.dropFirst("rchar:".count).trimmingCharacters(in: .whitespaces)))
 }
 
 final class StopFlag: Sendable {
