@@ -24,15 +24,12 @@ public enum BackupItemState: String, Sendable, CaseIterable, Codable {
     case pending, uploading, done, failed
 }
 
-/// One row of `backup_items`.
+/// One row of `backup_items`: the commit as the drive queued it (its fields read
+/// through: `item.hash`, `item.path`), and where its backup stands.
+@dynamicMemberLookup
 public struct BackupItem: Sendable, Equatable {
     public var id: Int64
-    public var changeSequence: Int64
-    public var inode: UInt64
-    public var path: String
-    public var hash: SHA256Digest
-    public var size: Int64
-    public var mtime: Int64
+    public var commit: CameraRollCommit
     public var state: BackupItemState
     /// Done without sending: the server already had the content.
     public var linked: Bool
@@ -55,6 +52,8 @@ public struct BackupItem: Sendable, Equatable {
         bytes_sent, capture_date, capture_source
         """
 
+    public subscript<T>(dynamicMember field: KeyPath<CameraRollCommit, T>) -> T { commit[keyPath: field] }
+
     init(row: Row) throws {
         guard let hex = row.string(4), let hash = SHA256Digest(hex: hex) else {
             throw BackupQueueError.corruptRow("backup_items id \(row.int64(0)) has no valid hash")
@@ -63,12 +62,8 @@ public struct BackupItem: Sendable, Equatable {
             throw BackupQueueError.corruptRow("backup_items id \(row.int64(0)) has an unknown state")
         }
         id = row.int64(0)
-        changeSequence = row.int64(1)
-        inode = UInt64(bitPattern: row.int64(2))
-        path = row.string(3) ?? ""
-        self.hash = hash
-        size = row.int64(5)
-        mtime = row.int64(6)
+        commit = CameraRollCommit(changeSequence: row.int64(1), inode: UInt64(bitPattern: row.int64(2)),
+                                  path: row.string(3) ?? "", hash: hash, size: row.int64(5), mtime: row.int64(6))
         self.state = state
         linked = row.int(8) != 0
         recorded = row.int(9) != 0

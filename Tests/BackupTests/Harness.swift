@@ -68,6 +68,17 @@ final class Harness {
                             clock: { clock.now }, monotonic: { clock.now }, random: { 0.5 })
     }
 
+    /// Drains with a worker that is stopped (as by an unmount) once the server holds
+    /// `offset` bytes of the upload; the lock is released as the process exit would.
+    func drainStopping(atServerOffset offset: Int64) throws -> BackupWorker.DrainResult {
+        let stop = StopFlag()
+        server.setAfterPatch { if $0 >= offset { stop.set() } }
+        defer { server.setAfterPatch(nil) }
+        let worker = makeWorker(shouldContinue: { !stop.isSet })
+        defer { worker.releaseLock() }
+        return try worker.drain()
+    }
+
     func item(_ commit: CameraRollCommit) throws -> BackupItem {
         try #require(try db.queryOne("SELECT \(BackupItem.columns) FROM backup_items WHERE change_sequence = ?",
                                      commit.changeSequence) { try BackupItem(row: $0) })
