@@ -199,7 +199,7 @@ public final class BackupEngine: Sendable {
             signal.wait(until: deadline)
         }
         worker.releaseLock()
-        publish(worker, .resting, force: true)
+        publish(worker, .stopped, force: true)
     }
 
     /// One round of the loop; returns when to wake up next if nothing signals (nil: never).

@@ -22,7 +22,17 @@ public struct BackupQueue {
     /// Replaying the same change sequence is a no-op. The caller decides whether the
     /// path qualifies (`CameraRollRules.isInCameraRoll`) and whether backup is on; after
     /// the transaction commits it calls `BackupEngine.wake()`.
+    ///
+    /// An older version of the same path that was never sent (pending or failed) is
+    /// dropped: the file was overwritten before its backup, so that content no longer
+    /// exists in the drive under this name and backing it up would only waste the link.
+    /// A version already done stays done (its blob stays on the server); one in flight
+    /// finishes or fails on its own.
     public static func enqueue(in db: Database, item: CameraRollCommit, now: Double = Clock.now()) throws {
+        try db.run("""
+            DELETE FROM backup_items
+            WHERE path = ? AND hash != ? AND state IN ('pending', 'failed') AND change_sequence < ?
+            """, item.path, item.hash.hex, item.changeSequence)
         try db.run("""
             INSERT OR IGNORE INTO backup_items (change_sequence, inode, path, hash, size, mtime, queued_at)
             VALUES (?, ?, ?, ?, ?, ?, ?)

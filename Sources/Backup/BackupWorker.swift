@@ -206,6 +206,8 @@ final class BackupWorker {
         case held(BackupHold)
         case busy
         case resting
+        /// The engine stopped (unmount): what is left waits for the next mount or timer.
+        case stopped
     }
 
     func status(_ phase: Phase) throws -> BackupStatus {
@@ -228,6 +230,10 @@ final class BackupWorker {
             status.state = counts.itemsLeft > 0 ? .waiting : .idle
             status.waitingReason = "Another vdrive process is backing up"
             status.waitingCode = "other-process"
+        case .stopped:
+            status.state = counts.itemsLeft > 0 ? .waiting : .idle
+            status.waitingReason = counts.itemsLeft > 0 ? "Not running; backup goes on at the next mount or timer run" : nil
+            status.waitingCode = counts.itemsLeft > 0 ? "stopped" : nil
         case .uploading, .resting:
             if counts.itemsLeft == 0 {
                 status.state = .idle

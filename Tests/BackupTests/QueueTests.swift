@@ -39,6 +39,26 @@ import Storage
         #expect(try h.queue.allItems().count == 1)
     }
 
+    @Test func overwriteBeforeBackupQueuesOnlyTheNewVersion() throws {
+        let h = try Harness(); defer { h.remove() }
+        let old = try h.commit(testBytes(100, seed: 50), path: "Camera Roll/edit.jpg")
+        let new = try h.commit(testBytes(120, seed: 51), path: "Camera Roll/edit.jpg")
+        let items = try h.queue.allItems()
+        #expect(items.map(\.changeSequence) == [new.changeSequence])
+        _ = old
+    }
+
+    @Test func overwriteAfterBackupKeepsTheOldVersionDone() throws {
+        let h = try Harness(); defer { h.remove() }
+        let old = try h.commit(testBytes(100, seed: 52), path: "Camera Roll/edit.jpg")
+        _ = try h.makeWorker().drain()
+        let new = try h.commit(testBytes(120, seed: 53), path: "Camera Roll/edit.jpg")
+        #expect(try h.state(old) == .done)
+        #expect(try h.state(new) == .pending)
+        _ = try h.makeWorker().drain()
+        #expect(h.server.blobs[old.hash] != nil && h.server.blobs[new.hash] != nil)
+    }
+
     @Test func stateMachineTransitions() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(testBytes(10, seed: 3), path: "Camera Roll/d.jpg")
@@ -94,12 +114,15 @@ import Storage
     @Test func listingNamesAreFlatReadableAndUnique() throws {
         let h = try Harness(); defer { h.remove() }
         try h.commit(testBytes(10, seed: 5), path: "Camera Roll/2024/IMG_1.jpg")
-        try h.commit(testBytes(11, seed: 6), path: "Camera Roll/2024/IMG_1.jpg")  // edited: a second version
+        _ = try h.makeWorker().drain()
+        try h.commit(testBytes(11, seed: 6), path: "Camera Roll/2024/IMG_1.jpg")  // edited after its backup
         try h.commit(testBytes(12, seed: 7), path: "Camera Roll/IMG_2.jpg")
-        let names = try h.queue.listing(.pending).map(\.name)
-        #expect(names == ["2024\u{2215}IMG_1 #1.jpg", "2024\u{2215}IMG_1 #2.jpg", "IMG_2.jpg"])
-        #expect(Set(names).count == names.count)
-        #expect(try h.queue.listing(.done).isEmpty)
+        _ = try h.makeWorker().drain()
+        try h.commit(testBytes(13, seed: 8), path: "Camera Roll/IMG_3")
+        let done = try h.queue.listing(.done).map(\.name)
+        #expect(done == ["2024\u{2215}IMG_1 #1.jpg", "2024\u{2215}IMG_1 #2.jpg", "IMG_2.jpg"])
+        #expect(try h.queue.listing(.pending).map(\.name) == ["IMG_3"])
+        #expect(try h.queue.listing(.failed).isEmpty)
     }
 
     @Test func fileStateFollowsContentAndPrefersDone() throws {
