@@ -265,7 +265,7 @@ extension BackupEngine.TaskReport {
         case .linked: linked += 1
         case .failed: failed += 1
         case .retry: retrying += 1
-        case .held, .stopped: break
+        case .held, .stopped, .superseded: break
         }
     }
 }

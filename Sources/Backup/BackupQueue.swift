@@ -121,9 +121,11 @@ public struct BackupQueue {
 
     // MARK: - Transitions
 
-    /// pending → uploading. Only the holder of the upload lock calls this.
-    public func markUploading(_ id: Int64) throws {
-        try db.run("UPDATE backup_items SET state = 'uploading' WHERE id = ? AND state = 'pending'", id)
+    /// pending → uploading. Only the holder of the upload lock calls this. False when the
+    /// row is no longer pending (the drive dropped it for a newer version meanwhile).
+    @discardableResult
+    public func markUploading(_ id: Int64) throws -> Bool {
+        try db.run("UPDATE backup_items SET state = 'uploading' WHERE id = ? AND state = 'pending'", id) == 1
     }
 
     /// → done. `linked`: nothing was sent, the server already had the content.

@@ -86,7 +86,7 @@ final class BackupWorker {
                 try updateCursor()
             case .retry(let at, let error):
                 lastTransientError = (error, at)
-            case .held, .stopped:
+            case .held, .stopped, .superseded:
                 break
             }
             onItem(item, outcome)

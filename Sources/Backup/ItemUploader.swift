@@ -17,6 +17,8 @@ public enum UploadOutcome: Sendable, Equatable {
     case held(BackupHold)
     /// Stop was requested (unmount): pending again, due now; the server keeps its offset.
     case stopped
+    /// The row left `pending` before its turn (a newer version replaced it): not touched.
+    case superseded
 }
 
 public struct UploaderConfiguration: Sendable {
@@ -73,7 +75,7 @@ final class ItemUploader {
     /// Takes a pending item through one attempt and writes its resulting state.
     /// Throws only database errors (the engine backs off and tries again).
     func process(_ item: BackupItem) throws -> UploadOutcome {
-        try queue.markUploading(item.id)
+        guard try queue.markUploading(item.id) else { return .superseded }
         do {
             return try attempt(item)
         } catch let error as BackupTransportError {

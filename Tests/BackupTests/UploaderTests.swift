@@ -283,6 +283,17 @@ import Storage
         #expect(ratio >= 1.0 && ratio <= 1.05, "read \(read) bytes to upload \(bytes.count)")
     }
 
+    @Test func itemReplacedBeforeItsTurnIsLeftAlone() throws {
+        let h = try Harness(); defer { h.remove() }
+        let old = try h.commit(testBytes(100, seed: 26), path: "Camera Roll/x.jpg")
+        let worker = h.makeWorker()
+        let due = try #require(try h.queue.nextDue(now: h.clock.now))
+        try h.commit(testBytes(101, seed: 27), path: "Camera Roll/x.jpg")  // the drive, meanwhile
+        #expect(try worker.uploader.process(due) == .superseded)
+        #expect(h.server.stats.creates == 0)
+        #expect(try h.queue.allItems().map(\.changeSequence) == [old.changeSequence + 1])
+    }
+
     @Test func emptyFileIsBackedUpWithoutAPatch() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit([], path: "Camera Roll/empty.jpg")
