@@ -6,7 +6,7 @@ public enum BackupSchema {
     public static let migrations: [Migration] = [
         Migration("backup-1-items", """
         CREATE TABLE backup_items (
-            id INTEGER PRIMARY KEY,
+            id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale id must not hit a newer row
             change_sequence INTEGER NOT NULL UNIQUE,
             inode INTEGER NOT NULL,
             path TEXT NOT NULL,
