@@ -228,11 +228,21 @@ final class ItemUploader {
             let n = try readChunk(item, fd: fd, at: at, limit: item.size - at)
             let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
             hasher.update(chunk)
-            if at + Int64(n) == item.size { try verify(item, hasher.finish()) }
-            let chunkHasher = SHA256Hasher()
-            chunkHasher.update(chunk)
+            var chunkDigest: SHA256Digest?
+            if at + Int64(n) == item.size {
+                let whole = hasher.finish()
+                try verify(item, whole)
+                // A file sent in one chunk (most photos): the chunk checksum is the file's
+                // hash, already computed; hashing the same bytes again would double the CPU.
+                if at == 0 { chunkDigest = whole }
+            }
+            let chunkSHA256 = chunkDigest ?? {
+                let chunkHasher = SHA256Hasher()
+                chunkHasher.update(chunk)
+                return chunkHasher.finish()
+            }()
             var reported: Int64 = 0
-            let newOffset = try transport.patch(url: url, offset: at, chunk: chunk, chunkSHA256: chunkHasher.finish()) { sent in
+            let newOffset = try transport.patch(url: url, offset: at, chunk: chunk, chunkSHA256: chunkSHA256) { sent in
                 if sent > reported { onBytesSent(sent - reported); reported = sent }
                 return shouldContinue()
             }
