@@ -68,13 +68,20 @@ public final class BackupEngine: Sendable {
     // MARK: - Control (any thread)
 
     /// Starts the engine thread and the settings watcher. Throws when the settings file
-    /// is unreadable or the database cannot be opened.
+    /// is unreadable or the database cannot be opened. An engine runs once: after
+    /// `stop()`, make a new one. The journal mode is the drive's business (WAL).
     public func start() throws {
-        let settings = try SettingsFile(path: configuration.settingsPath).load()
         let db = try Database(path: configuration.databasePath)
-        try db.execute("PRAGMA journal_mode=WAL")
         try BackupSchema.apply(to: db)
+        // Watch first, then read: a change in between is not lost.
         let watcher = try FileChangeWatcher(path: configuration.settingsPath) { [weak self] in self?.settingsChanged() }
+        let settings: BackupSettings
+        do {
+            settings = try SettingsFile(path: configuration.settingsPath).load()
+        } catch {
+            watcher.stop()
+            throw error
+        }
         let alreadyStarted = shared.withLock { state -> Bool in
             if state.started { return true }
             state.started = true
