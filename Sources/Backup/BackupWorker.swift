@@ -223,7 +223,8 @@ final class BackupWorker {
             status.waitingReason = BackupHold.off.reason
             status.waitingCode = BackupHold.off.code
         case .held(let hold):
-            status.state = counts.itemsLeft > 0 ? .waiting : .idle
+            // Waiting even with nothing left: a user who paused should see "Paused".
+            status.state = .waiting
             status.waitingReason = hold.reason
             status.waitingCode = hold.code
         case .busy:

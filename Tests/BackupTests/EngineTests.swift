@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Crypto
 import Storage
@@ -33,6 +34,12 @@ final class SlowTransport: BackupTransport, Sendable {
     func recordFile(_ record: FileRecord) throws { try inner.recordFile(record) }
     func watermark() throws -> BackupWatermark? { try inner.watermark() }
     func setWatermark(_ watermark: BackupWatermark) throws { try inner.setWatermark(watermark) }
+}
+
+final class SwitchableNetworkProbe: NetworkProbe, Sendable {
+    private let metered = Mutex(true)
+    func set(_ value: Bool) { metered.withLock { $0 = value } }
+    func isMetered() -> Bool { metered.withLock { $0 } }
 }
 
 @Suite struct EngineTests {
@@ -126,6 +133,44 @@ final class SlowTransport: BackupTransport, Sendable {
         try eventually("done after restart") { try h.state(c) == .done }
         let resent = h.server.stats.bytesReceivedByHash[c.hash]! - Int64(bytes.count)
         #expect(resent <= Int64(h.chunkSize))
+    }
+
+    @Test func meteredHoldIsRecheckedAndLifts() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let network = SwitchableNetworkProbe()
+        var configuration = configuration(h)
+        configuration.holdRecheckInterval = 0.05
+        let engine = BackupEngine(configuration: configuration, transport: h.server, blobs: h.blobs,
+                                  policy: BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: network, probeInterval: 0))
+        try engine.start()
+        defer { engine.stop() }
+        let c = try h.commit(testBytes(5000, seed: 46), path: "Camera Roll/m.jpg")
+        engine.wake()
+        try eventually("metered status") {
+            engine.status().line == "Waiting for an unmetered network · 1 item (5.0 KB) left"
+        }
+        #expect(h.server.stats.bytesReceived == 0)
+        network.set(false)  // joined Wi-Fi: no event reaches us, the re-check finds it
+        try eventually("done on an unmetered network") { try h.state(c) == .done }
+    }
+
+    @Test func serverDownSaysWhyAndRecovers() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        var configuration = configuration(h)
+        configuration.uploader.retry = RetryPolicy(base: 0.2, cap: 0.4)
+        h.server.inject(.refuse, on: .watermark)  // the sync at start
+        h.server.inject(.refuse, on: .createUpload, times: 3)
+        let c = try h.commit(testBytes(5000, seed: 47), path: "Camera Roll/n.jpg")
+        let engine = BackupEngine(configuration: configuration, transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("retry status") {
+            (engine.status().waitingReason ?? "").hasPrefix("Retrying after an error (connection refused)")
+        }
+        try eventually("done once the server is back") { try h.state(c) == .done }
+        #expect(try h.item(c).attempts == 3)
     }
 
     @Test func runOnceDrainsAndSyncs() throws {
