@@ -49,7 +49,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         return c
     }
 
-    let quietPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false))
+    let quietPolicy = noHoldPolicy
 
     @Test func wakesOnEnqueueUploadsAndWritesStatus() throws {
         let h = try Harness(); defer { h.remove() }

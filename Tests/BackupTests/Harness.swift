@@ -58,7 +58,7 @@ final class Harness {
         return item
     }
 
-    func makeWorker(policy: BackupPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false)),
+    func makeWorker(policy: BackupPolicy = noHoldPolicy,
                     shouldContinue: @escaping @Sendable () -> Bool = { true }, maxIntegrityFailures: Int = 3) -> BackupWorker {
         let settings = self.settings
         let clock = self.clock
@@ -85,6 +85,17 @@ final class Harness {
     }
 
     func state(_ commit: CameraRollCommit) throws -> BackupItemState { try item(commit).state }
+}
+
+/// The policy tests use when policy is not what they test: no battery, unmetered.
+let noHoldPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false))
+
+/// A worker with backup on and no hold, for tests that bring their own transport.
+func plainWorker(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
+                 chunkSize: Int) -> BackupWorker {
+    BackupWorker(db: db, transport: transport, blobs: blobs, stateFolder: stateFolder,
+                 uploader: UploaderConfiguration(chunkSize: chunkSize), settings: { BackupSettings(cameraBackup: true) },
+                 policy: noHoldPolicy, shouldContinue: { true })
 }
 
 final class SettingsBox: Sendable {

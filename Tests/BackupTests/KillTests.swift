@@ -39,11 +39,7 @@ import Storage
         #expect(try h.state(c) == .uploading)  // left as the killed process had it
 
         // The next run: a new worker (the lock died with the child).
-        let next = BackupWorker(db: h.db, transport: server, blobs: h.blobs, stateFolder: h.stateFolder,
-                                uploader: UploaderConfiguration(chunkSize: Self.chunk),
-                                settings: { BackupSettings(cameraBackup: true) },
-                                policy: BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false)),
-                                shouldContinue: { true })
+        let next = plainWorker(db: h.db, transport: server, blobs: h.blobs, stateFolder: h.stateFolder, chunkSize: Self.chunk)
         #expect(try next.drain() == .empty(nextDue: nil))
         #expect(try h.state(c) == .done)
         let stored = try #require(FileManager.default.contents(atPath: server.blobPath(c.hash)))
@@ -60,12 +56,9 @@ struct KillChild {
     @Test func uploadSlowlyUntilKilled() throws {
         let root = try #require(ProcessInfo.processInfo.environment["VDRIVE_KILL_CHILD_ROOT"])
         let db = try Database(path: root + "/catalog.db")
-        let worker = BackupWorker(db: db, transport: try DirectoryTransport(root: root + "/server", pieceDelayMicroseconds: 3_000),
-                                  blobs: try BlobStore(root: root + "/blobs"), stateFolder: root + "/state",
-                                  uploader: UploaderConfiguration(chunkSize: KillTests.chunk),
-                                  settings: { BackupSettings(cameraBackup: true) },
-                                  policy: BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false)),
-                                  shouldContinue: { true })
+        let worker = plainWorker(db: db, transport: try DirectoryTransport(root: root + "/server", pieceDelayMicroseconds: 3_000),
+                                 blobs: try BlobStore(root: root + "/blobs"), stateFolder: root + "/state",
+                                 chunkSize: KillTests.chunk)
         _ = try worker.drain()
         Issue.record("the child finished before it was killed")
     }

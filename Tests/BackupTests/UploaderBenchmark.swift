@@ -46,11 +46,8 @@ struct UploaderBenchmark {
         let photoSize = 3_000_000, photos = 300  // 900 MB of 3 MB "photos"
         for i in 0..<photos { try h.commit(testBytes(photoSize, seed: UInt64(1000 + i)), path: "Camera Roll/\(i).jpg") }
         let transport = DiscardingTransport()
-        let worker = BackupWorker(db: h.db, transport: transport, blobs: h.blobs, stateFolder: h.stateFolder,
-                                  uploader: UploaderConfiguration(chunkSize: 8 << 20),
-                                  settings: { BackupSettings(cameraBackup: true) },
-                                  policy: BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false)),
-                                  shouldContinue: { true })
+        let worker = plainWorker(db: h.db, transport: transport, blobs: h.blobs, stateFolder: h.stateFolder,
+                                 chunkSize: 8 << 20)
         let readBefore = try threadReadBytes()
         let cpuBefore = threadCPUSeconds()
         let wallBefore = Clock.monotonic()
