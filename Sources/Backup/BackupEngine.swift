@@ -45,7 +45,7 @@ public final class BackupEngine: Sendable {
         var status = BackupStatus(state: .off)
         var lastStatusWrite: Double = -.infinity
         var started = false
-        var watcher: FileChangeWatcher?
+        var watchers: [FileChangeWatcher] = []
         var lastError: String?
     }
 
@@ -74,22 +74,26 @@ public final class BackupEngine: Sendable {
         let db = try Database(path: configuration.databasePath)
         try BackupSchema.apply(to: db)
         // Watch first, then read: a change in between is not lost.
-        let watcher = try FileChangeWatcher(path: configuration.settingsPath) { [weak self] in self?.settingsChanged() }
+        var watchers = [try FileChangeWatcher(path: configuration.settingsPath) { [weak self] in self?.settingsChanged() }]
         let settings: BackupSettings
         do {
+            // `vdrive backup retry` and other processes nudge a running engine through this file.
+            watchers.append(try FileChangeWatcher(path: Self.nudgePath(stateFolder: configuration.stateFolder)) { [weak self] in
+                self?.wake()
+            })
             settings = try SettingsFile(path: configuration.settingsPath).load()
         } catch {
-            watcher.stop()
+            watchers.forEach { $0.stop() }
             throw error
         }
         let alreadyStarted = shared.withLock { state -> Bool in
             if state.started { return true }
             state.started = true
             state.settings = settings
-            state.watcher = watcher
+            state.watchers = watchers
             return false
         }
-        if alreadyStarted { watcher.stop(); return }
+        if alreadyStarted { watchers.forEach { $0.stop() }; return }
         // `Database` is @unchecked Sendable: from here on only the engine thread uses it.
         let thread = Thread { [self] in
             run(db: db)
@@ -101,6 +105,14 @@ public final class BackupEngine: Sendable {
 
     /// Something may be due: call after a camera-roll commit's transaction committed.
     public func wake() { signal.signal() }
+
+    static func nudgePath(stateFolder: String) -> String { stateFolder + "/backup.wake" }
+
+    /// Wakes the engine of a running mount from another process (after `vdrive backup
+    /// retry`): the engine watches this file. Harmless when no engine runs.
+    public static func nudge(stateFolder: String) throws {
+        try AtomicFile.write(Data("\(getpid())\n".utf8), to: nudgePath(stateFolder: stateFolder), durable: false)
+    }
 
     /// Re-reads the settings file (the watcher calls this; the mount may too).
     public func settingsChanged() {
@@ -116,13 +128,12 @@ public final class BackupEngine: Sendable {
     /// transport call that ignores cancellation; it exits with the process).
     @discardableResult
     public func stop() -> Bool {
-        let (wasStarted, watcher) = shared.withLock { state -> (Bool, FileChangeWatcher?) in
+        let (wasStarted, watchers) = shared.withLock { state -> (Bool, [FileChangeWatcher]) in
             state.stopRequested = true
-            let w = state.watcher
-            state.watcher = nil
-            return (state.started, w)
+            defer { state.watchers = [] }
+            return (state.started, state.watchers)
         }
-        watcher?.stop()
+        watchers.forEach { $0.stop() }
         signal.signal()
         guard wasStarted else { return true }
         if exited.wait(timeout: .now() + configuration.stopTimeout) == .success {

@@ -11,7 +11,7 @@ enum BackupCommand {
                                                           done, failed; default: all)
 
         DIR is the state folder ($XDG_DATA_HOME/vdrive); the queue lives in its catalog.db.
-        A running mount picks up retried items at its next wake-up.
+        A running mount starts on retried items at once.
         """,
         run: run) }
 
@@ -19,12 +19,13 @@ enum BackupCommand {
         let options = try Options(arguments, valued: ["--state"], flags: [])
         let args = options.positionals
         guard let action = args.first else { throw CLIError.usage("backup needs 'retry' or 'list'; see --help") }
-        let catalog = BackupPaths.catalog(in: BackupPaths.from(options).state)
-        let queue = try open(catalog)
+        let stateFolder = BackupPaths.from(options).state
+        let queue = try open(BackupPaths.catalog(in: stateFolder))
         switch action {
         case "retry":
             guard args.count == 1 else { throw CLIError.usage("retry takes no arguments") }
             let count = try queue.retryFailed()
+            if count > 0 { try? BackupEngine.nudge(stateFolder: stateFolder) }  // a running mount starts now
             print(count == 1 ? "1 failed item queued again." : "\(count) failed items queued again.")
         case "list":
             guard args.count <= 2 else { throw CLIError.usage("list takes at most one state") }

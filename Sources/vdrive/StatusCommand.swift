@@ -28,7 +28,7 @@ enum StatusCommand {
                 print("No backup status yet (nothing has run in \(file.stateFolder)).")
                 return ExitCode.ok
             }
-            print(options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line)
+            print(options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line + staleness(status))
             return ExitCode.ok
         }
         let changed = DispatchSemaphore(value: 1)
@@ -50,6 +50,13 @@ enum StatusCommand {
                 fflush(nil)  // nil: all streams; `stdout` is a C global Swift 6 will not touch
             }
         }
+    }
+
+    /// A hint when a "backing up" status has not been refreshed for two minutes: the
+    /// process that wrote it may be gone (killed, unmounted uncleanly).
+    static func staleness(_ status: BackupStatus, now: Double = Date().timeIntervalSince1970) -> String {
+        guard status.state == .backingUp, now - status.updatedAt > 120 else { return "" }
+        return " (last updated \(Int((now - status.updatedAt) / 60)) min ago; is the drive mounted?)"
     }
 
     static func read(_ file: StatusFile) throws -> BackupStatus? {

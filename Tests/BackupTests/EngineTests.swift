@@ -173,6 +173,23 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         #expect(try h.item(c).attempts == 3)
     }
 
+    @Test func retryFromAnotherProcessWakesARunningEngine() throws {
+        let h = try Harness(); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        h.server.inject(.forbidden, on: .createUpload)
+        let c = try h.commit(testBytes(800, seed: 48), path: "Camera Roll/o.jpg")
+        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("failed") { try h.state(c) == .failed }
+        try eventually("status shows it") { engine.status().itemsFailed == 1 }
+        // `vdrive backup retry`: its own connection, then a nudge through the state folder.
+        let other = BackupQueue(db: try Database(path: h.db.path))
+        #expect(try other.retryFailed() == 1)
+        try BackupEngine.nudge(stateFolder: h.stateFolder)
+        try eventually("done after the nudge") { try h.state(c) == .done }
+    }
+
     @Test func runOnceDrainsAndSyncs() throws {
         let h = try Harness(); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
