@@ -2,7 +2,8 @@ import Crypto
 import Synchronization
 
 /// A workspace server in memory, for fast tests of the uploader and the engine, with
-/// fault injection. It behaves like the real one where the uploader can tell: tus offsets
+/// fault injection. A test double, public so that the command line's tests can use it
+/// too; production code never constructs one. It behaves like the real one where the uploader can tell: tus offsets
 /// survive a dropped connection and an expired URL, chunks are checked against their
 /// sha256, a blob is complete only when its bytes hash to its name, URLs expire.
 public final class InMemoryTransport: BackupTransport, Sendable {

@@ -36,6 +36,7 @@ enum StatusCommand {
         defer { watcher.stop() }
         let terminal = isatty(1) == 1
         var last: String?
+        if (try? read(file)) == nil { print("No backup status yet; waiting for one in \(file.stateFolder).") }
         while true {
             changed.wait()
             guard let status = try? read(file) else { continue }
