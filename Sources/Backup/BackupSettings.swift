@@ -1,5 +1,4 @@
 import Foundation
-import Storage
 
 /// The user's backup settings, kept in `$XDG_CONFIG_HOME/vdrive/settings.json`.
 /// Unknown keys in the file are kept when we rewrite it (other pieces may own them).

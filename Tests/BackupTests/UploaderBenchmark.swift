@@ -66,6 +66,33 @@ struct UploaderBenchmark {
     }
 }
 
+/// Prints the CPU an idle engine uses (no queue, backup on): it should sleep in the
+/// kernel. Run with `VDRIVE_BENCH=1 swift test --filter IdleEngineBenchmark`.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+struct IdleEngineBenchmark {
+    @Test func idleEngineCPU() throws {
+        let h = try Harness(label: "idle"); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let engine = BackupEngine(configuration: .init(databasePath: h.db.path, stateFolder: h.stateFolder,
+                                                       settingsPath: h.settingsPath),
+                                  transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("idle") { engine.status().state == .idle }
+        let seconds = 10.0
+        let before = processCPUSeconds()
+        usleep(UInt32(seconds * 1_000_000))
+        let used = processCPUSeconds() - before
+        print("idle engine: \(String(format: "%.4f", used)) s CPU in \(Int(seconds)) s (\(String(format: "%.3f", used / seconds * 100))% of a core, whole test process)")
+    }
+}
+
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
 func threadCPUSeconds() -> Double {
     var ts = timespec()
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
