@@ -245,6 +245,7 @@ public final class BackupEngine: Sendable {
         if Clock.now() >= nextSync {
             do {
                 _ = try worker.sync()
+                shared.withLock { $0.lastError = nil }
                 nextSync = Clock.now() + configuration.syncInterval
             } catch {
                 shared.withLock { $0.lastError = "sync: \(error)" }
@@ -277,8 +278,9 @@ public final class BackupEngine: Sendable {
     private func publish(_ worker: BackupWorker, _ phase: BackupWorker.Phase, force: Bool) {
         let now = Clock.monotonic()
         let due = shared.withLock { force || now - $0.lastStatusWrite >= configuration.statusInterval }
-        guard due, let status = try? worker.status(phase) else { return }
+        guard due, var status = try? worker.status(phase) else { return }
         shared.withLock {
+            status.lastError = $0.lastError
             $0.status = status
             $0.lastStatusWrite = now
         }

@@ -29,6 +29,9 @@ public struct BackupStatus: Codable, Sendable, Equatable {
     public var currentPath: String?
     /// The backup cursor: every camera-roll commit at or below this sequence is done.
     public var cursor: Int64
+    /// The engine's last error outside an item (a failed sync, a database error), for
+    /// diagnosis in status.json; nil once the same step succeeds again.
+    public var lastError: String?
     /// Seconds since the epoch when this was computed.
     public var updatedAt: Double
 

@@ -169,6 +169,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         try eventually("retry status") {
             (engine.status().waitingReason ?? "").hasPrefix("Retrying after an error (connection refused)")
         }
+        try eventually("the failed sync is reported") { engine.status().lastError?.contains("connection refused") == true }
         try eventually("done once the server is back") { try h.state(c) == .done }
         #expect(try h.item(c).attempts == 3)
     }
