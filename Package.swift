@@ -25,11 +25,13 @@ let package = Package(
         .target(name: "Protocol", dependencies: ["Crypto"]),
         .target(name: "Client", dependencies: ["CCurl", "Protocol", "Crypto"]),
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server"]),
+        .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Client", "Protocol", "Crypto"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
 
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux"], exclude: ["Fixtures"]),
         .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
+        .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
     ]
 )

@@ -13,8 +13,12 @@ enum CommandLineMain {
             MountCommand.verb,
             MountCommand.unmountVerb,
             ServeCommand.verb,
-        ]
+        ] + backupVerbs
     }
+
+    /// The backup verbs (Backup target); they work on the settings file and the state folder.
+    static var backupVerbs: [Verb] { [SettingsCommand.verb, PauseCommand.pause, PauseCommand.resume,
+                                      StatusCommand.verb, BackupCommand.verb] }
 
     static var overview: String {
         var text = """

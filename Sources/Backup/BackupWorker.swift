@@ -1,0 +1,264 @@
+import Crypto
+import Foundation
+import Storage
+
+/// The two tasks' work on one database connection: drain the queue (`us.virtualdrive.backup`)
+/// and sync with the server (`us.virtualdrive.sync`), plus the cursor and the status.
+/// Used by the engine's thread and by `BackupEngine.runOnce`; not thread-safe.
+final class BackupWorker {
+    let queue: BackupQueue
+    let transport: BackupTransport
+    let stateFolder: String
+    let settings: () -> BackupSettings
+    let policy: BackupPolicy
+    let shouldContinue: () -> Bool
+    let clock: () -> Double
+    let monotonic: () -> Double
+    private(set) var uploader: ItemUploader!
+    private var lock: UploadLock?
+
+    // Progress of the current run (since the queue was last empty).
+    private var runCompleted = 0
+    private var rate = RateEstimator()
+    private var eta = EtaFormatter()
+    private var lastTransientError: (message: String, retryAt: Double)?
+
+    init(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
+         uploader configuration: UploaderConfiguration, settings: @escaping () -> BackupSettings, policy: BackupPolicy,
+         shouldContinue: @escaping () -> Bool, clock: @escaping () -> Double = Clock.now,
+         monotonic: @escaping () -> Double = Clock.monotonic,
+         random: @escaping () -> Double = { Double.random(in: 0..<1) },
+         onProgress: @escaping (BackupWorker) -> Void = { _ in }) {
+        queue = BackupQueue(db: db)
+        self.transport = transport
+        self.stateFolder = stateFolder
+        self.settings = settings
+        self.policy = policy
+        self.shouldContinue = shouldContinue
+        self.clock = clock
+        self.monotonic = monotonic
+        uploader = nil
+        uploader = ItemUploader(
+            queue: queue, transport: transport, blobs: blobs, configuration: configuration, clock: clock, random: random,
+            shouldContinue: shouldContinue,
+            currentHold: { [unowned self] in self.currentHold() },
+            onBytesSent: { [unowned self] bytes in
+                self.rate.record(bytes: bytes, at: self.monotonic())
+                onProgress(self)
+            })
+    }
+
+    func currentHold() -> BackupHold? { policy.hold(for: settings(), now: monotonic()) }
+
+    // MARK: - us.virtualdrive.backup
+
+    enum DrainResult: Equatable {
+        /// Nothing is due; `nextDue` is when the earliest backoff ends (nil: queue empty).
+        case empty(nextDue: Double?)
+        case held(BackupHold)
+        /// Another process holds the upload lock.
+        case busy
+        case stopped
+    }
+
+    /// Uploads due items, oldest commit first, until none is due, a hold applies, or stop.
+    /// `onItem` is called after each item with its outcome.
+    func drain(onItem: (BackupItem, UploadOutcome) -> Void = { _, _ in }) throws -> DrainResult {
+        guard try takeLock() else { return .busy }
+        while true {
+            guard shouldContinue() else { return .stopped }
+            if let hold = currentHold() {
+                rate.pause()
+                return .held(hold)
+            }
+            guard let item = try queue.nextDue(now: clock()) else {
+                let nextDue = try queue.earliestDue()
+                if nextDue == nil { runCompleted = 0; lastTransientError = nil }
+                rate.pause()
+                return .empty(nextDue: nextDue)
+            }
+            currentPath = item.path
+            let outcome = try uploader.process(item)
+            currentPath = nil
+            switch outcome {
+            case .sent, .linked, .failed:
+                runCompleted += 1
+                try updateCursor()
+            case .retry(let at, let error):
+                lastTransientError = (error, at)
+            case .held, .stopped, .superseded:
+                break
+            }
+            onItem(item, outcome)
+            if case .held(let hold) = outcome { return .held(hold) }
+            if outcome == .stopped { return .stopped }
+        }
+    }
+
+    private(set) var currentPath: String?
+
+    /// Takes the cross-process upload lock if we do not hold it; on taking it, rows left
+    /// `uploading` by a previous holder (killed, or stopped mid-item) go back to pending.
+    private func takeLock() throws -> Bool {
+        if lock != nil { return true }
+        guard let acquired = try UploadLock.acquire(stateFolder: stateFolder) else { return false }
+        lock = acquired
+        try queue.recoverInterrupted()
+        return true
+    }
+
+    /// Lets another process upload (the engine calls this when idle).
+    func releaseLock() { lock = nil }
+
+    // MARK: - us.virtualdrive.sync
+
+    struct SyncReport: Equatable {
+        var serverWatermark: BackupWatermark?
+        var linked: Int
+        var recorded: Int
+        var pushed: BackupWatermark?
+    }
+
+    /// Refreshes what the server knows: its watermark, which queued hashes it already has
+    /// (linked without sending), file records not yet pushed, and our cursor.
+    func sync() throws -> SyncReport {
+        let server = try transport.watermark()
+        if let server, let data = try? JSONEncoder().encode(server) {
+            try queue.setMeta("server-watermark", String(decoding: data, as: UTF8.self))
+        }
+        let linked = try learnFromServer()
+        let recorded = try pushRecords()
+        let pushed = try pushWatermark()
+        return SyncReport(serverWatermark: server, linked: linked, recorded: recorded, pushed: pushed)
+    }
+
+    /// Marks every pending or failed item whose content the server already holds as done
+    /// (linked), asking in batches of `batchSize` hashes. This is how a new device, or a
+    /// reinstall with an empty state, learns what is backed up: by content, not by
+    /// sequence (another catalog's sequences do not name the same files).
+    func learnFromServer(batchSize: Int = 500) throws -> Int {
+        var linked = 0
+        var after = ""
+        while true {
+            let hashes = try queue.undoneHashes(limit: batchSize, after: after)
+            guard let last = hashes.last else { break }
+            let present = try transport.presentHashes(hashes)
+            linked += try queue.linkPresent(present.intersection(hashes), now: clock())
+            after = last.hex
+            if hashes.count < batchSize { break }
+        }
+        if linked > 0 { try updateCursor() }
+        return linked
+    }
+
+    /// Pushes the file records of done items that have not reached the server.
+    func pushRecords() throws -> Int {
+        var count = 0
+        while true {
+            let batch = try queue.unrecorded(limit: 200)
+            if batch.isEmpty { return count }
+            for item in batch {
+                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size,
+                                                    captureDate: item.captureDate, mtime: item.mtime,
+                                                    changeSequence: item.changeSequence))
+                try queue.markRecorded(item.id)
+                count += 1
+            }
+        }
+    }
+
+    // MARK: - Cursor
+
+    /// Recomputes the cursor: the highest change sequence at or below which every item is
+    /// done. A failed item holds the cursor back until it is retried and done: the cursor
+    /// promises "backed up", and a failed photo is not. Never moves backwards.
+    @discardableResult
+    func updateCursor() throws -> BackupWatermark {
+        let firstUndone = try queue.db.queryOne("SELECT MIN(change_sequence) FROM backup_items WHERE state != 'done'") {
+            $0.isNull(0) ? nil : $0.int64(0)
+        } ?? nil
+        let highest = try queue.db.queryOne("SELECT COALESCE(MAX(change_sequence), 0) FROM backup_items") { $0.int64(0) } ?? 0
+        let stored = try queue.meta("cursor").flatMap { Int64($0) } ?? 0
+        let cursor = max(stored, firstUndone.map { $0 - 1 } ?? highest)
+        let newest = try queue.db.queryOne("""
+            SELECT MAX(capture_date) FROM backup_items WHERE state = 'done' AND change_sequence <= ?
+            """, cursor) { $0.string(0) } ?? nil
+        try queue.setMeta("cursor", String(cursor))
+        if let newest { try queue.setMeta("newest-capture-date", newest) }
+        return BackupWatermark(sequence: cursor, newestCaptureDate: try newest ?? queue.meta("newest-capture-date"))
+    }
+
+    /// Sends the cursor to the server when it moved since the last push.
+    func pushWatermark() throws -> BackupWatermark? {
+        let watermark = try updateCursor()
+        let pushed = try queue.meta("pushed-cursor").flatMap { Int64($0) } ?? -1
+        guard watermark.sequence > pushed else { return nil }
+        try transport.setWatermark(watermark)
+        try queue.setMeta("pushed-cursor", String(watermark.sequence))
+        return watermark
+    }
+
+    // MARK: - Status
+
+    /// What the engine is doing, as the status shows it.
+    enum Phase: Equatable {
+        case uploading
+        case held(BackupHold)
+        case busy
+        case resting
+        /// The engine stopped (unmount): what is left waits for the next mount or timer.
+        case stopped
+    }
+
+    func status(_ phase: Phase) throws -> BackupStatus {
+        let counts = try queue.counts()
+        let cursor = try queue.meta("cursor").flatMap { Int64($0) } ?? 0
+        var status = BackupStatus(state: .idle, itemsLeft: counts.itemsLeft, bytesLeft: counts.bytesLeft,
+                                  itemsFailed: counts.failed, itemsDone: counts.done, cursor: cursor, updatedAt: clock())
+        status.itemsTotal = runCompleted + counts.itemsLeft
+        status.itemNumber = min(runCompleted + 1, status.itemsTotal)
+        switch phase {
+        case .held(.off):
+            status.state = .off
+            status.waitingReason = BackupHold.off.reason
+            status.waitingCode = BackupHold.off.code
+        case .held(let hold):
+            // Waiting even with nothing left: a user who paused should see "Paused".
+            status.state = .waiting
+            status.waitingReason = hold.reason
+            status.waitingCode = hold.code
+        case .busy:
+            status.state = counts.itemsLeft > 0 ? .waiting : .idle
+            status.waitingReason = "Another vdrive process is backing up"
+            status.waitingCode = "other-process"
+        case .stopped:
+            status.state = counts.itemsLeft > 0 ? .waiting : .idle
+            status.waitingReason = counts.itemsLeft > 0 ? "Not running; backup goes on at the next mount or timer run" : nil
+            status.waitingCode = counts.itemsLeft > 0 ? "stopped" : nil
+        case .uploading, .resting:
+            if counts.itemsLeft == 0 {
+                status.state = .idle
+            } else if phase == .uploading {
+                status.state = .backingUp
+                status.currentPath = currentPath
+                if let bps = rate.bytesPerSecond, bps > 0 {
+                    status.rateBytesPerSecond = bps
+                    status.etaSeconds = Double(counts.bytesLeft) / bps
+                    status.etaText = eta.text(secondsLeft: Double(counts.bytesLeft) / bps)
+                }
+            } else {
+                status.state = .waiting
+                if let error = lastTransientError {
+                    let wait = max(0, error.retryAt - clock())
+                    var waitEta = EtaFormatter()
+                    status.waitingReason = "Retrying after an error (\(error.message)); next try in \(waitEta.text(secondsLeft: wait))"
+                    status.waitingCode = "retrying"
+                } else {
+                    status.waitingReason = "Waiting to retry"
+                    status.waitingCode = "retrying"
+                }
+            }
+        }
+        return status
+    }
+}

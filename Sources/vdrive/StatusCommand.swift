@@ -1,0 +1,74 @@
+import Backup
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `vdrive status [--watch] [--json]`: the backup status the engine last wrote to the state
+/// folder. On a terminal, `--watch` redraws a progress bar in place; in a pipe it prints
+/// a plain line each time the status changes. It waits on inotify, not on a timer.
+enum StatusCommand {
+    static var verb: Verb { Verb(
+        name: "status", summary: "show backup progress (--watch to follow it)",
+        help: """
+        Usage: vdrive status [--watch] [--json] [--state DIR]
+
+        Shows what camera-roll backup is doing: items and bytes left, rate, time left, or
+        why it waits. --watch follows changes until interrupted (a progress bar on a
+        terminal, one line per change in a pipe). --json prints status.json as written.
+        """,
+        run: run) }
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ["--state"], flags: ["--watch", "--json"])
+        let file = StatusFile(stateFolder: BackupPaths.from(options).state)
+        guard options.has("--watch") else {
+            guard let status = try read(file) else {
+                print("No backup status yet (nothing has run in \(file.stateFolder)).")
+                return ExitCode.ok
+            }
+            print(options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line + staleness(status))
+            return ExitCode.ok
+        }
+        let changed = DispatchSemaphore(value: 1)
+        let watcher = try FileChangeWatcher(path: file.jsonPath) { changed.signal() }
+        defer { watcher.stop() }
+        let terminal = isatty(1) == 1
+        var last: String?
+        if (try? read(file)) == nil { print("No backup status yet; waiting for one in \(file.stateFolder).") }
+        while true {
+            changed.wait()
+            guard let status = try? read(file) else { continue }
+            let text = options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line
+            guard text != last else { continue }
+            last = text
+            if terminal && !options.has("--json") {
+                print("\r\u{1B}[2K" + progressBar(status) + text, terminator: "")
+                fflush(nil)  // nil: all streams; `stdout` is a C global Swift 6 will not touch
+            } else {
+                print(text)
+                fflush(nil)  // nil: all streams; `stdout` is a C global Swift 6 will not touch
+            }
+        }
+    }
+
+    /// A hint when a "backing up" status has not been refreshed for two minutes: the
+    /// process that wrote it may be gone (killed, unmounted uncleanly).
+    static func staleness(_ status: BackupStatus, now: Double = Date().timeIntervalSince1970) -> String {
+        guard status.state == .backingUp, now - status.updatedAt > 120 else { return "" }
+        return " (last updated \(Int((now - status.updatedAt) / 60)) min ago; is the drive mounted?)"
+    }
+
+    static func read(_ file: StatusFile) throws -> BackupStatus? {
+        do { return try file.read() } catch { throw CLIError("\(file.jsonPath): \(error)", code: ExitCode.dataError) }
+    }
+
+    /// "[##########----------] 50% " while backing up; empty otherwise.
+    static func progressBar(_ status: BackupStatus, width: Int = 20) -> String {
+        guard status.state == .backingUp, let fraction = status.fractionDone else { return "" }
+        let filled = Int((fraction * Double(width)).rounded(.down))
+        return "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "] "
+            + "\(Int((fraction * 100).rounded(.down)))% "
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Synchronization
+import Testing
+import Crypto
+import Storage
+@testable import Backup
+
+/// A fresh temp folder with a catalog database (backup tables migrated), a blob store,
+/// a settings box and an in-memory server; removed by `remove()`.
+final class Harness {
+    let root: String
+    let db: Database
+    let blobs: BlobStore
+    let queue: BackupQueue
+    let server: InMemoryTransport
+    let settings = SettingsBox(BackupSettings(cameraBackup: true))
+    let clock = ManualClock()
+    var nextSequence: Int64 = 1
+    var chunkSize: Int
+
+    init(chunkSize: Int = 64 * 1024, label: String = "backup") throws {
+        root = FileManager.default.temporaryDirectory.path + "/vdrive-\(label)-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        db = try Database(path: root + "/catalog.db")
+        try db.execute("PRAGMA journal_mode=WAL")
+        // The drive's own migrations run first in production; one stands in for them here.
+        try db.migrate([Migration("drive-1-catalog", "CREATE TABLE files (inode INTEGER PRIMARY KEY, path TEXT)")]
+                       + BackupSchema.migrations)
+        blobs = try BlobStore(root: root + "/blobs")
+        queue = BackupQueue(db: db)
+        server = InMemoryTransport()
+        server.setNow(clock.now)
+        self.chunkSize = chunkSize
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: root) }
+
+    var stateFolder: String { root + "/state" }
+    var settingsPath: String { root + "/config/settings.json" }
+
+    /// Stores `bytes` as a blob and queues it as a camera-roll commit, as the drive would.
+    @discardableResult
+    func commit(_ bytes: [UInt8], path: String, mtime: Int64 = 1_700_000_000) throws -> CameraRollCommit {
+        let digest = SHA256Hasher.digest(bytes)
+        if !blobs.contains(digest) {
+            let staging = try blobs.makeStagingFile()
+            try bytes.withUnsafeBytes { try FileIO.pwrite(staging.fd, $0, at: 0) }
+            FileIO.close(staging.fd)
+            try blobs.adopt(stagingPath: staging.path, as: digest)
+        }
+        let item = CameraRollCommit(changeSequence: nextSequence, inode: UInt64(100 + nextSequence), path: path,
+                                    hash: digest, size: Int64(bytes.count), mtime: mtime)
+        nextSequence += 1
+        try db.transaction {
+            try db.run("INSERT INTO files(inode, path) VALUES (?, ?)", item.inode, item.path)
+            try BackupQueue.enqueue(in: db, item: item)
+        }
+        return item
+    }
+
+    func makeWorker(policy: BackupPolicy = noHoldPolicy,
+                    shouldContinue: @escaping @Sendable () -> Bool = { true }, maxIntegrityFailures: Int = 3) -> BackupWorker {
+        let settings = self.settings
+        let clock = self.clock
+        return BackupWorker(db: db, transport: server, blobs: blobs, stateFolder: stateFolder,
+                            uploader: UploaderConfiguration(chunkSize: chunkSize, retry: RetryPolicy(maxIntegrityFailures: maxIntegrityFailures)),
+                            settings: { settings.value }, policy: policy, shouldContinue: shouldContinue,
+                            clock: { clock.now }, monotonic: { clock.now }, random: { 0.5 })
+    }
+
+    /// Drains with a worker that is stopped (as by an unmount) once the server holds
+    /// `offset` bytes of the upload; the lock is released as the process exit would.
+    func drainStopping(atServerOffset offset: Int64) throws -> BackupWorker.DrainResult {
+        let stop = StopFlag()
+        server.setAfterPatch { if $0 >= offset { stop.set() } }
+        defer { server.setAfterPatch(nil) }
+        let worker = makeWorker(shouldContinue: { !stop.isSet })
+        defer { worker.releaseLock() }
+        return try worker.drain()
+    }
+
+    func item(_ commit: CameraRollCommit) throws -> BackupItem {
+        try #require(try db.queryOne("SELECT \(BackupItem.columns) FROM backup_items WHERE change_sequence = ?",
+                                     commit.changeSequence) { try BackupItem(row: $0) })
+    }
+
+    func state(_ commit: CameraRollCommit) throws -> BackupItemState { try item(commit).state }
+}
+
+/// The policy tests use when policy is not what they test: no battery, unmetered.
+let noHoldPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false))
+
+/// A worker with backup on and no hold, for tests that bring their own transport.
+func plainWorker(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
+                 chunkSize: Int) -> BackupWorker {
+    BackupWorker(db: db, transport: transport, blobs: blobs, stateFolder: stateFolder,
+                 uploader: UploaderConfiguration(chunkSize: chunkSize), settings: { BackupSettings(cameraBackup: true) },
+                 policy: noHoldPolicy, shouldContinue: { true })
+}
+
+final class SettingsBox: Sendable {
+    private let storage: Mutex<BackupSettings>
+    init(_ value: BackupSettings) { storage = Mutex(value) }
+    var value: BackupSettings { storage.withLock { $0 } }
+    func update(_ change: (inout BackupSettings) -> Void) { storage.withLock { change(&$0) } }
+}
+
+final class ManualClock: Sendable {
+    private let storage = Mutex<Double>(2_000_000)
+    var now: Double { storage.withLock { $0 } }
+    func advance(_ seconds: Double) { storage.withLock { $0 += seconds } }
+}
+
+/// Deterministic pseudo-random bytes (a photo stand-in of any size).
+func testBytes(_ count: Int, seed: UInt64) -> [UInt8] {
+    var state = seed &* 0x9E3779B97F4A7C15 | 1
+    var out = [UInt8](repeating: 0, count: count)
+    for i in 0..<count {
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17
+        out[i] = UInt8(truncatingIfNeeded: state)
+    }
+    return out
+}
+
+enum Fixtures {
+    static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures").path
+    static func bytes(_ name: String) throws -> [UInt8] {
+        try #require(FileManager.default.contents(atPath: folder + "/" + name)).map { $0 }
+    }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import Synchronization
+import Testing
+import Crypto
+import Storage
+@testable import Backup
+
+/// A server that keeps nothing: it counts bytes and remembers which uploads completed,
+/// so the figures are the uploader's own cost (read, hash twice, hand over).
+final class DiscardingTransport: BackupTransport, Sendable {
+    private let state = Mutex<(offsets: [String: Int64], sizes: [String: Int64], complete: Set<SHA256Digest>, received: Int64)>(([:], [:], [], 0))
+    var received: Int64 { state.withLock { $0.received } }
+    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
+        state.withLock { s in Set(hashes.filter { s.complete.contains($0) }) }
+    }
+    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket {
+        state.withLock { s in
+            let url = "null://\(hash.hex)"
+            s.sizes[url] = size
+            return .upload(url: url, offset: s.offsets[url] ?? 0, expiresAt: .infinity)
+        }
+    }
+    func uploadOffset(url: String) throws -> Int64 { state.withLock { $0.offsets[url] ?? 0 } }
+    func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
+               progress: (Int64) -> Bool) throws -> Int64 {
+        _ = progress(Int64(chunk.count))
+        return state.withLock { s in
+            let end = offset + Int64(chunk.count)
+            s.offsets[url] = end
+            s.received += Int64(chunk.count)
+            if end == s.sizes[url], let hash = SHA256Digest(hex: String(url.dropFirst("null://".count))) { s.complete.insert(hash) }
+            return end
+        }
+    }
+    func recordFile(_ record: FileRecord) throws {}
+    func watermark() throws -> BackupWatermark? { nil }
+    func setWatermark(_ watermark: BackupWatermark) throws {}
+}
+
+/// Prints figures; asserts nothing about speed. Run with
+/// `VDRIVE_BENCH=1 swift test -c release --filter UploaderBenchmark`.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+struct UploaderBenchmark {
+    @Test func uploaderCostPerGigabyte() throws {
+        let h = try Harness(chunkSize: 8 << 20, label: "bench"); defer { h.remove() }
+        let photoSize = 3_000_000, photos = 300  // 900 MB of 3 MB "photos"
+        for i in 0..<photos { try h.commit(testBytes(photoSize, seed: UInt64(1000 + i)), path: "Camera Roll/\(i).jpg") }
+        let transport = DiscardingTransport()
+        let worker = plainWorker(db: h.db, transport: transport, blobs: h.blobs, stateFolder: h.stateFolder,
+                                 chunkSize: 8 << 20)
+        let readBefore = try threadReadBytes()
+        let cpuBefore = threadCPUSeconds()
+        let wallBefore = Clock.monotonic()
+        _ = try worker.drain()
+        let wall = Clock.monotonic() - wallBefore
+        let cpu = threadCPUSeconds() - cpuBefore
+        let read = try threadReadBytes() - readBefore
+        let gb = Double(transport.received) / 1e9
+        print("""
+            uploader benchmark: \(photos) items × \(photoSize) B = \(String(format: "%.2f", gb)) GB sent
+              wall \(String(format: "%.2f", wall)) s (\(String(format: "%.0f", gb * 1000 / wall)) MB/s)
+              CPU \(String(format: "%.2f", cpu / gb)) s per GB (this thread)
+              bytes read per byte sent \(String(format: "%.3f", Double(read) / Double(transport.received)))
+            """)
+        #expect(transport.received == Int64(photoSize * photos))
+    }
+}
+
+/// Prints the CPU an idle engine uses (no queue, backup on): it should sleep in the
+/// kernel. Run with `VDRIVE_BENCH=1 swift test --filter IdleEngineBenchmark`.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+struct IdleEngineBenchmark {
+    @Test func idleEngineCPU() throws {
+        let h = try Harness(label: "idle"); defer { h.remove() }
+        try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
+        let engine = BackupEngine(configuration: .init(databasePath: h.db.path, stateFolder: h.stateFolder,
+                                                       settingsPath: h.settingsPath),
+                                  transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
+        try engine.start()
+        defer { engine.stop() }
+        try eventually("idle") { engine.status().state == .idle }
+        let seconds = 10.0
+        let before = processCPUSeconds()
+        usleep(UInt32(seconds * 1_000_000))
+        let used = processCPUSeconds() - before
+        print("idle engine: \(String(format: "%.4f", used)) s CPU in \(Int(seconds)) s (\(String(format: "%.3f", used / seconds * 100))% of a core, whole test process)")
+    }
+}
+
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+func threadCPUSeconds() -> Double {
+    var ts = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
+    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+}
