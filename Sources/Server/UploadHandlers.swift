@@ -14,6 +14,7 @@ enum UploadHandlers {
     }
 
     static func create(_ body: CreateUploadRequest, request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        context.sweepIfDue()
         do {
             let digest = try Validation.hash(body.hash)
             let size = try Validation.nonNegative(body.size, field: "size")

@@ -9,6 +9,6 @@ switch benchArguments.first {
 case "server":
     exit(ServerBenchmark.run(Array(benchArguments.dropFirst())))
 default:
-    print("usage: vdrive-bench server [--size-mib N] [--rss-size-mib N] [--dir DIR]")
+    print("usage: vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
 }
