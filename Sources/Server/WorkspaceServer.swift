@@ -49,7 +49,10 @@ public final class WorkspaceServer: Sendable {
 
     /// Stops accepting, ends open connections (their partial PATCHes are handled as
     /// disconnects) and waits for the connection threads. Idempotent.
-    public func stop() { daemon.stop() }
+    public func stop() {
+        daemon.stop()
+        router.context.uploads.cancelAll()
+    }
 }
 
 /// Everything the handlers share. Created once per server.
@@ -136,7 +139,8 @@ final class ServerContext: Sendable {
             try db.query("SELECT id FROM uploads WHERE expires_at < ?", now) { $0.string(0) ?? "" }
         }
         for id in expired {
-            guard uploads.claim(id) != nil else { continue }
+            guard let claimed = uploads.claim(id) else { continue }
+            claimed?.cancel()
             _ = unlink(stagingPath(uploadID: id))
             try metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ? AND expires_at < ?", id, now) }
             uploads.remove(id)
