@@ -4,6 +4,11 @@ import Protocol
 import Glibc
 #endif
 
+/// Counts the bytes a download wrote (used on the transfer's thread only).
+private final class ByteCounter: @unchecked Sendable { // touched only by the calling thread during perform
+    var count: Int64 = 0
+}
+
 /// The answer to "create upload".
 public enum UploadTicket: Sendable, Equatable {
     /// The workspace already has the blob: link it, send nothing.
@@ -72,15 +77,36 @@ public final class WorkspaceClient: Sendable {
 
     /// Sends `length` bytes of `fd` from `fileOffset` as one tus PATCH at upload offset `offset`,
     /// with `Upload-Checksum: sha256` of exactly those bytes (read from the descriptor first,
-    /// in 1 MiB pieces). Memory stays constant whatever the length. `progress` gets the bytes
+    /// in 1 MiB pieces) unless `checksum` is false. Memory stays constant whatever the length. `progress` gets the bytes
     /// of this chunk sent so far and returns false to cancel. Returns the server's new offset.
-    public func patch(url: String, offset: Int64, fd: Int32, fileOffset: Int64, length: Int64,
+    public func patch(url: String, offset: Int64, fd: Int32, fileOffset: Int64, length: Int64, checksum: Bool = true,
                       progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
-        let digest = try Self.hash(fd: fd, offset: fileOffset, length: length)
-        let headers = [tusHeader, "Content-Type: \(Tus.offsetContentType)", "\(Tus.uploadOffset): \(offset)",
-                       "\(Tus.uploadChecksum): \(Tus.checksumHeader(digest.bytes))"]
+        let digest = checksum ? try Self.hash(fd: fd, offset: fileOffset, length: length) : nil
+        return try send(url: url, offset: offset, fd: fd, fileOffset: fileOffset, length: length, digest: digest, progress: progress)
+    }
+
+    /// One PATCH with a checksum computed beforehand (or none).
+    private func send(url: String, offset: Int64, fd: Int32, fileOffset: Int64, length: Int64, digest: SHA256Digest?,
+                      progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
+        var headers = [tusHeader, "Content-Type: \(Tus.offsetContentType)", "\(Tus.uploadOffset): \(offset)"]
+        if let digest { headers.append("\(Tus.uploadChecksum): \(Tus.checksumHeader(digest.bytes))") }
         let reply = try connection.perform(method: "PATCH", url: url, headers: headers,
                                            body: .file(fd: fd, offset: fileOffset, length: length), progress: progress)
+        try check(reply, expect: [204, 200])
+        guard let text = reply.header(Tus.uploadOffset), let newOffset = Int64(text) else {
+            throw .invalidResponse("PATCH reply has no Upload-Offset")
+        }
+        return newOffset
+    }
+
+    /// Sends `bytes` as one tus PATCH at `offset`, with `checksum` (the caller's SHA-256 of
+    /// exactly these bytes) as `Upload-Checksum`. For callers that already read and hashed
+    /// the chunk (the backup uploader reads each file once). Returns the server's new offset.
+    public func patch(url: String, offset: Int64, bytes: UnsafeRawBufferPointer, checksum: SHA256Digest,
+                      progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
+        var headers = [tusHeader, "Content-Type: \(Tus.offsetContentType)", "\(Tus.uploadOffset): \(offset)"]
+        headers.append("\(Tus.uploadChecksum): \(Tus.checksumHeader(checksum.bytes))")
+        let reply = try connection.perform(method: "PATCH", url: url, headers: headers, body: .bytes(Array(bytes)), progress: progress)
         try check(reply, expect: [204, 200])
         guard let text = reply.header(Tus.uploadOffset), let newOffset = Int64(text) else {
             throw .invalidResponse("PATCH reply has no Upload-Offset")
@@ -98,16 +124,23 @@ public final class WorkspaceClient: Sendable {
     /// resuming on offset conflicts and renewing an expired URL. Returns `.present` when
     /// nothing had to be sent. `progress` gets the blob's bytes on the server so far.
     @discardableResult
-    public func uploadBlob(hash: SHA256Digest, size: Int64, fd: Int32, chunkSize: Int64 = 8 << 20,
+    public func uploadBlob(hash: SHA256Digest, size: Int64, fd: Int32, chunkSize: Int64 = 8 << 20, checksum: Bool = true,
                            progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> UploadTicket {
         var ticket = try createUpload(hash: hash, size: size)
         guard case .upload(var url, var offset, _) = ticket else { return .present }
         var conflicts = 0
+        // The next chunk's checksum is computed while the current chunk is sent.
+        let ahead = checksum ? ChecksumAhead() : nil
+        defer { ahead?.finish() }
         while offset < size {
             let base = offset
+            let length = min(chunkSize, size - offset)
             do {
-                offset = try patch(url: url, offset: offset, fd: fd, fileOffset: offset, length: min(chunkSize, size - offset),
-                                   progress: progress.map { p in { p(base + $0) } })
+                var digest = try ahead?.take(offset: offset, length: length)
+                if checksum && digest == nil { digest = try Self.hash(fd: fd, offset: offset, length: length) }
+                if offset + length < size { ahead?.start(fd: fd, offset: offset + length, length: min(chunkSize, size - offset - length)) }
+                offset = try send(url: url, offset: offset, fd: fd, fileOffset: offset, length: length, digest: digest,
+                                  progress: progress.map { p in { p(base + $0) } })
             } catch .offsetConflict(let server) {
                 conflicts += 1
                 if conflicts > 1000 { throw .offsetConflict(serverOffset: server) }
@@ -157,10 +190,14 @@ public final class WorkspaceClient: Sendable {
         var headers = [authHeader]
         if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
         let hasher = range == nil ? SHA256Hasher() : nil
+        let counter = ByteCounter()
         let reply = try connection.perform(method: "GET", url: baseURL + API.blobPrefix + hash.hex, headers: headers,
-                                           sink: fd, sinkOffset: fdOffset, sinkHook: hasher.map { h in { h.update($0) } }, progress: progress)
+                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
+                                               counter.count += Int64(chunk.count)
+                                               hasher?.update(chunk)
+                                           }, progress: progress)
         try check(reply, expect: range == nil ? [200] : [206, 200])
-        let written = Int64((try? Self.size(fd)) ?? 0) - fdOffset
+        let written = counter.count
         if let hasher {
             let got = hasher.finish()
             guard got == hash else { throw .contentMismatch("the downloaded blob hashes to \(got.hex), not \(hash.hex); download it again") }
@@ -224,12 +261,6 @@ public final class WorkspaceClient: Sendable {
             done += Int64(n)
         }
         return hasher.finish()
-    }
-
-    private static func size(_ fd: Int32) throws -> Int64 {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return 0 }
-        return Int64(st.st_size)
     }
 
     static func percentEncode(_ s: String) -> String {

@@ -7,7 +7,10 @@ import Storage
 /// implements it to queue the file in the same transaction, so that a file is
 /// never committed without being queued.
 public protocol CameraRollObserver: AnyObject, Sendable {
+    /// Inside the commit's transaction: throwing rolls the whole commit back.
     func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws
+    /// After that transaction committed (the rows are visible to other connections).
+    func cameraRollCommitted()
 }
 
 /// One camera-roll commit, with the change sequence that orders it.
@@ -40,18 +43,35 @@ final class Catalog: @unchecked Sendable {
     /// The commit generation: increases with every content commit (see Durability.swift).
     private var generation: Int64 = 0
     var observer: CameraRollObserver?
+    /// Set by a transaction that recorded a camera-roll change; read after it commits.
+    private var cameraRollTouched = false
 
-    init(path: String, blobs: BlobStore) throws {
+    /// Runs a write transaction, then tells the observer about camera-roll changes it
+    /// committed. Called with the lock held.
+    private func write<T>(_ body: () throws -> T) throws -> T {
+        cameraRollTouched = false
+        let result = try db.transaction(body)
+        if cameraRollTouched {
+            cameraRollTouched = false
+            observer?.cameraRollCommitted()
+        }
+        return result
+    }
+
+    /// `extraMigrations` are other pieces' tables in this database (the backup queue),
+    /// applied after the drive's own, in one ordered list.
+    init(path: String, blobs: BlobStore, extraMigrations: [Migration] = []) throws {
         self.blobs = blobs
         db = try Database(path: path)
-        try db.refuseNewerSchema(known: CatalogSchema.migrations)
+        let migrations = CatalogSchema.migrations + extraMigrations
+        try db.refuseNewerSchema(known: migrations)
         try db.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a commit survives a process kill; durability against power
         // loss comes from the flusher's fsync of the WAL (Durability.swift).
         try db.execute("PRAGMA synchronous = NORMAL")
         try db.execute("PRAGMA wal_autocheckpoint = 4000")
         try db.execute("PRAGMA cache_size = -8000")
-        try db.migrate(CatalogSchema.migrations)
+        try db.migrate(migrations)
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blobs") { $0.int64(0) } ?? 0
         try bootstrapIfNew()
     }
@@ -313,7 +333,7 @@ final class Catalog: @unchecked Sendable {
             if flags & Self.renameExchange != 0 {
                 guard let target else { throw Errno.noSuchFileOrDirectory }
                 if target.isDirectory, try isAncestor(target.ino, of: parent) { throw Errno.invalidArgument }
-                try db.transaction {
+                try write {
                     try db.run("UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", target.ino, parent, name)
                     try db.run("UPDATE entries SET ino = ? WHERE parent = ? AND name = ?", source.ino, newParent, newName)
                     if parent != newParent && source.isDirectory != target.isDirectory {
@@ -344,7 +364,7 @@ final class Catalog: @unchecked Sendable {
                     throw Errno.isDirectory
                 }
             }
-            try db.transaction {
+            try write {
                 if let target {
                     try unlinkEntry(parent: newParent, name: newName, victim: target, now: now)
                     replaced = target.ino
@@ -414,7 +434,7 @@ final class Catalog: @unchecked Sendable {
             }
             do {
                 let now = nowNanoseconds()
-                let (attrs, garbage) = try db.transaction { () -> (NodeAttributes, [SHA256Digest]) in
+                let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
                     generation += 1
                     if let digest {
                         try db.run("INSERT INTO blobs(hash, size, refs, gen) VALUES (?, ?, 0, ?) ON CONFLICT(hash) DO NOTHING", digest.hex, size, generation)
@@ -456,6 +476,7 @@ final class Catalog: @unchecked Sendable {
                    ino, path, digest.hex, size, mtime, now)
         let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: digest, size: size, mtimeNanoseconds: mtime)
         try observer?.cameraRollChanged(change, in: db)
+        cameraRollTouched = true
     }
 
     /// A file renamed into (or within) the Camera Roll counts as a commit under its new
@@ -577,6 +598,15 @@ final class Catalog: @unchecked Sendable {
             let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
             let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blobs") { $0.int64(0) } ?? 0
             return (inodes, bytes)
+        }
+    }
+
+    /// Removes blobs whose last reference went away through another connection
+    /// (the backup engine finishing an upload releases its pin).
+    func collectGarbage() throws {
+        try withDatabase { db in
+            let garbage = try db.transaction { try takeUnreferencedBlobs() }
+            removeBlobFiles(garbage)
         }
     }
 

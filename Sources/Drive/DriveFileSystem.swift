@@ -41,10 +41,11 @@ public final class DriveFileSystem: @unchecked Sendable {
     private var hasDamage = false
 
     /// Opens (or creates) the workspace state in `statePath`: `catalog.sqlite` and `blobs/`.
-    public init(statePath: String, flushInterval: TimeInterval = 1.0) throws {
+    /// `extraMigrations` are the tables other pieces keep in the catalog (the backup queue).
+    public init(statePath: String, extraMigrations: [Migration] = [], flushInterval: TimeInterval = 1.0) throws {
         self.statePath = statePath
         blobs = try BlobStore(root: statePath + "/blobs")
-        catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs)
+        catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs, extraMigrations: extraMigrations)
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
     }
 
@@ -65,6 +66,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         let wasClean = (try catalog.meta("clean_unmount") ?? 1) == 1
         try catalog.setMeta("clean_unmount", 0)
         _ = try catalog.sweepOrphans()
+        try catalog.collectGarbage()
         guard !wasClean else { return [] }
         _ = try catalog.sweepUnknownBlobFiles()
         let lost = try durability.verifyAfterUncleanStop()
@@ -76,6 +78,15 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func startBackgroundWork() { durability.start() }
+
+    /// The catalog database's path (other pieces open their own connections to it).
+    public var catalogPath: String { catalog.databasePath }
+
+    /// The content-addressed blob store of this workspace.
+    public var blobStore: BlobStore { blobs }
+
+    /// Removes blobs that lost their last reference through another connection.
+    public func collectGarbage() { try? catalog.collectGarbage() }
 
     /// Commits what is still open, makes everything durable and records a clean stop.
     public func shutdown() {

@@ -89,7 +89,8 @@ final class PutBody: RequestBody {
     private let length: Int64
     private let fd: Int32
     private let path: String
-    private let running = RunningHash()
+    private let hasher = SHA256Hasher()
+    private var position: Int64 = 0
     private var failure: HTTPResponse?
 
     init(context: ServerContext, digest: SHA256Digest, length: Int64, fd: Int32, path: String) {
@@ -98,9 +99,9 @@ final class PutBody: RequestBody {
 
     func receive(_ chunk: UnsafeRawBufferPointer) {
         guard failure == nil else { return }
-        do { try FileIO.pwrite(fd, chunk, at: running.position) } catch { failure = ServerContext.failure(error); return }
-        running.hasher.update(chunk)
-        running.position += Int64(chunk.count)
+        do { try FileIO.pwrite(fd, chunk, at: position) } catch { failure = ServerContext.failure(error); return }
+        hasher.update(chunk)
+        position += Int64(chunk.count)
     }
 
     func finish() -> HTTPResponse {
@@ -109,7 +110,7 @@ final class PutBody: RequestBody {
             _ = unlink(path)
             return failure
         }
-        if let result = context.commit(stagingPath: path, fd: fd, digest: digest, length: running.position, running: running, uploadID: nil) {
+        if let result = context.commit(stagingPath: path, fd: fd, digest: digest, length: position, computed: hasher.finish(), uploadID: nil) {
             _ = unlink(path)
             return result
         }

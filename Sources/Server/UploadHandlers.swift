@@ -14,6 +14,7 @@ enum UploadHandlers {
     }
 
     static func create(_ body: CreateUploadRequest, request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        context.sweepIfDue()
         do {
             let digest = try Validation.hash(body.hash)
             let size = try Validation.nonNegative(body.size, field: "size")
@@ -50,7 +51,7 @@ enum UploadHandlers {
             // An empty blob needs no transfer: store it now.
             let staging = try context.blobs.makeStagingFile()
             defer { FileIO.close(staging.fd) }
-            if let failure = context.commit(stagingPath: staging.path, fd: staging.fd, digest: digest, length: 0, running: nil, uploadID: nil) {
+            if let failure = context.commit(stagingPath: staging.path, fd: staging.fd, digest: digest, length: 0, computed: nil, uploadID: nil) {
                 throw CommitFailed(response: failure)
             }
             if !tombstoneIfPresent { return .present }
@@ -153,35 +154,46 @@ enum TusHandlers {
             }
             return .respond(.error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers))
         }
-        var running = claim
+        var hasher = claim
         let row: UploadRow
         do {
             guard let found = try context.upload(id: id), found.hash == signed.hash, found.length == signed.size,
                   let digest = SHA256Digest(hex: found.hash) else {
-                context.uploads.release(id, running: nil)
+                hasher?.cancel()
+                context.uploads.release(id, hasher: nil)
                 return .respond(notFound)
             }
-            if let r = running, r.position != found.received { running = nil }
-            if running == nil && found.received == 0 && !found.completed { running = RunningHash() }
+            if let h = hasher, h.position != found.received {
+                h.cancel()
+                hasher = nil
+            }
             row = try retryCommitIfFull(found, digest: digest, context: context)
+            if row.completed, let h = hasher {
+                h.cancel()
+                hasher = nil
+            }
             switch request.method {
             case "HEAD":
-                context.uploads.release(id, running: running)
+                context.uploads.release(id, hasher: hasher)
                 return .respond(head(row, headers: headers))
             case "DELETE":
+                hasher?.cancel()
                 _ = unlink(context.stagingPath(uploadID: id))
                 try context.metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ?", id) }
                 context.uploads.remove(id)
                 return .respond(.empty(204, headers: headers))
             default:
+                if hasher == nil && row.received == 0 && !row.completed {
+                    hasher = TrailingHasher(path: context.stagingPath(uploadID: id))
+                }
                 headers.append((Tus.uploadLength, String(row.length)))
-                return patch(request, row: row, digest: digest, running: running, headers: headers, context: context)
+                return patch(request, row: row, digest: digest, hasher: hasher, headers: headers, context: context)
             }
         } catch let e as UploadHandlers.CommitFailed {
-            context.uploads.release(id, running: nil)
+            context.uploads.release(id, hasher: hasher)
             return .respond(e.response.adding(headers))
         } catch {
-            context.uploads.release(id, running: nil)
+            context.uploads.release(id, hasher: hasher)
             return .respond(ServerContext.failure(error).adding(headers))
         }
     }
@@ -196,16 +208,16 @@ enum TusHandlers {
         let path = context.stagingPath(uploadID: row.id)
         let fd = try FileIO.open(path, O_RDWR)
         defer { FileIO.close(fd) }
-        if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, running: nil, uploadID: row.id) {
+        if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, computed: nil, uploadID: row.id) {
             throw UploadHandlers.CommitFailed(response: failure)
         }
         return try context.upload(id: row.id) ?? row
     }
 
     /// Checks a PATCH's headers (the claim is held) and returns the body writer, or an error.
-    private static func patch(_ request: HTTPRequest, row: UploadRow, digest: SHA256Digest, running: RunningHash?, headers: [(String, String)], context: ServerContext) -> Route {
+    private static func patch(_ request: HTTPRequest, row: UploadRow, digest: SHA256Digest, hasher: TrailingHasher?, headers: [(String, String)], context: ServerContext) -> Route {
         func fail(_ response: HTTPResponse) -> Route {
-            context.uploads.release(row.id, running: running)
+            context.uploads.release(row.id, hasher: hasher)
             return .respond(response.adding(headers))
         }
         guard request.header("Content-Type")?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
@@ -234,12 +246,13 @@ enum TusHandlers {
             checksum = value
         }
         if row.completed {
-            context.uploads.release(row.id, running: nil)
+            hasher?.cancel()
+            context.uploads.release(row.id, hasher: nil)
             return .respond(.empty(204, headers: headers + [(Tus.uploadOffset, String(row.length))]))
         }
         let fd: Int32
         do { fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_RDWR | O_CREAT, 0o600) } catch { return fail(ServerContext.failure(error)) }
-        return .read(PatchBody(context: context, upload: row, digest: digest, fd: fd, checksum: checksum, running: running, headers: headers))
+        return .read(PatchBody(context: context, upload: row, digest: digest, fd: fd, checksum: checksum, hasher: hasher, headers: headers))
     }
 }
 

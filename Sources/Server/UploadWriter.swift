@@ -34,11 +34,11 @@ final class PatchBody: RequestBody {
     private let start: Int64
     private let expectedChecksum: [UInt8]?
     private let chunkHasher: SHA256Hasher?
-    private var running: RunningHash?
+    private var hasher: TrailingHasher?
     private var failure: HTTPResponse?
     private let responseHeaders: [(String, String)]
 
-    init(context: ServerContext, upload: UploadRow, digest: SHA256Digest, fd: Int32, checksum: [UInt8]?, running: RunningHash?, headers: [(String, String)]) {
+    init(context: ServerContext, upload: UploadRow, digest: SHA256Digest, fd: Int32, checksum: [UInt8]?, hasher: TrailingHasher?, headers: [(String, String)]) {
         self.context = context
         self.upload = upload
         self.digest = digest
@@ -47,7 +47,7 @@ final class PatchBody: RequestBody {
         self.start = upload.received
         self.expectedChecksum = checksum
         self.chunkHasher = checksum == nil ? nil : SHA256Hasher()
-        self.running = running
+        self.hasher = hasher
         self.responseHeaders = headers
     }
 
@@ -64,10 +64,6 @@ final class PatchBody: RequestBody {
             return
         }
         chunkHasher?.update(chunk)
-        if let running {
-            running.hasher.update(chunk)
-            running.position += Int64(chunk.count)
-        }
         position += Int64(chunk.count)
     }
 
@@ -77,12 +73,13 @@ final class PatchBody: RequestBody {
 
     func finish() -> HTTPResponse {
         defer { FileIO.close(fd) }
+        // A failed or discarded PATCH leaves the hasher where it was: it only hashes verified bytes.
         if let failure {
-            context.uploads.release(upload.id, running: nil)
+            context.uploads.release(upload.id, hasher: hasher)
             return failure.adding(headers(offset: start))
         }
         if let expectedChecksum, let chunkHasher, !HMACSHA256.equal(chunkHasher.finish().bytes, expectedChecksum) {
-            context.uploads.release(upload.id, running: nil)
+            context.uploads.release(upload.id, hasher: hasher)
             return HTTPResponse.error(Tus.checksumMismatchStatus, "checksum_mismatch",
                                       "the chunk's SHA-256 does not match Upload-Checksum; the chunk was discarded, send it again from offset \(start)",
                                       headers: headers(offset: start))
@@ -91,27 +88,28 @@ final class PatchBody: RequestBody {
             if context.configuration.syncEveryPatch { try FileIO.fdatasync(fd) }
             try context.setReceived(upload.id, position)
         } catch {
-            context.uploads.release(upload.id, running: nil)
+            context.uploads.release(upload.id, hasher: hasher)
             return ServerContext.failure(error).adding(headers(offset: start))
         }
         if position == upload.length {
+            let known = hasher?.finish(length: upload.length)
             let result = context.commit(stagingPath: context.stagingPath(uploadID: upload.id), fd: fd, digest: digest,
-                                        length: upload.length, running: running, uploadID: upload.id)
+                                        length: upload.length, computed: known, uploadID: upload.id)
             context.uploads.remove(upload.id)
             if let result { return result.adding(headers(offset: result.status == Tus.checksumMismatchStatus ? 0 : start)) }
             return .empty(204, headers: headers(offset: position))
         }
-        context.uploads.release(upload.id, running: running)
+        hasher?.advance(to: position)
+        context.uploads.release(upload.id, hasher: hasher)
         return .empty(204, headers: headers(offset: position))
     }
 
     func abort() {
         defer { FileIO.close(fd) }
         if failure == nil, expectedChecksum == nil, position > start, (try? context.setReceived(upload.id, position)) != nil {
-            context.uploads.release(upload.id, running: running)
-        } else {
-            context.uploads.release(upload.id, running: position == start ? running : nil)
+            hasher?.advance(to: position)
         }
+        context.uploads.release(upload.id, hasher: hasher)
     }
 }
 
@@ -124,14 +122,10 @@ extension ServerContext {
     /// blob store, sync the folder, and only then write the row. Returns nil on success,
     /// else the reply (460 when the content is not what the upload was created for: the
     /// upload is reset to offset 0 and nothing enters the store).
-    func commit(stagingPath: String, fd: Int32, digest: SHA256Digest, length: Int64, running: RunningHash?, uploadID: String?) -> HTTPResponse? {
+    /// `computed` is the content's SHA-256 when the caller hashed it on the way in.
+    func commit(stagingPath: String, fd: Int32, digest: SHA256Digest, length: Int64, computed: SHA256Digest?, uploadID: String?) -> HTTPResponse? {
         do {
-            let actual: SHA256Digest
-            if let running, running.position == length {
-                actual = running.hasher.finish()
-            } else {
-                actual = try BlobStore.hash(fd: fd)
-            }
+            let actual = try computed ?? BlobStore.hash(fd: fd)
             guard actual == digest else {
                 if let uploadID {
                     try FileIO.ftruncate(fd, 0)

@@ -1,6 +1,7 @@
 import Crypto
 import Protocol
 import Storage
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -48,7 +49,10 @@ public final class WorkspaceServer: Sendable {
 
     /// Stops accepting, ends open connections (their partial PATCHes are handled as
     /// disconnects) and waits for the connection threads. Idempotent.
-    public func stop() { daemon.stop() }
+    public func stop() {
+        daemon.stop()
+        router.context.uploads.cancelAll()
+    }
 }
 
 /// Everything the handlers share. Created once per server.
@@ -58,6 +62,7 @@ final class ServerContext: Sendable {
     let blobs: BlobStore
     let presigner: Presigner
     let uploads: UploadTable
+    private let lastSweep = Mutex(ServerContext.now())
 
     private init(configuration: ServerConfiguration, metadata: Metadata, blobs: BlobStore, presigner: Presigner) {
         self.configuration = configuration; self.metadata = metadata; self.blobs = blobs; self.presigner = presigner
@@ -100,11 +105,7 @@ final class ServerContext: Sendable {
         for upload in pending {
             guard let digest = SHA256Digest(hex: upload.hash) else { continue }
             let staging = stagingPath(uploadID: upload.id)
-            if upload.expires < now {
-                _ = unlink(staging)
-                try metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ?", upload.id) }
-                continue
-            }
+            if upload.expires < now { continue }  // removed by sweepExpired below
             if try metadata.blobSize(upload.hash) == nil, blobs.contains(digest) {
                 // Killed between the rename into the store and the row: check, then record.
                 if blobs.verify(digest) {
@@ -128,6 +129,33 @@ final class ServerContext: Sendable {
         for name in (try? FileIO.listDirectory(blobs.stagingRoot)) ?? [] where !keep.contains(name) {
             _ = unlink(blobs.stagingRoot + "/" + name)
         }
+        try sweepExpired(now: now)
+    }
+
+    /// Removes uploads whose URL expired (their rows and staging files), skipping any
+    /// being written right now. Runs at start and then at most hourly, from create-upload.
+    func sweepExpired(now: Int64) throws {
+        let expired = try metadata.withDatabase { db in
+            try db.query("SELECT id FROM uploads WHERE expires_at < ?", now) { $0.string(0) ?? "" }
+        }
+        for id in expired {
+            guard let claimed = uploads.claim(id) else { continue }
+            claimed?.cancel()
+            _ = unlink(stagingPath(uploadID: id))
+            try metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ? AND expires_at < ?", id, now) }
+            uploads.remove(id)
+        }
+    }
+
+    /// Calls `sweepExpired` when the last sweep is an hour old.
+    func sweepIfDue() {
+        let now = Self.now()
+        let due = lastSweep.withLock { last -> Bool in
+            if now - last < 3600 { return false }
+            last = now
+            return true
+        }
+        if due { try? sweepExpired(now: now) }
     }
 
     /// Records a blob that is in the store (and marks its upload complete) in one transaction.

@@ -21,6 +21,7 @@ enum ServerBenchmark {
         var chunkMiB: Int64 = 8
         var dir = "/var/tmp/vdrive-bench"
         var vdrive: String = ""
+        var repeats = 3
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -35,6 +36,7 @@ enum ServerBenchmark {
             case "--chunk-mib": o.chunkMiB = Int64(v) ?? o.chunkMiB
             case "--dir": o.dir = v
             case "--vdrive": o.vdrive = v
+            case "--repeat": o.repeats = max(1, Int(v) ?? o.repeats)
             default: print("unknown option \(arguments[i])"); return 64
             }
             i += 2
@@ -52,21 +54,24 @@ enum ServerBenchmark {
         try? FileManager.default.removeItem(atPath: o.dir)
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: o.dir) }
-        print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
+        print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let digest = try makeFile(file, mib: o.sizeMiB)
         let size = o.sizeMiB << 20
 
-        // 1. Our client, 8 MiB PATCHes.
-        let ours = try measure(o, label: "client (tus PATCH \(o.chunkMiB) MiB)", extra: []) { server, token in
-            let client = WorkspaceClient(baseURL: server.base, token: token)
-            let fd = open(file, O_RDONLY)
-            defer { close(fd) }
-            try client.uploadBlob(hash: digest, size: size, fd: fd, chunkSize: o.chunkMiB << 20)
-            guard try client.presentHashes([digest]) == [digest] else { throw BenchError("blob not present after upload") }
+        // 1. Our client in 8 MiB PATCHes, the same without Upload-Checksum, curl -T, and
+        //    (2.) the client against a server with --sync-every-patch; `--repeat` rounds,
+        //    interleaved so that load from elsewhere on the machine spreads over all four.
+        func ourUpload(checksum: Bool) -> (RunningServer, String) throws -> Void {
+            { server, token in
+                let client = WorkspaceClient(baseURL: server.base, token: token)
+                let fd = open(file, O_RDONLY)
+                defer { close(fd) }
+                try client.uploadBlob(hash: digest, size: size, fd: fd, chunkSize: o.chunkMiB << 20, checksum: checksum)
+                guard try client.presentHashes([digest]) == [digest] else { throw BenchError("blob not present after upload") }
+            }
         }
-        // 1b. curl -T, one request.
-        let curl = try measure(o, label: "curl -T (one PUT)", extra: []) { server, token in
+        let curlUpload: (RunningServer, String) throws -> Void = { server, token in
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
             p.arguments = ["-sS", "-o", "/dev/null", "-w", "%{http_code}", "-T", file, "-H", "Authorization: Bearer \(token)",
@@ -78,13 +83,19 @@ enum ServerBenchmark {
             p.waitUntilExit()
             guard code == "201" else { throw BenchError("curl -T answered \(code)") }
         }
-        // 2. fdatasync on every PATCH.
-        let synced = try measure(o, label: "client, server --sync-every-patch", extra: ["--sync-every-patch"]) { server, token in
-            let client = WorkspaceClient(baseURL: server.base, token: token)
-            let fd = open(file, O_RDONLY)
-            defer { close(fd) }
-            try client.uploadBlob(hash: digest, size: size, fd: fd, chunkSize: o.chunkMiB << 20)
+        let configurations: [(String, [String], (RunningServer, String) throws -> Void)] = [
+            ("client (tus PATCH \(o.chunkMiB) MiB, checksum)", [], ourUpload(checksum: true)),
+            ("client, no Upload-Checksum", [], ourUpload(checksum: false)),
+            ("curl -T (one PUT)", [], curlUpload),
+            ("client, server --sync-every-patch", ["--sync-every-patch"], ourUpload(checksum: true)),
+        ]
+        var runs = [[Figures]](repeating: [], count: configurations.count)
+        for round in 1...o.repeats {
+            print("round \(round) of \(o.repeats)")
+            for (i, c) in configurations.enumerated() { runs[i].append(try measure(o, label: c.0, extra: c.1, c.2)) }
         }
+        let medians = runs.map { $0.sorted { $0.wall < $1.wall }[$0.count / 2] }
+        let (ours, unchecked, curl, synced) = (medians[0], medians[1], medians[2], medians[3])
         try? FileManager.default.removeItem(atPath: file)
 
         // 3. RSS during a larger upload.
@@ -102,9 +113,10 @@ enum ServerBenchmark {
         let dedup = try dedupCheck(o)
 
         print("")
+        print("Medians of \(o.repeats) rounds (the RSS run once):")
         print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
         print("|---|---:|---:|---:|---:|---:|")
-        for r in [ours, curl, synced, rss] { print(r.row) }
+        for r in [ours, unchecked, curl, synced, rss] { print(r.row) }
         print("")
         print(String(format: "client throughput vs curl -T: %.0f%%", 100 * ours.mbps / curl.mbps))
         print(String(format: "fdatasync per PATCH costs %.0f%% of throughput", 100 * (1 - synced.mbps / ours.mbps)))

@@ -15,6 +15,6 @@ case "server":
     exit(ServerBenchmark.run(Array(benchArguments.dropFirst())))
 default:
     print("usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N]")
-    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--dir DIR]")
+    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
 }

@@ -10,7 +10,7 @@ enum BackupCommand {
                vdrive backup list [STATE] [--state DIR]   items by state (pending, uploading,
                                                           done, failed; default: all)
 
-        DIR is the state folder ($XDG_DATA_HOME/vdrive); the queue lives in its catalog.db.
+        DIR is the state folder ($XDG_DATA_HOME/vdrive/drive); the queue lives in its catalog.sqlite.
         A running mount starts on retried items at once.
         """,
         run: run) }

@@ -8,16 +8,25 @@ enum MountCommand {
         name: "mount",
         summary: "mount the workspace at a folder (backs up its Camera Roll)",
         help: """
-        Usage: vdrive mount MOUNTPOINT [--state DIR] [-f]
+        Usage: vdrive mount MOUNTPOINT [--state DIR] [--camera-backup] [--server URL]
+                            [--token-file FILE] [-f]
 
         Mounts the workspace at MOUNTPOINT, an existing empty folder. Returns once the
-        mount is ready and keeps serving it in the background.
+        mount is ready and keeps serving it in the background. Photos committed under
+        'Camera Roll/' are queued for backup; with camera backup on, they are uploaded
+        in the background to the workspace server. See what is backed up with
+        'ls MOUNTPOINT/.backup/pending' and 'cat MOUNTPOINT/.backup/status'.
 
         Options:
-          --state DIR   where the workspace lives (catalog and blobs);
-                        default $XDG_DATA_HOME/vdrive/drive
-          -f            stay in the foreground (for systemd and debugging)
-          --help        show this help
+          --state DIR        where the workspace lives (catalog and blobs);
+                             default $XDG_DATA_HOME/vdrive/drive
+          --camera-backup    turn camera backup on (the same as
+                             'vdrive settings camera-backup on'; it stays on)
+          --server URL       the workspace server (default: from
+                             $XDG_CONFIG_HOME/vdrive/remote.json)
+          --token-file FILE  this device's token (default: from remote.json)
+          -f                 stay in the foreground (for systemd and debugging)
+          --help             show this help
 
         Stop with 'vdrive unmount MOUNTPOINT' (or fusermount3 -u MOUNTPOINT).
         """,
@@ -35,7 +44,8 @@ enum MountCommand {
         run: unmount)
 
     static func mount(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--state", "--ready-pipe"], flags: ["-f", "--foreground"])
+        let options = try Options(arguments, valued: ["--state", "--ready-pipe", "--server", "--token-file"],
+                                  flags: ["-f", "--foreground", "--camera-backup"])
         guard options.positionals.count == 1 else {
             throw CLIError.usage("mount takes one MOUNTPOINT; see 'vdrive mount --help'")
         }
@@ -47,12 +57,16 @@ enum MountCommand {
         } catch let error as MountError {
             throw cliError(error)
         }
+        let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
+        if options.has("--camera-backup") { try BackupWiring.turnCameraBackupOn() }
         if !foreground && options.value("--ready-pipe") == nil {
-            return try Daemon.start(arguments: ["mount", mountPoint, "--state", state, "-f", "--ready-pipe", "stdout"], mountPoint: mountPoint)
+            var childArguments = ["mount", mountPoint, "--state", state, "-f", "--ready-pipe", "stdout"]
+            if let remote { childArguments += ["--server", remote.url, "--token-file", remote.tokenFile] }
+            return try Daemon.start(arguments: childArguments, mountPoint: mountPoint)
         }
         let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)
         do {
-            try serve(mountPoint: mountPoint, state: state, notifier: notifier)
+            try serve(mountPoint: mountPoint, state: state, remote: remote, notifier: notifier)
             return ExitCode.ok
         } catch let error as CLIError {
             notifier.failed(error)
@@ -69,12 +83,12 @@ enum MountCommand {
         }
     }
 
-    private static func serve(mountPoint: String, state: String, notifier: ReadyNotifier) throws {
+    private static func serve(mountPoint: String, state: String, remote: RemoteConfig?, notifier: ReadyNotifier) throws {
         let lock = try StateFolder.open(state)
         defer { lock.release() }
         let fs: DriveFileSystem
         do {
-            fs = try DriveFileSystem(statePath: state)
+            fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras)
         } catch let error as MigrationError {
             throw CLIError(error.description, code: ExitCode.config)
         } catch let error as DatabaseError where error.isCorrupt {
@@ -86,14 +100,18 @@ enum MountCommand {
         }
         let lost = try fs.recover()
         if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
+        let backup = try BackupWiring(fs: fs, state: state, remote: remote)
         let session = FuseSession(fs: fs, mountPoint: mountPoint)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }
         let pidFile = MountRegistry.pidFile(for: mountPoint)
         MountRegistry.record(pidFile)
         defer { MountRegistry.remove(pidFile) }
         fs.startBackgroundWork()
+        backup.start()
         notifier.ready()
         _ = session.run()
+        // Unmounted: stop uploads quickly (they resume at the next mount), then the drive.
+        backup.stop()
         fs.shutdown()
     }
 

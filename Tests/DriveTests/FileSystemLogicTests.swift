@@ -79,7 +79,9 @@ import Storage
         var sequences: [Int64] = []
         final class Recorder: CameraRollObserver, @unchecked Sendable {
             var changes: [CameraRollChange] = []
+            var committed = 0
             func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { changes.append(change) }
+            func cameraRollCommitted() { committed += 1 }
         }
         let recorder = Recorder()
         fs.cameraRollObserver = recorder
@@ -98,6 +100,7 @@ import Storage
         #expect(recorder.changes.map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/final.jpg"])
         #expect(sequences == sequences.sorted() && Set(sequences).count == 3)
         #expect(recorder.changes[0].hash == SHA256Hasher.digest("a.jpg"))
+        #expect(recorder.committed == 3)
     }
 
     @Test func observerFailureRollsBackTheCommit() throws {
@@ -105,6 +108,7 @@ import Storage
         let fs = try makeFS(dir)
         final class Failing: CameraRollObserver {
             func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { throw Errno.noSpace }
+            func cameraRollCommitted() { Issue.record("a rolled-back commit must not be announced") }
         }
         fs.cameraRollObserver = Failing()
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))

@@ -1,0 +1,49 @@
+import Foundation
+import Synchronization
+import Backup
+import Drive
+import Storage
+
+/// The drive's camera-roll commits, queued for backup in the commit's own transaction
+/// (so a file is never committed without being queued), then the engine woken once
+/// the transaction is visible.
+final class BackupHook: CameraRollObserver {
+    private let engine = Mutex<BackupEngine?>(nil)
+
+    func attach(_ e: BackupEngine?) { engine.withLock { $0 = e } }
+
+    func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws {
+        // Temporary names (.part, dot-files, rsync's .name.XXXXXX) are never queued: the
+        // rename into the final name is recorded as a change of its own.
+        guard CameraRollRules.isInCameraRoll(change.path) else { return }
+        try BackupQueue.enqueue(in: database, item: CameraRollCommit(
+            changeSequence: change.sequence, inode: change.ino, path: change.path, hash: change.hash,
+            size: change.size, mtime: change.mtimeNanoseconds / 1_000_000_000))
+    }
+
+    func cameraRollCommitted() {
+        engine.withLock { $0 }?.wake()
+    }
+}
+
+/// Tables that tie the drive's blobs to the backup queue, in the catalog database.
+/// A queued item that is not done yet pins its blob: deleting the photo before its
+/// upload must not delete the bytes the upload needs.
+enum WiringSchema {
+    static let migrations: [Migration] = [
+        Migration("wiring-1-backup-pins-blobs", """
+        CREATE TRIGGER backup_pin_insert AFTER INSERT ON backup_items WHEN NEW.state != 'done'
+        BEGIN UPDATE blobs SET refs = refs + 1 WHERE hash = NEW.hash; END;
+        CREATE TRIGGER backup_pin_update AFTER UPDATE OF state ON backup_items
+            WHEN (OLD.state = 'done') != (NEW.state = 'done')
+        BEGIN
+            UPDATE blobs SET refs = refs + (CASE WHEN NEW.state = 'done' THEN -1 ELSE 1 END) WHERE hash = NEW.hash;
+        END;
+        CREATE TRIGGER backup_pin_delete AFTER DELETE ON backup_items WHEN OLD.state != 'done'
+        BEGIN UPDATE blobs SET refs = refs - 1 WHERE hash = OLD.hash; END;
+        """),
+    ]
+
+    /// Every migration of the catalog database, in order: drive (built in), backup, wiring.
+    static var catalogExtras: [Migration] { BackupSchema.migrations + migrations }
+}

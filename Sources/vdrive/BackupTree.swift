@@ -1,0 +1,95 @@
+import Foundation
+import Backup
+import Crypto
+import Drive
+import Storage
+
+/// The `.backup/` folder on the mount and the `user.vdrive.*` attributes of real files,
+/// generated from the backup queue, so `ls` and `cat` tell what is backed up:
+///
+///     .backup/status          one line: state, items and bytes left, rate, ETA, or why it waits
+///     .backup/status.json     the same fields as JSON
+///     .backup/pending/        one file per item not yet sent (also uploading/, done/, failed/);
+///                             each file's content describes the item
+///
+/// Reads go through a connection of its own (WAL readers never block the drive's
+/// writer). Listings are cached for a second, so `ls -l` of a large folder costs one
+/// query, not one per entry.
+/// `@unchecked Sendable`: the connection and the cache are used under `lock`.
+final class BackupTree: VirtualTree, @unchecked Sendable {
+    let rootName = ".backup"
+    let attributePrefix = "user.vdrive."
+
+    private let lock = NSLock()
+    private let db: Database
+    private let status: @Sendable () -> BackupStatus
+    private var cache: [BackupItemState: (at: Double, items: [String: BackupListing], names: [String])] = [:]
+
+    init(catalogPath: String, status: @escaping @Sendable () -> BackupStatus) throws {
+        db = try Database(path: catalogPath)
+        try db.execute("PRAGMA query_only = 1")
+        self.status = status
+    }
+
+    private static let files = ["status", "status.json"]
+
+    func entries(in path: String) -> [VirtualEntry]? {
+        if path.isEmpty {
+            return BackupItemState.allCases.map { VirtualEntry(name: $0.rawValue, isDirectory: true) }
+                + Self.files.map { VirtualEntry(name: $0, isDirectory: false) }
+        }
+        guard let state = BackupItemState(rawValue: path) else { return nil }
+        return listing(state).names.map { VirtualEntry(name: $0, isDirectory: false) }
+    }
+
+    func content(of path: String) -> [UInt8]? {
+        switch path {
+        case "status": return Array((status().line + "\n").utf8)
+        case "status.json": return Array(status().json()) + [0x0a]
+        default: break
+        }
+        let parts = path.split(separator: "/", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let state = BackupItemState(rawValue: parts[0]),
+              let entry = listing(state).items[parts[1]] else { return nil }
+        return Array(Self.describe(entry.item).utf8)
+    }
+
+    func attributes(ofFileAt path: String, ino: UInt64) -> [String: [UInt8]] {
+        lock.lock(); defer { lock.unlock() }
+        guard let hex = try? db.queryOne("SELECT blob FROM inodes WHERE ino = ?", ino, row: { $0.string(0) }),
+              let hex, let digest = SHA256Digest(hex: hex) else { return [:] }
+        var out = ["user.vdrive.sha256": Array(digest.hex.utf8)]
+        if CameraRollRules.isInCameraRoll(path), let state = try? BackupQueue(db: db).fileState(hash: digest) {
+            out["user.vdrive.backup"] = Array(state.state.rawValue.utf8)
+            if let reason = state.failureReason { out["user.vdrive.backup-error"] = Array(reason.utf8) }
+        }
+        return out
+    }
+
+    private func listing(_ state: BackupItemState) -> (items: [String: BackupListing], names: [String]) {
+        lock.lock(); defer { lock.unlock() }
+        let now = Date().timeIntervalSince1970
+        if let c = cache[state], now - c.at < 1 { return (c.items, c.names) }
+        let list = (try? BackupQueue(db: db).listing(state)) ?? []
+        var items: [String: BackupListing] = [:]
+        for entry in list { items[entry.name] = entry }
+        let names = list.map(\.name)
+        cache[state] = (now, items, names)
+        return (items, names)
+    }
+
+    static func describe(_ item: BackupItem) -> String {
+        var lines = [
+            "path: \(item.path)",
+            "state: \(item.state.rawValue)\(item.linked ? " (already on the server: linked, nothing sent)" : "")",
+            "sha256: \(item.hash.hex)",
+            "size: \(item.size)",
+            "sent: \(item.bytesSent)",
+            "change: \(item.changeSequence)",
+        ]
+        if let date = item.captureDate { lines.append("captured: \(date)\(item.captureSource.map { " (\($0))" } ?? "")") }
+        if let reason = item.failureReason { lines.append("failed: \(reason)") }
+        if let error = item.lastError, item.state != .done { lines.append("last error: \(error)") }
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

@@ -1,0 +1,70 @@
+import Foundation
+import Backup
+import Crypto
+import Drive
+import Storage
+
+/// Connects the backup engine to a mounted drive: the commit hook, the `.backup/`
+/// tree, and the transport to the configured server (or none, in which case the
+/// engine waits and its status says so).
+final class BackupWiring {
+    let hook = BackupHook()
+    let engine: BackupEngine
+    private let fs: DriveFileSystem
+
+    init(fs: DriveFileSystem, state: String, remote: RemoteConfig?) throws {
+        self.fs = fs
+        engine = BackupEngine(configuration: Self.configuration(catalogPath: fs.catalogPath, state: state),
+                              transport: try Self.transport(remote), blobs: fs.blobStore)
+        fs.cameraRollObserver = hook
+        let engine = self.engine
+        fs.virtualTree = try BackupTree(catalogPath: fs.catalogPath, status: { engine.status() })
+    }
+
+    static func configuration(catalogPath: String, state: String) -> BackupEngine.Configuration {
+        BackupEngine.Configuration(databasePath: catalogPath, stateFolder: state, settingsPath: BackupPaths.settings)
+    }
+
+    static func transport(_ remote: RemoteConfig?) throws -> BackupTransport {
+        guard let remote else { return UnconfiguredTransport() }
+        return ClientTransport(client: try remote.client())
+    }
+
+    func start() {
+        do {
+            try engine.start()
+            hook.attach(engine)
+        } catch {
+            printError("camera backup cannot start: \(error); the drive works, backup waits until the next mount")
+        }
+    }
+
+    func stop() {
+        hook.attach(nil)
+        _ = engine.stop()
+        fs.collectGarbage()
+    }
+
+    static func turnCameraBackupOn() throws {
+        let file = SettingsFile(path: BackupPaths.settings)
+        var settings = try file.load()
+        guard !settings.cameraBackup else { return }
+        settings.cameraBackup = true
+        try file.save(settings)
+    }
+}
+
+/// The transport when no server is configured: every call fails as transient with
+/// what to do, so items stay queued and the status names the reason.
+struct UnconfiguredTransport: BackupTransport {
+    static let reason = "no workspace server is configured: run ./mount, or pass --server URL --token-file FILE"
+
+    private func fail<T>() throws -> T { throw BackupTransportError(.transient, Self.reason) }
+    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> { try fail() }
+    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket { try fail() }
+    func uploadOffset(url: String) throws -> Int64 { try fail() }
+    func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest, progress: (Int64) -> Bool) throws -> Int64 { try fail() }
+    func recordFile(_ record: FileRecord) throws { throw BackupTransportError(.transient, Self.reason) }
+    func watermark() throws -> BackupWatermark? { try fail() }
+    func setWatermark(_ watermark: BackupWatermark) throws { throw BackupTransportError(.transient, Self.reason) }
+}
