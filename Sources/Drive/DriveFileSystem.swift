@@ -79,6 +79,9 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     public func startBackgroundWork() { durability.start() }
 
+    /// Every migration a catalog opened with these extras carries, in order.
+    public static func catalogMigrations(extra: [Migration]) -> [Migration] { CatalogSchema.migrations + extra }
+
     /// The catalog database's path (other pieces open their own connections to it).
     public var catalogPath: String { catalog.databasePath }
 

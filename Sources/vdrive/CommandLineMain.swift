@@ -13,6 +13,7 @@ enum CommandLineMain {
             MountCommand.verb,
             MountCommand.unmountVerb,
             ServeCommand.verb,
+            TaskCommand.verb,
         ] + backupVerbs
     }
 

@@ -8,6 +8,8 @@ import Client
 struct RemoteConfig: Codable {
     var url: String
     var tokenFile: String
+    /// Set by ./mount when it runs a server on this machine for this user.
+    var localServerData: String?
 
     static var path: String { Paths.configHome + "/remote.json" }
 
@@ -19,7 +21,7 @@ struct RemoteConfig: Codable {
                 throw CLIError("\(path) is not valid ({\"url\": ..., \"tokenFile\": ...}): \(error); fix or remove it", code: ExitCode.config)
             }
         }
-        if let server { config = RemoteConfig(url: server, tokenFile: tokenFile ?? config?.tokenFile ?? Paths.configHome + "/token") }
+        if let server { config = RemoteConfig(url: server, tokenFile: tokenFile ?? config?.tokenFile ?? Paths.configHome + "/token", localServerData: nil) }
         else if let tokenFile, config != nil { config!.tokenFile = tokenFile }
         return config
     }

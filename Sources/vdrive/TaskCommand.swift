@@ -1,0 +1,56 @@
+import Foundation
+import Backup
+import Drive
+import Storage
+
+/// `vdrive task run us.virtualdrive.backup|us.virtualdrive.sync`: one task's work
+/// without a mount, for systemd timers. Safe beside a running mount: one process
+/// uploads at a time (the engine's lock in the state folder).
+enum TaskCommand {
+    static var verb: Verb {
+        Verb(name: "task", summary: "run one backup task without a mount (for systemd timers)", help: """
+        Usage: vdrive task run TASK [--state DIR] [--server URL] [--token-file FILE]
+
+        Tasks:
+          us.virtualdrive.backup   upload what the queue holds, then stop
+          us.virtualdrive.sync     refresh the watermark and dedup knowledge with the server
+
+        Respects the policies ('vdrive settings'): paused, metered network, low battery.
+        Prints the final status line. Exit 0 when the task ran (even if it had to wait),
+        75 when another process holds the queue, 66 when there is no workspace yet.
+        """, run: run)
+    }
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ["--state", "--server", "--token-file"], flags: [])
+        guard options.positionals.count == 2, options.positionals[0] == "run" else {
+            throw CLIError.usage("usage: vdrive task run TASK; see 'vdrive task --help'")
+        }
+        guard let task = BackupTask(rawValue: options.positionals[1]) else {
+            throw CLIError.usage("unknown task '\(options.positionals[1])'; tasks: \(BackupTask.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let state = Paths.absolute(options.value("--state") ?? BackupPaths.stateFolder)
+        let catalog = state + "/catalog.sqlite"
+        guard FileManager.default.fileExists(atPath: catalog) else {
+            throw CLIError("no workspace in \(state) (no catalog.sqlite); mount it once first, or pass --state DIR", code: ExitCode.noInput)
+        }
+        // Apply the migrations exactly as a mount would, refusing a newer catalog.
+        let blobs: BlobStore
+        do {
+            let db = try Database(path: catalog)
+            try db.refuseNewerSchema(known: DriveFileSystem.catalogMigrations(extra: WiringSchema.catalogExtras))
+            blobs = try BlobStore(root: state + "/blobs")
+        } catch let error as MigrationError {
+            throw CLIError(error.description, code: ExitCode.config)
+        }
+        let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
+        let report = try BackupEngine.runOnce(task: task, configuration: BackupWiring.configuration(catalogPath: catalog, state: state),
+                                              transport: try BackupWiring.transport(remote), blobs: blobs)
+        print(report.status.line)
+        if report.busy {
+            printError("another vdrive process is uploading from \(state); it goes on, nothing to do here")
+            return ExitCode.tempFail
+        }
+        return ExitCode.ok
+    }
+}
