@@ -15,7 +15,7 @@ final class BackupWiring {
     init(fs: DriveFileSystem, state: String, remote: RemoteConfig?) throws {
         self.fs = fs
         engine = BackupEngine(configuration: Self.configuration(catalogPath: fs.catalogPath, state: state),
-                              transport: try Self.transport(remote), blobs: fs.blobStore)
+                              transport: try Self.transport(remote), blobs: fs.blobStore, policy: Self.policy())
         fs.cameraRollObserver = hook
         let engine = self.engine
         fs.virtualTree = try BackupTree(catalogPath: fs.catalogPath, status: { engine.status() })
@@ -23,6 +23,13 @@ final class BackupWiring {
 
     static func configuration(catalogPath: String, state: String) -> BackupEngine.Configuration {
         BackupEngine.Configuration(databasePath: catalogPath, stateFolder: state, settingsPath: BackupPaths.settings)
+    }
+
+    /// The policy inputs. `VDRIVE_SYSTEM_ROOT` points the battery and network probes at
+    /// another root than "/" (its `sys/` and `proc/`): tests build fake trees there.
+    static func policy() -> BackupPolicy {
+        let root = ProcessInfo.processInfo.environment["VDRIVE_SYSTEM_ROOT"] ?? "/"
+        return BackupPolicy(power: PowerProbe(root: root), network: SystemNetworkProbe(root: root))
     }
 
     static func transport(_ remote: RemoteConfig?) throws -> BackupTransport {

@@ -45,7 +45,8 @@ enum TaskCommand {
         }
         let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
         let report = try BackupEngine.runOnce(task: task, configuration: BackupWiring.configuration(catalogPath: catalog, state: state),
-                                              transport: try BackupWiring.transport(remote), blobs: blobs)
+                                              transport: try BackupWiring.transport(remote), blobs: blobs,
+                                              policy: BackupWiring.policy())
         print(report.status.line)
         if report.busy {
             printError("another vdrive process is uploading from \(state); it goes on, nothing to do here")

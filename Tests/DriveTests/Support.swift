@@ -63,20 +63,37 @@ final class MountedDrive {
     let mountPoint: String
     let state: String
     var foreground: Process?
+    var foregroundPID: Int32? { foreground?.processIdentifier }
 
-    init(state: String? = nil, label: String = "vdrive-mount") throws {
+    /// Extra `vdrive mount` arguments (server, token file, --camera-backup).
+    var mountArguments: [String]
+    var extraEnvironment: [String: String]
+
+    init(state: String? = nil, label: String = "vdrive-mount", arguments: [String] = [], environment: [String: String] = [:],
+         start startNow: Bool = true) throws {
         root = TempDir(label)
         mountPoint = root.path + "/mnt"
         self.state = state ?? root.path + "/state"
+        mountArguments = arguments
+        extraEnvironment = environment
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        try start()
+        if startNow { try start() }
     }
 
-    var environment: [String: String] { ["XDG_DATA_HOME": root.path + "/xdg", "XDG_RUNTIME_DIR": root.path + "/run"] }
+    var environment: [String: String] {
+        var env = ["XDG_DATA_HOME": root.path + "/xdg", "XDG_RUNTIME_DIR": root.path + "/run", "XDG_CONFIG_HOME": root.path + "/config"]
+        for (k, v) in extraEnvironment { env[k] = v }
+        return env
+    }
+
+    /// Runs another vdrive verb with this drive's environment (settings, status).
+    func vdrive(_ arguments: [String]) throws -> CommandResult {
+        try runCommand(vdriveBinary, arguments, environment: environment)
+    }
 
     /// Mounts in the background and returns once the mount is ready.
     func start() throws {
-        let r = try runCommand(vdriveBinary, ["mount", mountPoint, "--state", state], environment: environment)
+        let r = try runCommand(vdriveBinary, ["mount", mountPoint, "--state", state] + mountArguments, environment: environment)
         guard r.status == 0, isMounted(mountPoint) else {
             throw TestFailure("vdrive mount failed (\(r.status)): \(r.stderr)")
         }
@@ -86,7 +103,7 @@ final class MountedDrive {
     func startForeground() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
-        p.arguments = ["mount", mountPoint, "--state", state, "-f"]
+        p.arguments = ["mount", mountPoint, "--state", state, "-f"] + mountArguments
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         p.environment = env

@@ -1,0 +1,227 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+import CLinux
+
+/// Tier three: a real `vdrive serve` on loopback and a real mount, end to end.
+@Suite(.serialized) struct BackupEndToEndTests {
+    static let photoNames = ["IMG_0001.jpg", "IMG_0002.jpg", "DSC_1999.jpg", "screenshot.png"]
+
+    /// A distinct, valid photo: a fixture with bytes appended after its end marker.
+    static func photo(_ i: Int) throws -> [UInt8] {
+        let base = try readFile(fixturesPath + "/" + photoNames[i % photoNames.count])
+        return base + Array("vdrive-test-photo-\(i)".utf8)
+    }
+
+    static func list(_ path: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).sorted()
+    }
+
+    /// Waits until nothing is pending or uploading and `done` holds `count` items.
+    static func waitForBackup(_ drive: MountedDrive, done count: Int, seconds: Int = 120) throws {
+        for _ in 0..<(seconds * 10) {
+            if list(drive.path(".backup/pending")).isEmpty && list(drive.path(".backup/uploading")).isEmpty
+                && list(drive.path(".backup/done")).count >= count { return }
+            usleep(100_000)
+        }
+        let status = (try? String(contentsOfFile: drive.path(".backup/status"), encoding: .utf8)) ?? "?"
+        throw TestFailure("backup did not finish: \(list(drive.path(".backup/pending")).count) pending, \(list(drive.path(".backup/done")).count) done, status: \(status)")
+    }
+
+    static func status(_ drive: MountedDrive) -> String {
+        (try? String(contentsOfFile: drive.path(".backup/status"), encoding: .utf8)) ?? ""
+    }
+
+    static func xattr(_ path: String, _ name: String) -> String? {
+        var buf = [UInt8](repeating: 0, count: 256)
+        let n = vd_getxattr(path, name, &buf, buf.count)
+        return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
+    }
+
+    @Test func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames() throws {
+        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let drive = try MountedDrive(label: "vdrive-e2e-mount", arguments: server.mountArguments + ["--camera-backup"])
+        defer { drive.stop() }
+
+        var expected = Set<String>()
+        let roll = drive.path("Camera Roll")
+        try FileManager.default.createDirectory(atPath: roll + "/2024", withIntermediateDirectories: false)
+        for i in 0..<200 {
+            // Every tenth photo is a byte-identical copy of the one before (dedup).
+            let bytes = try Self.photo(i % 10 == 9 ? i - 1 : i)
+            expected.insert(SHA256Hasher.digest(bytes).hex)
+            let folder = i % 2 == 0 ? roll : roll + "/2024"
+            let name = "P\(i).jpg"
+            if i % 7 == 0 {
+                // Written under a temporary name, then renamed into place (file managers, rsync).
+                try writeFile(folder + "/.\(name).part", bytes)
+                #expect(rename(folder + "/.\(name).part", folder + "/" + name) == 0)
+            } else {
+                try writeFile(folder + "/" + name, bytes)
+            }
+            if i % 5 == 0 {
+                // An old photo arriving late (cp -p from an old card, touch -d 2001-01-01).
+                var times = [timespec(tv_sec: 978_307_200, tv_nsec: 0), timespec(tv_sec: 978_307_200, tv_nsec: 0)]
+                utimensat(AT_FDCWD, folder + "/" + name, &times, 0)
+            }
+        }
+        try Self.waitForBackup(drive, done: 200)
+        #expect(server.blobHashes() == expected, "the server holds exactly the unique blobs")
+        let done = Self.list(drive.path(".backup/done"))
+        #expect(done.count == 200)
+        #expect(!done.contains { $0.hasPrefix(".") || $0.hasSuffix(".part") }, "temporary names are never backed up")
+        #expect(Self.list(drive.path(".backup/failed")).isEmpty)
+        #expect(Self.xattr(roll + "/P10.jpg", "user.vdrive.backup") == "done")
+        #expect(Self.xattr(roll + "/P10.jpg", "user.vdrive.sha256") == SHA256Hasher.digest(try Self.photo(10)).hex)
+        #expect(Self.status(drive).hasPrefix("Up to date"))
+        let description = try String(contentsOfFile: drive.path(".backup/done/P0.jpg"), encoding: .utf8)
+        #expect(description.contains("captured: 2026-11-28T09:15:02"), "EXIF capture date of IMG_0001.jpg: \(description)")
+
+        // Renames and moves inside the drive never send anything again.
+        let before = server.bytesWritten()
+        #expect(rename(roll + "/P2.jpg", roll + "/2024/P2-renamed.jpg") == 0)
+        #expect(rename(roll + "/P4.jpg", drive.path("moved-out.jpg")) == 0)
+        try FileManager.default.removeItem(atPath: roll + "/P6.jpg")
+        try Self.waitForBackup(drive, done: 201)
+        #expect(server.bytesWritten() - before < 64 * 1024, "a rename records a path, it sends no photo bytes")
+        #expect(server.blobHashes() == expected, "deleting or moving a photo never deletes its backup")
+
+        // An edit backs up the new version; the old one stays on the server.
+        let edited = try Self.photo(1000)
+        try writeFile(roll + "/P8.jpg", edited)
+        try Self.waitForBackup(drive, done: 202)
+        #expect(server.blobHashes() == expected.union([SHA256Hasher.digest(edited).hex]))
+    }
+
+    @Test func killDuringALargeUploadResumesMidFile() throws {
+        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let drive = try MountedDrive(label: "vdrive-e2e-kill", arguments: server.mountArguments + ["--camera-backup"], start: false)
+        defer { drive.stop() }
+        // Paused while the file is copied in, so the kill lands mid-upload and not after it.
+        #expect(try drive.vdrive(["pause"]).status == 0)
+        try drive.startForeground()
+        let size = 500 << 20
+        let bytes = pseudoRandomBytes(size, seed: 77)
+        try writeFile(drive.path("Camera Roll/video.mov"), bytes)
+        let written0 = server.bytesWritten()
+        #expect(try drive.vdrive(["resume"]).status == 0)
+        // Wait until part of the file is on the server, then SIGKILL the mount.
+        var sentBeforeKill: Int64 = 0
+        for _ in 0..<3000 {
+            sentBeforeKill = server.bytesWritten() - written0
+            if sentBeforeKill > 40 << 20 { break }
+            usleep(2_000)
+        }
+        drive.kill9()
+        try #require(sentBeforeKill > 0 && sentBeforeKill < Int64(size), "the kill must land mid-upload (sent \(sentBeforeKill))")
+        try drive.start()
+        try Self.waitForBackup(drive, done: 1, seconds: 300)
+        let total = server.bytesWritten() - written0
+        let resent = total - Int64(size)
+        print("kill mid-upload: \(sentBeforeKill >> 20) MiB on the server at the kill; re-sent \(resent) bytes after the restart")
+        #expect(resent <= Int64(8 << 20) + (1 << 20), "re-sent at most one chunk (8 MiB) plus metadata, got \(resent)")
+        #expect(server.blobHashes() == [SHA256Hasher.digest(bytes).hex])
+    }
+
+    @Test func pauseHoldsEveryByteAndResumeSends() throws {
+        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let drive = try MountedDrive(label: "vdrive-e2e-pause", arguments: server.mountArguments + ["--camera-backup"])
+        defer { drive.stop() }
+        #expect(try drive.vdrive(["pause"]).status == 0)
+        try writeFile(drive.path("Camera Roll/a.jpg"), try Self.photo(1))
+        usleep(1_500_000)
+        #expect(Self.status(drive).hasPrefix("Paused"), "status: \(Self.status(drive))")
+        #expect(Self.list(drive.path(".backup/pending")) == ["a.jpg"])
+        #expect(server.blobHashes().isEmpty, "no byte is sent while paused")
+        #expect(try drive.vdrive(["resume"]).status == 0)
+        try Self.waitForBackup(drive, done: 1)
+        #expect(server.blobHashes().count == 1)
+    }
+
+    /// A fake system root: a battery at 15% discharging, and a default route over a
+    /// USB-tethered phone (rndis_host).
+    static func fakeSystem(_ root: String, batteryPercent: Int, charging: Bool, tethered: Bool) throws {
+        let fm = FileManager.default
+        try fm.createDirectory(atPath: root + "/sys/class/power_supply/BAT0", withIntermediateDirectories: true)
+        try "Battery\n".write(toFile: root + "/sys/class/power_supply/BAT0/type", atomically: true, encoding: .utf8)
+        try "\(batteryPercent)\n".write(toFile: root + "/sys/class/power_supply/BAT0/capacity", atomically: true, encoding: .utf8)
+        try (charging ? "Charging\n" : "Discharging\n").write(toFile: root + "/sys/class/power_supply/BAT0/status", atomically: true, encoding: .utf8)
+        try fm.createDirectory(atPath: root + "/proc/net", withIntermediateDirectories: true)
+        let iface = tethered ? "usb0" : "eth0"
+        try "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n\(iface)\t00000000\t0101A8C0\t0003\t0\t0\t100\t00000000\t0\t0\t0\n"
+            .write(toFile: root + "/proc/net/route", atomically: true, encoding: .utf8)
+        try fm.createDirectory(atPath: root + "/sys/class/net/\(iface)/device", withIntermediateDirectories: true)
+        try (tethered ? "DRIVER=rndis_host\n" : "DRIVER=e1000\n").write(toFile: root + "/sys/class/net/\(iface)/device/uevent", atomically: true, encoding: .utf8)
+    }
+
+    @Test(arguments: [
+        ("metered", 80, true, true, "Waiting for an unmetered network"),
+        ("battery", 15, false, false, "Battery low (15%)"),
+    ])
+    func policiesHoldBackupAndSayWhy(name: String, battery: Int, charging: Bool, tethered: Bool, reason: String) throws {
+        let dir = TempDir("vdrive-e2e-\(name)"); defer { dir.remove() }
+        try Self.fakeSystem(dir.path + "/system", batteryPercent: battery, charging: charging, tethered: tethered)
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        // An empty PATH entry first: no nmcli, so the fake sysfs decides.
+        let drive = try MountedDrive(label: "vdrive-e2e-policy", arguments: server.mountArguments + ["--camera-backup"],
+                                     environment: ["VDRIVE_SYSTEM_ROOT": dir.path + "/system", "PATH": "/nonexistent"])
+        defer { drive.stop() }
+        try writeFile(drive.path("Camera Roll/held.jpg"), try Self.photo(2))
+        usleep(1_500_000)
+        #expect(Self.status(drive).hasPrefix(reason), "status: \(Self.status(drive))")
+        #expect(server.blobHashes().isEmpty, "no byte is sent while a policy holds backup")
+        // The user lifts the hold from the settings; backup proceeds at once.
+        let lift = name == "metered" ? ["settings", "allow-metered", "on"] : ["settings", "battery-threshold", "10"]
+        let r = try drive.vdrive(lift)
+        #expect(r.status == 0, "\(r.stderr)")
+        try Self.waitForBackup(drive, done: 1)
+        #expect(server.blobHashes().count == 1)
+    }
+
+    @Test func serverDownThenUpAndMountWorksMeanwhile() throws {
+        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        // Start the server once for a port and a token, then stop it: the drive mounts against a dead address.
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        server.stop()
+        let drive = try MountedDrive(label: "vdrive-e2e-down", arguments: server.mountArguments + ["--camera-backup"])
+        defer { drive.stop() }
+        try writeFile(drive.path("Camera Roll/while-down.jpg"), try Self.photo(3))
+        #expect(try readFile(drive.path("Camera Roll/while-down.jpg")) == (try Self.photo(3)), "the drive works without its server")
+        usleep(1_500_000)
+        #expect(Self.list(drive.path(".backup/pending")) == ["while-down.jpg"])
+        #expect(!Self.status(drive).hasPrefix("Up to date"), "status: \(Self.status(drive))")
+        // The server comes back on the same port: the retry with capped backoff finds it.
+        try server.start()
+        try Self.waitForBackup(drive, done: 1, seconds: 240)
+    }
+
+    @Test func aNewDeviceLearnsFromTheServerAndSendsNothingTwice() throws {
+        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        do {
+            let laptop = try MountedDrive(label: "vdrive-e2e-laptop", arguments: server.mountArguments + ["--camera-backup"])
+            defer { laptop.stop() }
+            for i in 0..<20 { try writeFile(laptop.path("Camera Roll/p\(i).jpg"), try Self.photo(i)) }
+            try Self.waitForBackup(laptop, done: 20)
+        }
+        // A reinstall: empty local state, same server. The same photos copied in again send zero bytes.
+        try server.addDevice("reinstalled", tokenFile: dir.path + "/token2")
+        let fresh = try MountedDrive(label: "vdrive-e2e-fresh", arguments: ["--server", server.url, "--token-file", dir.path + "/token2", "--camera-backup"])
+        defer { fresh.stop() }
+        let before = server.bytesWritten()
+        for i in 0..<20 { try writeFile(fresh.path("Camera Roll/p\(i).jpg"), try Self.photo(i)) }
+        try Self.waitForBackup(fresh, done: 20)
+        let sent = server.bytesWritten() - before
+        #expect(sent < 256 * 1024, "photo bytes were sent again: \(sent) bytes written by the server")
+        let linked = try Self.list(fresh.path(".backup/done")).filter {
+            try String(contentsOfFile: fresh.path(".backup/done/" + $0), encoding: .utf8).contains("linked")
+        }
+        #expect(linked.count == 20)
+        #expect(server.blobHashes().count == 20)
+    }
+}
+

@@ -1,0 +1,85 @@
+import Foundation
+import Storage
+
+/// A real `vdrive serve` on a free loopback port, with one device token.
+/// Always call `stop()` (in a defer).
+final class LocalServer {
+    let data: String
+    let tokenFile: String
+    private(set) var process: Process?
+    private(set) var url = ""
+    private let outputFile: String
+    /// 0 until the first start picks a free port; a restart reuses it.
+    private(set) var port: Int
+
+    init(folder: String, port: Int = 0, device: String = "test-device") throws {
+        data = folder + "/server-data"
+        tokenFile = folder + "/token"
+        outputFile = folder + "/server.out"
+        self.port = port
+        let added = try runCommand(vdriveBinary, ["serve", "device", "add", device, "--data", data])
+        guard added.status == 0, let token = added.stdout.split(separator: "\n").first else {
+            throw TestFailure("device add failed: \(added.stderr)")
+        }
+        try String(token).write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        try start()
+    }
+
+    /// Another device's token on the same server (a second machine, a reinstall).
+    func addDevice(_ name: String, tokenFile: String) throws {
+        let added = try runCommand(vdriveBinary, ["serve", "device", "add", name, "--data", data])
+        guard added.status == 0, let token = added.stdout.split(separator: "\n").first else { throw TestFailure(added.stderr) }
+        try String(token).write(toFile: tokenFile, atomically: true, encoding: .utf8)
+    }
+
+    func start() throws {
+        FileManager.default.createFile(atPath: outputFile, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: vdriveBinary)
+        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"]
+        p.standardOutput = FileHandle(forWritingAtPath: outputFile)
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        process = p
+        for _ in 0..<200 {
+            let out = (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? ""
+            if let range = out.range(of: "listening on ") {
+                url = String(out[range.upperBound...].prefix { $0 != " " && $0 != "\n" })
+                port = Int(url.split(separator: ":").last ?? "") ?? port
+                return
+            }
+            usleep(25_000)
+        }
+        throw TestFailure("vdrive serve did not start")
+    }
+
+    func stop() {
+        guard let p = process else { return }
+        kill(p.processIdentifier, SIGTERM)
+        p.waitUntilExit()
+        process = nil
+    }
+
+    /// Bytes the server process has written so far (/proc/PID/io wchar): received blob bytes plus a little metadata.
+    func bytesWritten() -> Int64 {
+        guard let p = process, let io = try? String(contentsOfFile: "/proc/\(p.processIdentifier)/io", encoding: .utf8) else { return 0 }
+        for line in io.split(separator: "\n") where line.hasPrefix("wchar:") {
+            return Int64(line.split(separator: " ").last ?? "0") ?? 0
+        }
+        return 0
+    }
+
+    /// The complete blobs the server holds (its blob store: `blobs/ab/<sha256>`).
+    func blobHashes() -> Set<String> {
+        let root = data + "/blobs"
+        var out = Set<String>()
+        for folder in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where folder.count == 2 {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? [] where name.count == 64 {
+                out.insert(name)
+            }
+        }
+        return out
+    }
+
+    var mountArguments: [String] { ["--server", url, "--token-file", tokenFile] }
+}
