@@ -47,6 +47,32 @@ enum Bench {
         return nil
     }
 
+    /// User + system CPU seconds a running process has used (/proc/PID/stat).
+    static func cpuSeconds(pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        // After the command: state(0) ... utime(11) stime(12).
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
+    }
+
+    /// CPU seconds of reaped child processes so far (getrusage RUSAGE_CHILDREN).
+    static func childrenCPUSeconds() -> Double {
+        var u = rusage()
+        getrusage(RUSAGE_CHILDREN.rawValue, &u)
+        return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
+    }
+
+    /// A counter of /proc/PID/io ("rchar", "wchar").
+    static func ioCounter(pid: Int32, _ name: String) -> Int64 {
+        guard let io = try? String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8) else { return 0 }
+        for line in io.split(separator: "\n") where line.hasPrefix(name + ":") {
+            return Int64(line.split(separator: " ").last ?? "0") ?? 0
+        }
+        return 0
+    }
+
     static func isMounted(_ path: String) -> Bool {
         let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
         return info.split(separator: "\n").contains { $0.split(separator: " ").count > 4 && $0.split(separator: " ")[4] == path }

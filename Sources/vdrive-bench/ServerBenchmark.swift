@@ -275,14 +275,7 @@ final class RunningServer {
         base = String(text[r.lowerBound...].prefix { $0 != " " })
     }
 
-    func cpuSeconds() -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        // After the command: state(0) ... utime(11) stime(12).
-        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
-        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
-    }
+    func cpuSeconds() -> Double { Bench.cpuSeconds(pid: pid) }
 
     func stop() {
         if process.isRunning { kill(pid, SIGTERM) }
