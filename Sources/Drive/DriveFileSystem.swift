@@ -505,7 +505,9 @@ public final class DriveFileSystem: @unchecked Sendable {
     public func setxattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
         try Self.checkXattrName(name)
         try refuseVirtual(ino)
-        if isGenerated(name) { throw Errno.notPermitted }
+        // Generated attributes cannot be changed; the write is accepted and ignored, so copy
+        // tools that preserve xattrs (cp -a, rsync -X) work from the drive to the drive.
+        if isGenerated(name) { return }
         if value.count > 65536 { throw Errno.outOfRange }
         try catalog.setXattr(ino, name: name, value: value, create: create, replace: replace)
         durability.noteMetadataChanged()
@@ -529,7 +531,8 @@ public final class DriveFileSystem: @unchecked Sendable {
     public func removexattr(_ ino: UInt64, name: String) throws {
         try Self.checkXattrName(name)
         try refuseVirtual(ino)
-        if isGenerated(name) { throw Errno.notPermitted }
+        // rsync -X removes destination attributes the source lacks: accept and ignore.
+        if isGenerated(name) { return }
         try catalog.removeXattr(ino, name: name)
         durability.noteMetadataChanged()
     }

@@ -69,8 +69,10 @@ enum BackupBenchmark {
         defer { server2.stop() }
         let token2 = try String(contentsOfFile: "\(d)/token-b", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         var config = "silent\nshow-error\nheader = \"Authorization: Bearer \(token2)\"\n"
+        try FileManager.default.createDirectory(atPath: "\(d)/names", withIntermediateDirectories: true)
         for n in 1...o.photos {
             let hash = try Bench.sh("sha256sum \(d)/src/IMG_\(n).jpg").prefix(64)
+            try "IMG_\(n).jpg".write(toFile: "\(d)/names/\(hash)", atomically: false, encoding: .utf8)
             config += "upload-file = \"\(d)/src/IMG_\(n).jpg\"\nurl = \"\(server2.base)/v1/blobs/\(hash)\"\noutput = \"/dev/null\"\n"
         }
         try config.write(toFile: "\(d)/curl.conf", atomically: true, encoding: .utf8)
@@ -85,6 +87,25 @@ enum BackupBenchmark {
             throw Bench.Failure(description: "curl baseline stored \(stored) blobs, expected \(o.photos)")
         }
         server2.stop()
+
+        // The same, one curl process per file, as a shell loop would do it ("one by one").
+        let server3 = try startServer(vdrive, data: "\(d)/server-c", tokenFile: "\(d)/token-c")
+        defer { server3.stop() }
+        let token3 = try String(contentsOfFile: "\(d)/token-c", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        var loop = ""
+        for line in config.split(separator: "\n") where line.hasPrefix("url = ") {
+            let url = line.dropFirst(7).dropLast().replacingOccurrences(of: server2.base, with: server3.base)
+            let hash = url.suffix(64)
+            loop += "curl -sS -o /dev/null -T \(d)/src/$(cat \(d)/names/\(hash)) -H 'Authorization: Bearer \(token3)' '\(url)'\n"
+        }
+        try loop.write(toFile: "\(d)/loop.sh", atomically: true, encoding: .utf8)
+        let loopChildren0 = Bench.childrenCPUSeconds(), server3CPU0 = server3.cpuSeconds()
+        let l0 = Bench.now()
+        try Bench.sh("sh \(d)/loop.sh")
+        let loopWall = Bench.now() - l0
+        let loopCPU = Bench.childrenCPUSeconds() - loopChildren0
+        let loopServerCPU = server3.cpuSeconds() - server3CPU0
+        server3.stop()
 
         // --- 3: re-sent bytes after a SIGKILL mid-upload ---
         print("SIGKILL in the middle of a \(o.killMiB) MiB upload ...")
@@ -121,14 +142,14 @@ enum BackupBenchmark {
         let idleShare = (Bench.cpuSeconds(pid: mount.pid) - idle0) / Double(o.idleSeconds) * 100
 
         print("")
-        print(Bench.table(["backup benchmark (\(o.photos) photos of \(o.photoMB) MB)", "vdrive (cp into Camera Roll until backed up)", "curl -T, same files"], [
-            ["wall time (s)", Bench.f(driveWall) + " (" + Bench.f(driveWall / curlWall) + "x; cp alone " + Bench.f(copied) + ")", Bench.f(curlWall)],
-            ["client CPU (s per GB)", Bench.f(driveCPU / gb) + " (" + Bench.f(driveCPU / curlCPU) + "x)", Bench.f(curlCPU / gb)],
-            ["server CPU (s per GB)", Bench.f(driveServerCPU / gb), Bench.f(curlServerCPU / gb)],
-            ["bytes read from storage per byte uploaded", Bench.f(readPerByte, 3), "-"],
-            ["bytes re-sent after SIGKILL mid-upload (\(o.killMiB) MiB, \(atKill >> 20) MiB sent)", "\(resent)", "-"],
-            ["idle mount CPU over \(o.idleSeconds) s (% of a core)", Bench.f(idleShare, 3), "-"],
-            ["peak RSS, \(o.entries) entries + \(o.rssGiB) GiB upload (MB)", Bench.f(peakRSS, 1), "-"],
+        print(Bench.table(["backup benchmark (\(o.photos) photos of \(o.photoMB) MB)", "vdrive: cp into Camera Roll until backed up", "curl -T, one process per file", "curl -T, one process for all"], [
+            ["wall time (s)", Bench.f(driveWall) + " (" + Bench.f(driveWall / loopWall) + "x, " + Bench.f(driveWall / curlWall) + "x; cp alone " + Bench.f(copied) + ")", Bench.f(loopWall), Bench.f(curlWall)],
+            ["client CPU (s per GB): mount process / curl", Bench.f(driveCPU / gb) + " (" + Bench.f(driveCPU / loopCPU) + "x, " + Bench.f(driveCPU / curlCPU) + "x)", Bench.f(loopCPU / gb), Bench.f(curlCPU / gb)],
+            ["server CPU (s per GB)", Bench.f(driveServerCPU / gb), Bench.f(loopServerCPU / gb), Bench.f(curlServerCPU / gb)],
+            ["bytes read from storage per byte uploaded", Bench.f(readPerByte, 3), "-", "-"],
+            ["bytes re-sent after SIGKILL mid-upload (\(o.killMiB) MiB, \(atKill >> 20) MiB sent)", "\(resent)", "-", "-"],
+            ["idle mount CPU over \(o.idleSeconds) s (% of a core)", Bench.f(idleShare, 3), "-", "-"],
+            ["peak RSS, \(o.entries) entries + \(o.rssGiB) GiB upload (MB)", Bench.f(peakRSS, 1), "-", "-"],
         ]))
         mount.stop()
         try? Bench.sh("rm -rf \(d)/src")

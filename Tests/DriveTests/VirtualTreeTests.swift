@@ -65,7 +65,10 @@ import Storage
         try fs.flush(fh); fs.release(fh)
         #expect(try fs.listxattr(a.ino) == ["user.vdrive.backup"])
         #expect(try fs.getxattr(a.ino, name: "user.vdrive.backup") == Array("pending".utf8))
-        #expect(throws: Errno.notPermitted) { try fs.setxattr(a.ino, name: "user.vdrive.backup", value: [1], create: false, replace: false) }
+        // Writes to generated attributes are accepted and ignored (cp -a, rsync -X).
+        try fs.setxattr(a.ino, name: "user.vdrive.backup", value: [1], create: false, replace: false)
+        try fs.removexattr(a.ino, name: "user.vdrive.backup")
+        #expect(try fs.getxattr(a.ino, name: "user.vdrive.backup") == Array("pending".utf8))
         try fs.setxattr(a.ino, name: "user.mine", value: [1], create: false, replace: false)
         #expect(try fs.listxattr(a.ino) == ["user.mine", "user.vdrive.backup"])
     }
