@@ -147,6 +147,23 @@ public enum WireJSON {
         return Array(try! encoder.encode(value))
     }
 
+    /// `{"<key>":["<hex>",…]}` written directly: the dedup call carries up to 10,000
+    /// hashes each way, and JSONEncoder costs about 1 µs a string here. The strings must
+    /// need no escaping (hex digits do not).
+    public static func hashList(_ key: String, _ hexes: [String]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(key.utf8.count + 8 + hexes.count * 67)
+        out += Array("{\"\(key)\":[".utf8)
+        for (i, hex) in hexes.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            out += hex.utf8
+            out.append(UInt8(ascii: "\""))
+        }
+        out += Array("]}".utf8)
+        return out
+    }
+
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         try JSONDecoder().decode(type, from: Data(bytes))
     }
