@@ -6,19 +6,11 @@ import Server
 import Testing
 
 @Suite struct FileTests {
-    func uploaded(_ s: TestServer, size: Int, seed: UInt64) throws -> TestFile {
-        let f = TestFile(in: s.dir.path, size: size, seed: seed)
-        let fd = f.open()
-        defer { close(fd) }
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        return f
-    }
-
     @Test func recordListAndChangeFeed() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let a = try uploaded(s, size: 100, seed: 1)
-        let b = try uploaded(s, size: 200, seed: 2)
+        let a = try s.uploaded(size: 100, seed: 1)
+        let b = try s.uploaded(size: 200, seed: 2)
         let r1 = try s.client.recordFile(FileRecord(path: "Camera Roll/a.jpg", hash: a.digest.hex, size: 100, captureDate: 1_600_000_000, mtime: 1_700_000_000, deviceSequence: 1))
         #expect(r1.sequence == 1)
         #expect(r1.device == "test-device")
@@ -45,7 +37,7 @@ import Testing
     @Test func recordNeedsTheBlobAndAValidPath() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let a = try uploaded(s, size: 100, seed: 3)
+        let a = try s.uploaded(size: 100, seed: 3)
         #expect(throws: ClientError.self) {
             try s.client.recordFile(FileRecord(path: "x", hash: SHA256Hasher.digest("missing").hex, size: 1, captureDate: nil, mtime: 1, deviceSequence: 1))
         }
@@ -85,10 +77,7 @@ import Testing
     @Test func wholeRangeETagAnd304() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let f = TestFile(in: s.dir.path, size: 300_000)
-        let fd = f.open()
-        defer { close(fd) }
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        let f = try s.uploaded(size: 300_000, seed: 4)
         let out = s.dir.path + "/out"
         let ofd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0o600)
         defer { close(ofd) }

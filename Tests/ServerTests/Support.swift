@@ -51,6 +51,15 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         try send(method, path, headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(text.utf8)))
     }
 
+    /// A new test file, uploaded with the typed client.
+    func uploaded(size: Int, seed: UInt64) throws -> TestFile {
+        let f = TestFile(in: dir.path, size: size, seed: seed)
+        let fd = f.open()
+        defer { close(fd) }
+        try client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        return f
+    }
+
     /// Number of blob files in the store.
     func blobCount() -> Int {
         let folders = (try? FileManager.default.contentsOfDirectory(atPath: blobRoot)) ?? []
