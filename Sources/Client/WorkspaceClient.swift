@@ -148,9 +148,18 @@ public final class WorkspaceClient: Sendable {
         try decode(FileRecord.self, call("POST", API.files, json: record))
     }
 
-    /// Records under a path prefix (`""` for all), sorted by path.
-    public func listFiles(prefix: String) throws(ClientError) -> [FileRecord] {
-        try decode(FileListResponse.self, call("GET", API.files + "?prefix=" + Self.percentEncode(prefix))).files
+    /// Records under a path prefix (`""` for all), sorted by path; fetched `pageSize` at a time.
+    public func listFiles(prefix: String, pageSize: Int = API.maxListPage) throws(ClientError) -> [FileRecord] {
+        var out: [FileRecord] = []
+        var after: String?
+        repeat {
+            var query = API.files + "?prefix=" + Self.percentEncode(prefix) + "&limit=\(pageSize)"
+            if let after { query += "&after=" + Self.percentEncode(after) }
+            let page = try decode(FileListResponse.self, call("GET", query))
+            out += page.files
+            after = page.next
+        } while after != nil
+        return out
     }
 
     /// Records changed after server sequence `since`; pass `nextSequence` next time.

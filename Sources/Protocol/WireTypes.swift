@@ -30,6 +30,8 @@ public enum API {
     public static let maxJSONBody = 1 << 20
     /// At most this many records per change-feed page.
     public static let maxChangesPage = 5_000
+    /// At most this many records per file-listing page.
+    public static let maxListPage = 5_000
     public static let tusVersion = "1.0.0"
     public static let tusExtensions = "creation,checksum,expiration,termination"
 }
@@ -101,10 +103,12 @@ public struct FileRecord: Codable, Sendable, Equatable, Hashable {
     }
 }
 
-/// `GET /v1/files?prefix=`
+/// `GET /v1/files?prefix=&after=&limit=`
 public struct FileListResponse: Codable, Sendable {
     public var files: [FileRecord]
-    public init(files: [FileRecord]) { self.files = files }
+    /// When more records follow: pass as `after` to get the next page. Null on the last page.
+    public var next: String?
+    public init(files: [FileRecord], next: String?) { self.files = files; self.next = next }
 }
 
 /// `GET /v1/changes?since=&limit=`

@@ -22,6 +22,10 @@ import Testing
         #expect(try s.client.listFiles(prefix: "Camera Roll/").map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg"])
         #expect(try s.client.listFiles(prefix: "").count == 3)
         #expect(try s.client.listFiles(prefix: "Documents").map(\.path) == ["Documents/b copy.jpg"])
+        #expect(try s.client.listFiles(prefix: "", pageSize: 1).map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Documents/b copy.jpg"])
+        let page = try WireJSON.decode(FileListResponse.self, from: try s.send("GET", "/v1/files?limit=2").body)
+        #expect(page.files.count == 2)
+        #expect(page.next == "Camera Roll/b.jpg")
         let feed = try s.client.changes(since: 0)
         #expect(feed.records.map(\.sequence) == [1, 2, 3])
         #expect(feed.nextSequence == 3)
@@ -32,6 +36,10 @@ import Testing
         #expect(moved.sequence == 4)
         #expect(try s.client.changes(since: 3).records.map(\.path) == ["Camera Roll/a.jpg"])
         #expect(try s.client.changes(since: 0, limit: 2).records.count == 2)
+        // Non-ASCII paths stay inside their prefix's range.
+        try s.client.recordFile(FileRecord(path: "Camera Roll/😀 été.jpg", hash: a.digest.hex, size: 100, captureDate: nil, mtime: 8, deviceSequence: 5))
+        #expect(try s.client.listFiles(prefix: "Camera Roll/").map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/😀 été.jpg"])
+        #expect(try s.client.listFiles(prefix: "Camera Roll/😀").count == 1)
     }
 
     @Test func recordNeedsTheBlobAndAValidPath() throws {
