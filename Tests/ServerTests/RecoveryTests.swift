@@ -91,3 +91,48 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: data + "/blobs/" + bad.digest.hex.prefix(2) + "/" + bad.digest.hex))
     }
 }
+
+/// Stopping the server (SIGTERM path) while a PATCH is in flight.
+@Suite struct StopTests {
+    @Test func stopDuringAPatchKeepsTheBytesReceived() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let data = dir.path + "/data"
+        let token = try DeviceRegistry(dataDirectory: data).add("d")
+        let f = TestFile(in: dir.path, size: 64 << 20, seed: 21)
+        let fd = f.open()
+        defer { close(fd) }
+        let server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
+        var stopped = false
+        defer { if !stopped { server.stop() } }
+        let client = WorkspaceClient(baseURL: server.baseURL, token: token)
+        guard case .upload(let url, _, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        let sent = Mutex<Int64>(0)
+        let started = Mutex(false)
+        let done = Mutex(false)
+        Thread {
+            _ = try? client.connection.perform(method: "PATCH", url: url, headers: ["Content-Type: \(Tus.offsetContentType)", "Upload-Offset: 0"],
+                                               body: .file(fd: fd, offset: 0, length: f.size), progress: { n in
+                sent.withLock { $0 = n }
+                if n >= 8 << 20 { started.withLock { $0 = true } }
+                return true
+            })
+            done.withLock { $0 = true }
+        }.start()
+        while !started.withLock({ $0 }) { usleep(5_000) }
+        server.stop()
+        stopped = true
+        while !done.withLock({ $0 }) { usleep(5_000) }
+
+        let again = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
+        defer { again.stop() }
+        let second = WorkspaceClient(baseURL: again.baseURL, token: token)
+        guard case .upload(_, let offset, _) = try second.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        #expect(offset > 0)
+        #expect(offset <= sent.withLock { $0 })
+        try second.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        #expect(try second.presentHashes([f.digest]) == [f.digest])
+    }
+}
+
+import Synchronization
