@@ -55,7 +55,7 @@ import Testing
             }
             oldURL = url
         }
-        _ = FileManager.default.createFile(atPath: data + "/blobs/staging/leftover", contents: Data([1, 2, 3]))
+        writeFile(data + "/blobs/staging/leftover", [1, 2, 3])
         let server = try start(data)
         defer { server.stop() }
         let staging = try FileManager.default.contentsOfDirectory(atPath: data + "/blobs/staging")

@@ -84,13 +84,21 @@ struct TestFile {
                 words[i] = state
             }
         }
-        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        writeFile(path, bytes)
         self.size = Int64(size)
         digest = SHA256Hasher.digest(bytes)
     }
 
     func open() -> Int32 { Glibc.open(path, O_RDONLY) }
     var bytes: [UInt8] { Array(FileManager.default.contents(atPath: path)!) }
+}
+
+/// Writes a file with plain system calls (Foundation's atomic writes leave a
+/// `TemporaryDirectory.*` folder behind in /tmp on Linux).
+func writeFile(_ path: String, _ bytes: [UInt8]) {
+    let fd = try! FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    defer { FileIO.close(fd) }
+    bytes.withUnsafeBytes { try! FileIO.pwrite(fd, $0, at: 0) }
 }
 
 /// The built `vdrive` binary next to the test bundle (`swift build` builds it with the tests).
