@@ -45,7 +45,8 @@ public final class WorkspaceClient: Sendable {
         var start = 0
         while start < hashes.count {
             let slice = hashes[start..<min(hashes.count, start + API.maxHashesPerCheck)]
-            let reply = try decode(PresentResponse.self, call("POST", API.presentBlobs, json: PresentRequest(hashes: slice.map(\.hex))))
+            let body = WireJSON.hashList("hashes", slice.map(\.hex))
+            let reply = try decode(PresentResponse.self, call("POST", API.presentBlobs, body: body))
             for hex in reply.present {
                 guard let d = SHA256Digest(hex: hex) else { throw .invalidResponse("'\(hex)' in 'present' is not a hash") }
                 out.insert(d)
@@ -162,9 +163,18 @@ public final class WorkspaceClient: Sendable {
         try decode(FileRecord.self, call("POST", API.files, json: record))
     }
 
-    /// Records under a path prefix (`""` for all), sorted by path.
-    public func listFiles(prefix: String) throws(ClientError) -> [FileRecord] {
-        try decode(FileListResponse.self, call("GET", API.files + "?prefix=" + Self.percentEncode(prefix))).files
+    /// Records under a path prefix (`""` for all), sorted by path; fetched `pageSize` at a time.
+    public func listFiles(prefix: String, pageSize: Int = API.maxListPage) throws(ClientError) -> [FileRecord] {
+        var out: [FileRecord] = []
+        var after: String?
+        repeat {
+            var query = API.files + "?prefix=" + Self.percentEncode(prefix) + "&limit=\(pageSize)"
+            if let after { query += "&after=" + Self.percentEncode(after) }
+            let page = try decode(FileListResponse.self, call("GET", query))
+            out += page.files
+            after = page.next
+        } while after != nil
+        return out
     }
 
     /// Records changed after server sequence `since`; pass `nextSequence` next time.
@@ -217,8 +227,12 @@ public final class WorkspaceClient: Sendable {
     }
 
     private func call<T: Encodable>(_ method: String, _ path: String, json: T) throws(ClientError) -> HTTPResult {
+        try call(method, path, body: WireJSON.encode(json))
+    }
+
+    private func call(_ method: String, _ path: String, body: [UInt8]) throws(ClientError) -> HTTPResult {
         let reply = try connection.perform(method: method, url: baseURL + path,
-                                           headers: [authHeader, "Content-Type: application/json", "Expect:"], body: .bytes(WireJSON.encode(json)))
+                                           headers: [authHeader, "Content-Type: application/json", "Expect:"], body: .bytes(body))
         try check(reply, expect: [200, 201])
         return reply
     }

@@ -30,6 +30,8 @@ public enum API {
     public static let maxJSONBody = 1 << 20
     /// At most this many records per change-feed page.
     public static let maxChangesPage = 5_000
+    /// At most this many records per file-listing page.
+    public static let maxListPage = 5_000
     public static let tusVersion = "1.0.0"
     public static let tusExtensions = "creation,checksum,expiration,termination"
 }
@@ -101,10 +103,12 @@ public struct FileRecord: Codable, Sendable, Equatable, Hashable {
     }
 }
 
-/// `GET /v1/files?prefix=`
+/// `GET /v1/files?prefix=&after=&limit=`
 public struct FileListResponse: Codable, Sendable {
     public var files: [FileRecord]
-    public init(files: [FileRecord]) { self.files = files }
+    /// When more records follow: pass as `after` to get the next page. Null on the last page.
+    public var next: String?
+    public init(files: [FileRecord], next: String?) { self.files = files; self.next = next }
 }
 
 /// `GET /v1/changes?since=&limit=`
@@ -145,6 +149,23 @@ public enum WireJSON {
         encoder.outputFormatting = [.sortedKeys]
         // Encoding our own plain structs cannot fail.
         return Array(try! encoder.encode(value))
+    }
+
+    /// `{"<key>":["<hex>",…]}` written directly: the dedup call carries up to 10,000
+    /// hashes each way, and JSONEncoder costs about 1 µs a string here. The strings must
+    /// need no escaping (hex digits do not).
+    public static func hashList(_ key: String, _ hexes: [String]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(key.utf8.count + 8 + hexes.count * 67)
+        out += Array("{\"\(key)\":[".utf8)
+        for (i, hex) in hexes.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            out += hex.utf8
+            out.append(UInt8(ascii: "\""))
+        }
+        out += Array("]}".utf8)
+        return out
     }
 
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {

@@ -19,7 +19,10 @@ enum BlobHandlers {
             }
             hexes.append(d.hex)
         }
-        do { return .json(200, PresentResponse(present: try context.metadata.presentHashes(hexes))) }
+        do {
+            let present = try context.metadata.presentHashes(hexes)
+            return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: .bytes(WireJSON.hashList("present", present)))
+        }
         catch { return ServerContext.failure(error) }
     }
 

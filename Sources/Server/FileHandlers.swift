@@ -42,16 +42,27 @@ enum FileHandlers {
         }
     }
 
-    /// `GET /v1/files?prefix=`: records whose path starts with the prefix, by path.
+    /// `GET /v1/files?prefix=&after=&limit=`: records whose path starts with the prefix,
+    /// by path, a page at a time (`next` names the `after` of the next page).
     static func list(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+        let limitText = request.query["limit"] ?? String(API.maxListPage)
+        guard let limit = Int64(limitText), limit > 0 else {
+            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
+        }
         do {
             let prefix = try Validation.prefix(request.query["prefix"] ?? "")
+            let after = request.query["after"] ?? ""
+            let page = min(limit, Int64(API.maxListPage))
             let records = try context.metadata.withDatabase { db in
-                // Range scan on the primary key: paths >= prefix and < prefix with its last byte raised.
-                try db.query("SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.path >= ? AND substr(f.path, 1, length(?)) = ? ORDER BY f.path",
-                             prefix, prefix, prefix, row: Metadata.fileRecord)
+                // A range scan on the primary key: from the prefix up to the prefix followed by
+                // the highest code point; substr() keeps exactly the paths that start with it.
+                try db.query("""
+                    SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id
+                    WHERE f.path >= ?1 AND f.path < ?2 AND f.path > ?3 AND substr(f.path, 1, length(?1)) = ?1
+                    ORDER BY f.path LIMIT ?4
+                    """, prefix, prefix + "\u{10FFFF}", after, page, row: Metadata.fileRecord)
             }
-            return .json(200, FileListResponse(files: records))
+            return .json(200, FileListResponse(files: records, next: records.count == Int(page) ? records.last?.path : nil))
         } catch {
             return ServerContext.failure(error)
         }

@@ -160,7 +160,7 @@ enum TusHandlers {
             guard let found = try context.upload(id: id), found.hash == signed.hash, found.length == signed.size,
                   let digest = SHA256Digest(hex: found.hash) else {
                 hasher?.cancel()
-                context.uploads.release(id, hasher: nil)
+                context.uploads.remove(id)
                 return .respond(notFound)
             }
             if let h = hasher, h.position != found.received {

@@ -52,7 +52,7 @@ import Testing
         guard m.0 == 0 else { print("DiskFullTests skipped: mount failed: \(m.2)"); return }
         defer { _ = try? run("/bin/umount", [mnt]) }
         let s = try TestServer(dataDirectory: mnt + "/data")
-        defer { s.server.stop() }
+        defer { s.stop() }
         let f = TestFile(in: dir.path, size: 8 << 20, seed: 13)
         let fd = f.open()
         defer { close(fd) }

@@ -6,19 +6,11 @@ import Server
 import Testing
 
 @Suite struct FileTests {
-    func uploaded(_ s: TestServer, size: Int, seed: UInt64) throws -> TestFile {
-        let f = TestFile(in: s.dir.path, size: size, seed: seed)
-        let fd = f.open()
-        defer { close(fd) }
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        return f
-    }
-
     @Test func recordListAndChangeFeed() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let a = try uploaded(s, size: 100, seed: 1)
-        let b = try uploaded(s, size: 200, seed: 2)
+        let a = try s.uploaded(size: 100, seed: 1)
+        let b = try s.uploaded(size: 200, seed: 2)
         let r1 = try s.client.recordFile(FileRecord(path: "Camera Roll/a.jpg", hash: a.digest.hex, size: 100, captureDate: 1_600_000_000, mtime: 1_700_000_000, deviceSequence: 1))
         #expect(r1.sequence == 1)
         #expect(r1.device == "test-device")
@@ -30,6 +22,10 @@ import Testing
         #expect(try s.client.listFiles(prefix: "Camera Roll/").map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg"])
         #expect(try s.client.listFiles(prefix: "").count == 3)
         #expect(try s.client.listFiles(prefix: "Documents").map(\.path) == ["Documents/b copy.jpg"])
+        #expect(try s.client.listFiles(prefix: "", pageSize: 1).map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Documents/b copy.jpg"])
+        let page = try WireJSON.decode(FileListResponse.self, from: try s.send("GET", "/v1/files?limit=2").body)
+        #expect(page.files.count == 2)
+        #expect(page.next == "Camera Roll/b.jpg")
         let feed = try s.client.changes(since: 0)
         #expect(feed.records.map(\.sequence) == [1, 2, 3])
         #expect(feed.nextSequence == 3)
@@ -40,12 +36,16 @@ import Testing
         #expect(moved.sequence == 4)
         #expect(try s.client.changes(since: 3).records.map(\.path) == ["Camera Roll/a.jpg"])
         #expect(try s.client.changes(since: 0, limit: 2).records.count == 2)
+        // Non-ASCII paths stay inside their prefix's range.
+        try s.client.recordFile(FileRecord(path: "Camera Roll/😀 été.jpg", hash: a.digest.hex, size: 100, captureDate: nil, mtime: 8, deviceSequence: 5))
+        #expect(try s.client.listFiles(prefix: "Camera Roll/").map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/😀 été.jpg"])
+        #expect(try s.client.listFiles(prefix: "Camera Roll/😀").count == 1)
     }
 
     @Test func recordNeedsTheBlobAndAValidPath() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let a = try uploaded(s, size: 100, seed: 3)
+        let a = try s.uploaded(size: 100, seed: 3)
         #expect(throws: ClientError.self) {
             try s.client.recordFile(FileRecord(path: "x", hash: SHA256Hasher.digest("missing").hex, size: 1, captureDate: nil, mtime: 1, deviceSequence: 1))
         }
@@ -85,10 +85,7 @@ import Testing
     @Test func wholeRangeETagAnd304() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let f = TestFile(in: s.dir.path, size: 300_000)
-        let fd = f.open()
-        defer { close(fd) }
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        let f = try s.uploaded(size: 300_000, seed: 4)
         let out = s.dir.path + "/out"
         let ofd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0o600)
         defer { close(ofd) }

@@ -75,7 +75,7 @@ import Testing
         #expect(busy.0 == 69)
         #expect(busy.2.contains("already in use"))
 
-        try "x".write(toFile: dir.path + "/file", atomically: true, encoding: .utf8)
+        writeFile(dir.path + "/file", Array("x".utf8))
         let unwritable = try run(vdriveBinary(), ["serve", "--data", dir.path + "/file/sub", "--listen", "127.0.0.1:0"])
         #expect(unwritable.0 == 73)
         #expect(unwritable.2.contains("--data"))

@@ -99,6 +99,12 @@ import Testing
         #expect(Tus.parseMetadata("sha256 YWJj,empty")?["sha256"] == Array("abc".utf8))
     }
 
+    @Test func hashListIsTheJSONOfPresentRequest() throws {
+        let hexes = (0..<3).map { SHA256Hasher.digest("x\($0)").hex }
+        #expect(try WireJSON.decode(PresentRequest.self, from: WireJSON.hashList("hashes", hexes)).hashes == hexes)
+        #expect(try WireJSON.decode(PresentResponse.self, from: WireJSON.hashList("present", [])).present == [])
+    }
+
     @Test func httpDate() {
         #expect(HTTPDate.format(0) == "Thu, 01 Jan 1970 00:00:00 GMT")
         #expect(HTTPDate.format(1_795_988_493) == "Sun, 29 Nov 2026 21:41:33 GMT")

@@ -51,6 +51,15 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         try send(method, path, headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(text.utf8)))
     }
 
+    /// A new test file, uploaded with the typed client.
+    func uploaded(size: Int, seed: UInt64) throws -> TestFile {
+        let f = TestFile(in: dir.path, size: size, seed: seed)
+        let fd = f.open()
+        defer { close(fd) }
+        try client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        return f
+    }
+
     /// Number of blob files in the store.
     func blobCount() -> Int {
         let folders = (try? FileManager.default.contentsOfDirectory(atPath: blobRoot)) ?? []
@@ -75,13 +84,21 @@ struct TestFile {
                 words[i] = state
             }
         }
-        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        writeFile(path, bytes)
         self.size = Int64(size)
         digest = SHA256Hasher.digest(bytes)
     }
 
     func open() -> Int32 { Glibc.open(path, O_RDONLY) }
     var bytes: [UInt8] { Array(FileManager.default.contents(atPath: path)!) }
+}
+
+/// Writes a file with plain system calls (Foundation's atomic writes leave a
+/// `TemporaryDirectory.*` folder behind in /tmp on Linux).
+func writeFile(_ path: String, _ bytes: [UInt8]) {
+    let fd = try! FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    defer { FileIO.close(fd) }
+    bytes.withUnsafeBytes { try! FileIO.pwrite(fd, $0, at: 0) }
 }
 
 /// The built `vdrive` binary next to the test bundle (`swift build` builds it with the tests).
