@@ -1,25 +1,25 @@
 // vdrive-bench: benchmarks that print figures side by side in one run (never timed tests).
-// Usage: vdrive-bench <drive|server> [options]; see DriveBenchmark.swift and ServerBenchmark.swift.
+// Usage: vdrive-bench <drive|backup|server> [options]; see DriveBenchmark.swift,
+// BackupBenchmark.swift and ServerBenchmark.swift.
 import Foundation
 
+/// Runs a benchmark that throws, turning a failure into one line on stderr and exit 1.
+func runReportingFailure(_ body: ([String]) throws -> Void, _ arguments: [String]) -> Int32 {
+    do {
+        try body(arguments)
+        return 0
+    } catch {
+        FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
+        return 1
+    }
+}
+
 let benchArguments = Array(CommandLine.arguments.dropFirst())
+let rest = Array(benchArguments.dropFirst())
 switch benchArguments.first {
-case "drive":
-    do {
-        try DriveBenchmark.run(Array(benchArguments.dropFirst()))
-    } catch {
-        FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
-        exit(1)
-    }
-case "backup":
-    do {
-        try BackupBenchmark.run(Array(benchArguments.dropFirst()))
-    } catch {
-        FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
-        exit(1)
-    }
-case "server":
-    exit(ServerBenchmark.run(Array(benchArguments.dropFirst())))
+case "drive": exit(runReportingFailure(DriveBenchmark.run, rest))
+case "backup": exit(runReportingFailure(BackupBenchmark.run, rest))
+case "server": exit(ServerBenchmark.run(rest))
 default:
     print("usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N]")
     print("       vdrive-bench backup [--photos N] [--photo-mb N] [--idle-seconds N] [--kill-mib N] [--rss-gib N] [--entries N] [--dir DIR]")
