@@ -34,6 +34,8 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
     conn->max_write = max_write;
     conn->max_readahead = max_write;
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     /* O_TRUNC arrives with open, so the old content stays until the new one is committed. */
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
@@ -43,6 +45,16 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
     conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
     conn->max_background = 64;
     conn->congestion_threshold = 48;
+}
+
+/* Replies to a read with `size` bytes of `fd` from `pos`: libfuse splices them from the
+   file into /dev/fuse where it can, so the bytes never pass through our memory. */
+static inline int vd_fuse_reply_fd(fuse_req_t req, int fd, size_t size, off_t pos) {
+    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+    buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = fd;
+    buf.buf[0].pos = pos;
+    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
 static inline int vd_errno(void) { return errno; }

@@ -371,30 +371,42 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
     }
 
-    public func read(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+    /// Where the bytes of a read come from: copied out already (virtual files, a file
+    /// being written), or an immutable blob the caller reads itself (the FUSE layer
+    /// splices it into the reply).
+    enum ReadSource {
+        case bytes(Int)
+        case blob(SharedDescriptor)
+    }
+
+    /// Resolves a read: fills `buffer` from a virtual file or a staging file, or returns
+    /// the blob's descriptor without reading it.
+    func readSource(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> ReadSource {
         if let content = tables.withLock({ virtualHandles[fh] }) {
-            guard offset < content.count else { return 0 }
+            guard offset < content.count else { return .bytes(0) }
             let n = min(buffer.count, content.count - Int(offset))
             content.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + Int(offset), byteCount: n) }
-            return n
+            return .bytes(n)
         }
         let node = try handle(fh).node
-        enum Source { case done(Int), blob(SharedDescriptor) }
-        let source: Source = try node.lock.withLock {
+        return try node.lock.withLock {
             if let s = node.staging {
                 // Being written: the staging file is the content (its length is the size).
-                return .done(try FileIO.pread(s.fd, into: buffer, at: offset))
+                return .bytes(try FileIO.pread(s.fd, into: buffer, at: offset))
             }
             let a = try catalog.attributes(node.ino)
-            guard let blob = a.blob else { return .done(0) }
+            guard let blob = a.blob else { return .bytes(0) }
             if node.readerDigest != blob || node.reader == nil {
                 node.reader = SharedDescriptor(try openBlob(blob))
                 node.readerDigest = blob
             }
             return .blob(node.reader!)
         }
-        switch source {
-        case .done(let n): return n
+    }
+
+    public func read(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        switch try readSource(fh, into: buffer, at: offset) {
+        case .bytes(let n): return n
         // A blob is immutable: read it without holding the node's lock.
         case .blob(let d): return try FileIO.pread(d.fd, into: buffer, at: offset)
         }

@@ -39,8 +39,13 @@ enum FuseFileOps {
                 guard let fi else { throw Errno.invalidArgument }
                 let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 4096)
                 defer { buffer.deallocate() }
-                let n = try ctx.fs.read(vd_fi_fh(fi), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: Int64(offset))
-                fuse_reply_buf(req, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), n)
+                switch try ctx.fs.readSource(vd_fi_fh(fi), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: Int64(offset)) {
+                case .bytes(let n):
+                    fuse_reply_buf(req, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), n)
+                case .blob(let descriptor):
+                    // The descriptor stays open until the reply is sent (it is held here).
+                    withExtendedLifetime(descriptor) { _ = vd_fuse_reply_fd(req, descriptor.fd, size, off_t(offset)) }
+                }
             }
         }
         ops.write = { req, _, buf, size, offset, fi in

@@ -31,7 +31,12 @@ public struct NodeAttributes: Sendable, Equatable {
     public var isSymlink: Bool { mode & S_IFMT == S_IFLNK }
     public var modificationTime: Int64 { mtime }
 
-    func statValue(blockSize: Int = 4096) -> stat {
+    /// The preferred I/O size reported as st_blksize: cp, cat and most tools size their
+    /// buffers by it, and one 1 MiB request (max_write) costs one FUSE round trip where
+    /// 4 KiB-sized buffers would cost 256.
+    static let preferredIOSize = 1 << 20
+
+    func statValue(blockSize: Int = NodeAttributes.preferredIOSize) -> stat {
         var st = stat()
         st.st_ino = UInt(ino)
         st.st_mode = mode
