@@ -29,9 +29,10 @@ let package = Package(
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Client", "Protocol", "Crypto"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
 
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
-        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux"], exclude: ["Fixtures"]),
-        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "TestSupport"], exclude: ["Fixtures"]),
+        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
     ]
 )

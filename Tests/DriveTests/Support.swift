@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Storage
+@_exported import TestSupport
 
 /// A fresh folder per test, removed by `remove()`.
 struct TempDir {
@@ -26,30 +27,6 @@ let vdriveBinary: String = {
 }()
 
 let fixturesPath = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Fixtures").path
-
-struct CommandResult {
-    let status: Int32
-    let stdout: String
-    let stderr: String
-}
-
-@discardableResult
-func runCommand(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: path)
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    for (k, v) in environment { env[k] = v }
-    p.environment = env
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return CommandResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
-}
 
 func isMounted(_ path: String) -> Bool {
     let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""

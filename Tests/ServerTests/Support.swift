@@ -1,6 +1,7 @@
 import Client
 import Crypto
 import Foundation
+import TestSupport
 import Protocol
 import Server
 import Storage
@@ -163,17 +164,8 @@ struct TestFailure: Error, CustomStringConvertible {
 
 /// Runs a command, returns (status, stdout, stderr).
 func run(_ executable: String, _ arguments: [String]) throws -> (Int32, String, String) {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: executable)
-    p.arguments = arguments
-    let out = Pipe(), err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    let r = try runCommand(executable, arguments)
+    return (r.status, r.stdout, r.stderr)
 }
 
 extension HTTPResult {
