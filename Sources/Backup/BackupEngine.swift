@@ -200,8 +200,8 @@ public final class BackupEngine: Sendable {
         let db = try Database(path: path)
         try db.execute("PRAGMA synchronous=NORMAL")
         // Pages through the kernel's mapping rather than a pread each: the queue is read
-        // after every item, and the catalog grows with the workspace.
-        try db.execute("PRAGMA mmap_size = 268435456")
+        // after every item. Bounded, since mapped pages count in the mount's RSS.
+        try db.execute("PRAGMA mmap_size = 67108864")
         try db.execute("PRAGMA cache_size = -16000")
         try BackupSchema.apply(to: db)
         return db

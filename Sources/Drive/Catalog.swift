@@ -71,7 +71,6 @@ final class Catalog: @unchecked Sendable {
         try db.execute("PRAGMA synchronous = NORMAL")
         try db.execute("PRAGMA wal_autocheckpoint = 4000")
         try db.execute("PRAGMA cache_size = -8000")
-        try db.execute("PRAGMA mmap_size = 268435456")
         try db.migrate(migrations)
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blobs") { $0.int64(0) } ?? 0
         try bootstrapIfNew()
