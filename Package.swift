@@ -30,7 +30,7 @@ let package = Package(
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto"]),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "TestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),

@@ -40,7 +40,7 @@ import CLinux
     }
 
     @Test func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames() throws {
-        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-mount", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
@@ -96,7 +96,7 @@ import CLinux
     }
 
     @Test func killDuringALargeUploadResumesMidFile() throws {
-        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-kill", arguments: server.mountArguments + ["--camera-backup"], start: false)
         defer { drive.stop() }
@@ -127,7 +127,7 @@ import CLinux
     }
 
     @Test func pauseHoldsEveryByteAndResumeSends() throws {
-        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-pause", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
@@ -163,7 +163,7 @@ import CLinux
         ("battery", 15, false, false, "Battery low (15%)"),
     ])
     func policiesHoldBackupAndSayWhy(name: String, battery: Int, charging: Bool, tethered: Bool, reason: String) throws {
-        let dir = TempDir("vdrive-e2e-\(name)"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e-\(name)"); defer { dir.remove() }
         try Self.fakeSystem(dir.path + "/system", batteryPercent: battery, charging: charging, tethered: tethered)
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         // An empty PATH entry first: no nmcli, so the fake sysfs decides.
@@ -183,7 +183,7 @@ import CLinux
     }
 
     @Test func serverDownThenUpAndMountWorksMeanwhile() throws {
-        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         // Start the server once for a port and a token, then stop it: the drive mounts against a dead address.
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         server.stop()
@@ -200,7 +200,7 @@ import CLinux
     }
 
     @Test func aNewDeviceLearnsFromTheServerAndSendsNothingTwice() throws {
-        let dir = TempDir("vdrive-e2e"); defer { dir.remove() }
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         let server = try LocalServer(folder: dir.path); defer { server.stop() }
         do {
             let laptop = try MountedDrive(label: "vdrive-e2e-laptop", arguments: server.mountArguments + ["--camera-backup"])

@@ -5,7 +5,7 @@ import Storage
 /// ENOSPC on a small file system made for the test (a 32 MiB tmpfs holding the state).
 @Suite(.serialized) struct DiskFullTests {
     @Test func diskFullFailsTheWriterAndKeepsThePreviousVersion() throws {
-        let small = TempDir("vdrive-small")
+        let small = TemporaryDirectory("vdrive-small")
         defer { _ = try? runCommand("/bin/umount", [small.path]); small.remove() }
         let m = try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=32m", "tmpfs", small.path])
         try #require(m.status == 0, "cannot make a small file system: \(m.stderr)")

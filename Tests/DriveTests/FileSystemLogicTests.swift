@@ -6,7 +6,7 @@ import Storage
 
 /// Tier one: the file system's logic called directly, no kernel involved.
 @Suite struct FileSystemLogicTests {
-    func makeFS(_ dir: TempDir) throws -> DriveFileSystem {
+    func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
         return fs
@@ -23,7 +23,7 @@ import Storage
     }
 
     @Test func sequentialWritesAreHashedWithoutReadingBack() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("p.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
         let bytes = pseudoRandomBytes(3_000_000, seed: 5)
@@ -38,7 +38,7 @@ import Storage
     }
 
     @Test func outOfOrderWritesFallBackToOneRead() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("r.bin".utf8), mode: 0o644, uid: 0, gid: 0)
         try write(fs, fh, Array("world".utf8), at: 6)
@@ -50,7 +50,7 @@ import Storage
     }
 
     @Test func readsSeeTheStagingWhileWritingAndTheOldContentStaysUntilCommit() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f".utf8), mode: 0o644, uid: 0, gid: 0)
         try write(fs, fh, Array("version one".utf8), at: 0)
@@ -73,7 +73,7 @@ import Storage
     }
 
     @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
         var sequences: [Int64] = []
@@ -104,7 +104,7 @@ import Storage
     }
 
     @Test func observerFailureRollsBackTheCommit() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         final class Failing: CameraRollObserver {
             func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { throw Errno.noSpace }
@@ -121,7 +121,7 @@ import Storage
     }
 
     @Test func uncleanStopDetectsAMissingOrWrongBlobAndNeverServesIt() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         var ino: UInt64 = 0
         var digest: SHA256Digest?
         do {
@@ -148,7 +148,7 @@ import Storage
     }
 
     @Test func cleanShutdownSkipsTheCheckAndFsyncMakesDurable() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         do {
             let fs = try makeFS(dir)
             let (_, fh) = try fs.createAndOpen(parent: 1, name: Array("a".utf8), mode: 0o644, uid: 0, gid: 0)
@@ -175,7 +175,7 @@ import Storage
     }
 
     @Test func unlinkedOpenFileIsDeletedWhenClosedAndForgotten() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("tmp".utf8), mode: 0o644, uid: 0, gid: 0)
         try write(fs, fh, Array("temporary".utf8), at: 0)

@@ -6,7 +6,7 @@ import Storage
 /// Tier two: a real mount in a temporary folder, through the built `vdrive` binary.
 @Suite(.serialized) struct MountBehaviourTests {
     @Test func behavesLikeAPlainFolder() throws {
-        let plain = TempDir("vdrive-plain")
+        let plain = TemporaryDirectory("vdrive-plain")
         defer { plain.remove() }
         let drive = try MountedDrive()
         defer { drive.stop() }
@@ -138,7 +138,7 @@ import Storage
     @Test func cpArchiveAndRsyncPreserveEverything() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }
-        let source = TempDir("vdrive-src")
+        let source = TemporaryDirectory("vdrive-src")
         defer { source.remove() }
         try FileManager.default.createDirectory(atPath: source.path + "/tree/sub", withIntermediateDirectories: true)
         try writeFile(source.path + "/tree/a.bin", pseudoRandomBytes(1_500_000, seed: 3))

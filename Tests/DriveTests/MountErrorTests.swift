@@ -4,7 +4,7 @@ import Storage
 
 /// Bad input at mount time: one clear line naming the path, a sysexits code, nothing overwritten.
 @Suite struct MountErrorTests {
-    func mount(_ args: [String], in dir: TempDir) throws -> CommandResult {
+    func mount(_ args: [String], in dir: TemporaryDirectory) throws -> CommandResult {
         try runCommand(vdriveBinary, ["mount"] + args, environment: ["XDG_DATA_HOME": dir.path + "/xdg", "XDG_RUNTIME_DIR": dir.path + "/run"])
     }
 
@@ -17,18 +17,18 @@ import Storage
     }
 
     @Test func missingMountPoint() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         expectOneLine(try mount([dir.path + "/nope", "--state", dir.path + "/s"], in: dir), code: 66, mentions: dir.path + "/nope")
     }
 
     @Test func mountPointIsAFile() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         FileManager.default.createFile(atPath: dir.path + "/file", contents: Data("x".utf8))
         expectOneLine(try mount([dir.path + "/file", "--state", dir.path + "/s"], in: dir), code: 66, mentions: "not a folder")
     }
 
     @Test func stateFolderCannotBeCreated() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         mkdir(dir.path + "/mnt", 0o755)
         FileManager.default.createFile(atPath: dir.path + "/statefile", contents: Data("x".utf8))
         expectOneLine(try mount([dir.path + "/mnt", "--state", dir.path + "/statefile"], in: dir), code: 73, mentions: dir.path + "/statefile")
@@ -36,7 +36,7 @@ import Storage
     }
 
     @Test func corruptCatalogIsReportedAndLeftAlone() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         mkdir(dir.path + "/mnt", 0o755)
         mkdir(dir.path + "/s", 0o700)
         let garbage = Data(repeating: 0x5a, count: 10_000)
@@ -47,7 +47,7 @@ import Storage
     }
 
     @Test func catalogFromANewerVersionIsRefused() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         mkdir(dir.path + "/mnt", 0o755)
         mkdir(dir.path + "/s", 0o700)
         do {
@@ -62,12 +62,12 @@ import Storage
     @Test func alreadyMountedIsRefused() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }
-        let other = TempDir(); defer { other.remove() }
+        let other = TemporaryDirectory(); defer { other.remove() }
         expectOneLine(try mount([drive.mountPoint, "--state", other.path + "/s"], in: other), code: 69, mentions: "already mounted")
     }
 
     @Test func unknownOptionAndHelp() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         expectOneLine(try mount(["--bogus"], in: dir), code: 64, mentions: "--bogus")
         let help = try runCommand(vdriveBinary, ["mount", "--help"])
         #expect(help.status == 0 && help.stdout.contains("Usage: vdrive mount"))

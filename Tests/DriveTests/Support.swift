@@ -3,16 +3,6 @@ import Testing
 import Storage
 @_exported import TestSupport
 
-/// A fresh folder per test, removed by `remove()`.
-struct TempDir {
-    let path: String
-    init(_ label: String = "vdrive") {
-        path = "/tmp/\(label)-\(UUID().uuidString.prefix(8))"
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    func remove() { try? FileManager.default.removeItem(atPath: path) }
-}
-
 /// The built `vdrive` binary: beside the test bundle in .build/<config>/.
 let vdriveBinary: String = {
     if let env = ProcessInfo.processInfo.environment["VDRIVE_BIN"] { return env }
@@ -36,7 +26,7 @@ func isMounted(_ path: String) -> Bool {
 /// A real mount of the drive in a temporary folder, through the `vdrive` binary.
 /// Always call `stop()` (in a defer): it unmounts and removes the folders.
 final class MountedDrive {
-    let root: TempDir
+    let root: TemporaryDirectory
     let mountPoint: String
     let state: String
     var foreground: Process?
@@ -48,7 +38,7 @@ final class MountedDrive {
 
     init(state: String? = nil, label: String = "vdrive-mount", arguments: [String] = [], environment: [String: String] = [:],
          start startNow: Bool = true) throws {
-        root = TempDir(label)
+        root = TemporaryDirectory(label)
         mountPoint = root.path + "/mnt"
         self.state = state ?? root.path + "/state"
         mountArguments = arguments

@@ -29,7 +29,7 @@ import Storage
     }
 
     @Test func treeIsListedReadAndReadOnly() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
         let tree = FakeTree()
@@ -55,7 +55,7 @@ import Storage
     }
 
     @Test func generatedAttributesOnRealFiles() throws {
-        let dir = TempDir(); defer { dir.remove() }
+        let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
         fs.virtualTree = FakeTree()

@@ -1,20 +1,10 @@
 import Client
 import Crypto
 import Foundation
-import TestSupport
+@_exported import TestSupport
 import Protocol
 import Server
 import Storage
-
-/// A fresh folder under the system's temporary directory, removed by `remove()`.
-struct TemporaryDirectory {
-    let path: String
-    init(_ label: String = "vdrive-server-test") {
-        path = "\(FileManager.default.temporaryDirectory.path)/\(label)-\(UUID().uuidString.prefix(8))"
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    func remove() { try? FileManager.default.removeItem(atPath: path) }
-}
 
 /// An in-process server on a free loopback port with one device, in a fresh folder.
 /// `stop()` must be called on every path (use `defer`).

@@ -1,5 +1,6 @@
 import Testing
 import Foundation
+import TestSupport
 import Crypto
 @testable import Storage
 

@@ -1,5 +1,6 @@
 import Testing
 import Foundation
+import TestSupport
 @testable import Storage
 
 @Suite struct DatabaseTests {
