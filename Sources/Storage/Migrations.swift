@@ -3,7 +3,14 @@
 public struct Migration: Sendable {
     public let name: String
     public let sql: String
-    public init(_ name: String, _ sql: String) { self.name = name; self.sql = sql }
+    /// Work SQL cannot do (hashing, splitting files), run after `sql` in the same
+    /// transaction. It must be safe to run again after a kill: files it writes are
+    /// content-addressed, and files it removes are removed only by the caller after
+    /// the transaction committed (or left for a sweep).
+    public let code: (@Sendable (Database) throws -> Void)?
+    public init(_ name: String, _ sql: String, code: (@Sendable (Database) throws -> Void)? = nil) {
+        self.name = name; self.sql = sql; self.code = code
+    }
 }
 
 public enum MigrationError: Error, CustomStringConvertible {
@@ -29,7 +36,8 @@ extension Database {
         if !unknown.isEmpty { throw MigrationError.newerSchema(path: path, unknown: unknown.sorted()) }
         for migration in migrations where !applied.contains(migration.name) {
             try transaction {
-                try execute(migration.sql)
+                if !migration.sql.isEmpty { try execute(migration.sql) }
+                try migration.code?(self)
                 try run("INSERT INTO schema_migrations(name, applied_at) VALUES (?, strftime('%s','now'))", migration.name)
             }
         }

@@ -1,0 +1,105 @@
+import Synchronization
+
+/// Content in blocks: the definitions every piece (drive, backup, server) shares.
+///
+/// A file's bytes are cut into blocks of `Blocks.size` (4 MiB) at fixed, aligned
+/// offsets; every block but the last is exactly that long, the last holds the rest.
+/// A block is named by the SHA-256 of its bytes. A file's *content hash* (its
+/// identity) is the SHA-256 of the concatenation of its block digests (32 raw bytes
+/// each), in order. So it is computable from the block digests alone (a change costs
+/// what changed), and it streams while a file is written in order. The empty file
+/// has no blocks: its content hash is the SHA-256 of the empty string. This is the
+/// definition of Dropbox's documented `content_hash`, with the same block size.
+///
+/// A block of zeros (a hole) keeps its real digest in the list, so the content hash
+/// depends on the bytes alone; such a block is never stored or sent (`Blocks.isZero`).
+public enum Blocks {
+    /// 4 MiB: large enough that a 1 GiB file is 256 rows and one request per block is
+    /// noise on the wire; small enough that a changed byte costs one 4 MiB block.
+    public static let size = 4 << 20
+
+    /// How many blocks a file of `fileSize` bytes has.
+    public static func count(forSize fileSize: Int64) -> Int {
+        fileSize <= 0 ? 0 : Int((fileSize + Int64(size) - 1) / Int64(size))
+    }
+
+    /// The length of block `index` in a file of `fileSize` bytes (0 past the end).
+    public static func length(ofBlock index: Int, fileSize: Int64) -> Int {
+        let start = Int64(index) * Int64(size)
+        return Int(max(0, min(Int64(size), fileSize - start)))
+    }
+
+    private static let zeroDigests = Mutex<[Int: SHA256Digest]>([:])
+
+    /// The digest of `length` zero bytes (cached: a file has at most two distinct lengths).
+    public static func zeroDigest(length: Int) -> SHA256Digest {
+        if let d = zeroDigests.withLock({ $0[length] }) { return d }
+        let zeros = UnsafeMutableRawBufferPointer.allocate(byteCount: max(length, 1), alignment: 64)
+        defer { zeros.deallocate() }
+        zeros.initializeMemory(as: UInt8.self, repeating: 0)
+        let h = SHA256Hasher()
+        h.update(UnsafeRawBufferPointer(rebasing: zeros[0..<length]))
+        let d = h.finish()
+        zeroDigests.withLock { $0[length] = d }
+        return d
+    }
+
+    /// True when `digest` names a block of `length` zeros: a hole, never stored or sent.
+    public static func isZero(_ digest: SHA256Digest, length: Int) -> Bool {
+        digest == zeroDigest(length: length)
+    }
+}
+
+/// A file's identity from its block digests (see `Blocks`).
+public enum ContentHash {
+    /// SHA-256 over the block digests' raw bytes, in order.
+    public static func of(blocks: [SHA256Digest]) -> SHA256Digest {
+        let h = SHA256Hasher()
+        for b in blocks { h.update(b.bytes) }
+        return h.finish()
+    }
+
+    /// The content hash of bytes held in memory (tests, small payloads).
+    public static func of(bytes: [UInt8]) -> SHA256Digest {
+        let hasher = ContentHasher()
+        bytes.withUnsafeBytes { hasher.update($0) }
+        return hasher.finish().content
+    }
+}
+
+/// Streaming content hash: feed the bytes of a file in order, get its block digests
+/// and its content hash. Memory: one SHA-256 context and the list of block digests.
+/// Belongs to one thread at a time.
+public final class ContentHasher {
+    private var block = SHA256Hasher()
+    private var inBlock = 0
+    public private(set) var blocks: [SHA256Digest] = []
+    public private(set) var byteCount: Int64 = 0
+
+    public init() {}
+
+    public func update(_ buffer: UnsafeRawBufferPointer) {
+        var rest = buffer
+        while !rest.isEmpty {
+            let take = min(rest.count, Blocks.size - inBlock)
+            block.update(UnsafeRawBufferPointer(rebasing: rest[0..<take]))
+            inBlock += take
+            byteCount += Int64(take)
+            rest = UnsafeRawBufferPointer(rebasing: rest[take...])
+            if inBlock == Blocks.size {
+                blocks.append(block.finish())
+                block = SHA256Hasher()
+                inBlock = 0
+            }
+        }
+    }
+
+    /// The block digests and the content hash of everything fed so far. Call once.
+    public func finish() -> (content: SHA256Digest, blocks: [SHA256Digest]) {
+        if inBlock > 0 {
+            blocks.append(block.finish())
+            inBlock = 0
+        }
+        return (ContentHash.of(blocks: blocks), blocks)
+    }
+}
