@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <fcntl.h>
 #include <errno.h>
+#include <stdlib.h>
 
 /* libfuse 3.14 makes fuse_session_loop_mt a macro over a versioned symbol. */
 static inline int vd_fuse_session_loop_mt(struct fuse_session *se, unsigned int max_idle_threads) {
@@ -55,6 +56,44 @@ static inline int vd_fuse_reply_fd(fuse_req_t req, int fd, size_t size, off_t po
     buf.buf[0].fd = fd;
     buf.buf[0].pos = pos;
     return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+/* Replies to a read with pieces of several files and zeros (a file stored in blocks,
+   holes included), in one reply. Piece i is `lens[i]` bytes of `fds[i]` from `pos[i]`,
+   or zeros when `fds[i]` is -1, taken from `zeros` (a read-only region of `zeros_len`
+   zero bytes the caller keeps mapped). */
+static inline int vd_fuse_reply_pieces(fuse_req_t req, int count, const int *fds, const off_t *pos, const size_t *lens,
+                                       const void *zeros, size_t zeros_len) {
+    int n = 0;
+    /* A hole longer than the zero region takes several buffers. */
+    size_t slots = 0;
+    for (int i = 0; i < count; i++) slots += fds[i] >= 0 ? 1 : (lens[i] + zeros_len - 1) / zeros_len;
+    struct fuse_bufvec *vec = (struct fuse_bufvec *)calloc(1, sizeof(struct fuse_bufvec) + slots * sizeof(struct fuse_buf));
+    if (vec == NULL) return fuse_reply_err(req, ENOMEM);
+    for (int i = 0; i < count; i++) {
+        if (fds[i] >= 0) {
+            vec->buf[n].size = lens[i];
+            vec->buf[n].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+            vec->buf[n].fd = fds[i];
+            vec->buf[n].pos = pos[i];
+            n++;
+        } else {
+            size_t left = lens[i];
+            while (left > 0) {
+                size_t take = left < zeros_len ? left : zeros_len;
+                vec->buf[n].size = take;
+                vec->buf[n].mem = (void *)zeros;
+                n++;
+                left -= take;
+            }
+        }
+    }
+    vec->count = (size_t)n;
+    vec->idx = 0;
+    vec->off = 0;
+    int rc = fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+    free(vec);
+    return rc;
 }
 
 static inline int vd_errno(void) { return errno; }

@@ -9,6 +9,10 @@ import Storage
 public protocol CameraRollObserver: AnyObject, Sendable {
     /// Inside the commit's transaction: throwing rolls the whole commit back.
     func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws
+    /// Inside a transaction: the last writable handle of `inode` was released, so the
+    /// versions committed while it was open have settled (see `CameraRollChange.settled`).
+    /// Returns true when that made something new eligible (then `cameraRollCommitted` follows).
+    func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool
     /// After that transaction committed (the rows are visible to other connections).
     func cameraRollCommitted()
 }
@@ -18,9 +22,16 @@ public struct CameraRollChange: Sendable {
     public let sequence: Int64
     public let ino: UInt64
     public let path: String           // workspace path, e.g. "Camera Roll/2024/IMG_1.jpg"
+    /// The content hash (Crypto's `ContentHash`: SHA-256 of the block digests).
     public let hash: SHA256Digest
+    /// Every block's digest in order, zero blocks (holes) included.
+    public let blocks: [SHA256Digest]
     public let size: Int64
     public let mtimeNanoseconds: Int64
+    /// False when a writable handle is still open on the file: a writer's child closing
+    /// an inherited descriptor commits a half-written version, which must not be sent.
+    /// The version settles when the last writable handle is released.
+    public let settled: Bool
 }
 
 /// The namespace and attributes of the workspace, in SQLite.
@@ -37,18 +48,21 @@ final class Catalog: @unchecked Sendable {
     static let cameraRollName = "Camera Roll"
     static let maxNameLength = 255
 
-    private let db: Database
+    let db: Database
     let blobs: BlobStore
-    private let lock = NSLock()
+    let lock = NSLock()
     /// The commit generation: increases with every content commit (see Durability.swift).
-    private var generation: Int64 = 0
+    var generation: Int64 = 0
     var observer: CameraRollObserver?
+    /// Whether a writable handle is open on an inode (set by the file system; takes only
+    /// its leaf lock, so it may be called under the catalog lock).
+    var hasWriters: (@Sendable (UInt64) -> Bool)?
     /// Set by a transaction that recorded a camera-roll change; read after it commits.
-    private var cameraRollTouched = false
+    var cameraRollTouched = false
 
     /// Runs a write transaction, then tells the observer about camera-roll changes it
     /// committed. Called with the lock held.
-    private func write<T>(_ body: () throws -> T) throws -> T {
+    func write<T>(_ body: () throws -> T) throws -> T {
         cameraRollTouched = false
         let result = try db.transaction(body)
         if cameraRollTouched {
@@ -72,7 +86,8 @@ final class Catalog: @unchecked Sendable {
         try db.execute("PRAGMA wal_autocheckpoint = 4000")
         try db.execute("PRAGMA cache_size = -8000")
         try db.migrate(migrations)
-        generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blobs") { $0.int64(0) } ?? 0
+        generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
+        try BlockMigration.removeSplitBlobFiles(db, store: blobs)
         try bootstrapIfNew()
     }
 
@@ -98,17 +113,17 @@ final class Catalog: @unchecked Sendable {
 
     // MARK: Reading
 
-    private static let selectColumns = "ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, blob"
+    private static let selectColumns = "ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, content"
 
     private static func attributes(_ r: Row, from c: Int32 = 0) -> NodeAttributes {
         NodeAttributes(ino: UInt64(r.int64(c)), mode: UInt32(r.int64(c + 1)), uid: UInt32(r.int64(c + 2)),
                        gid: UInt32(r.int64(c + 3)), size: r.int64(c + 4), nlink: UInt32(r.int64(c + 5)),
                        atime: r.int64(c + 6), mtime: r.int64(c + 7), ctime: r.int64(c + 8),
                        rdev: UInt64(bitPattern: r.int64(c + 9)),
-                       blob: r.string(c + 10).flatMap(SHA256Digest.init(hex:)))
+                       content: r.string(c + 10).flatMap(SHA256Digest.init(hex:)))
     }
 
-    private func node(_ ino: UInt64) throws -> NodeAttributes {
+    func node(_ ino: UInt64) throws -> NodeAttributes {
         guard let a = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
             throw Errno.noSuchFileOrDirectory
         }
@@ -116,7 +131,7 @@ final class Catalog: @unchecked Sendable {
     }
 
     private func child(_ parent: UInt64, _ name: [UInt8]) throws -> NodeAttributes? {
-        try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.blob FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
+        try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
                         parent, name, row: { Self.attributes($0) })
     }
 
@@ -155,7 +170,7 @@ final class Catalog: @unchecked Sendable {
                 out.append(DirectoryEntry(offset: 2, name: Array("..".utf8), attributes: parent))
             }
             let after = max(offset - 2, 0)
-            let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.blob FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
+            let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
                                     ino, after, limit) { r in
                 DirectoryEntry(offset: r.int64(0) + 2, name: r.bytes(1) ?? [], attributes: Self.attributes(r, from: 2))
             }
@@ -173,7 +188,7 @@ final class Catalog: @unchecked Sendable {
     }
 
     /// The workspace path of an inode (one of its names, for a hard-linked file).
-    private func path(of ino: UInt64) throws -> String? {
+    func path(of ino: UInt64) throws -> String? {
         var parts: [String] = []
         var current = ino
         var guardCount = 0
@@ -207,7 +222,7 @@ final class Catalog: @unchecked Sendable {
         try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", parent, name, ino)
         try touchDirectory(parent, now: now, linkDelta: isDir ? 1 : 0)
         return NodeAttributes(ino: ino, mode: mode, uid: uid, gid: gid, size: size, nlink: isDir ? 2 : 1,
-                              atime: now, mtime: now, ctime: now, rdev: rdev, blob: nil)
+                              atime: now, mtime: now, ctime: now, rdev: rdev, content: nil)
     }
 
     private func touchDirectory(_ ino: UInt64, now: Int64, linkDelta: Int = 0) throws {
@@ -295,9 +310,9 @@ final class Catalog: @unchecked Sendable {
             guard let nlink = try db.queryOne("SELECT nlink FROM inodes WHERE ino = ?", ino, row: { $0.int64(0) }), nlink == 0 else { return }
             let garbage = try db.transaction { () -> [SHA256Digest] in
                 try db.run("DELETE FROM inodes WHERE ino = ?", ino)
-                return try takeUnreferencedBlobs()
+                return try takeUnreferencedBlocks()
             }
-            removeBlobFiles(garbage)
+            removeBlockFiles(garbage)
         }
     }
 
@@ -306,9 +321,9 @@ final class Catalog: @unchecked Sendable {
         try withDatabase { db in
             let garbage = try db.transaction { () -> [SHA256Digest] in
                 try db.run("DELETE FROM inodes WHERE nlink = 0 AND ino != ?", Self.rootIno)
-                return try takeUnreferencedBlobs()
+                return try takeUnreferencedBlocks()
             }
-            removeBlobFiles(garbage)
+            removeBlockFiles(garbage)
             return garbage.count
         }
     }
@@ -416,93 +431,6 @@ final class Catalog: @unchecked Sendable {
         }
     }
 
-    // MARK: Content commits
-
-    /// Points a file at new content, in one transaction: the blob row, the inode, and
-    /// (under Camera Roll) the change record and the observer's rows.
-    ///
-    /// `stagingPath` holds the content (nil for an empty file); it is hard-linked into
-    /// the blob store under the lock, and the caller removes it after success. On
-    /// failure nothing changes: the previous content stays, and a blob file this call
-    /// linked is removed again.
-    func commit(ino: UInt64, stagingPath: String?, digest: SHA256Digest?, size: Int64, mtime: Int64?) throws -> NodeAttributes {
-        try withDatabase { db in
-            var a = try node(ino)
-            var linkedHere = false
-            if let digest, let stagingPath {
-                linkedHere = try linkIntoStore(stagingPath, digest)
-            }
-            do {
-                let now = nowNanoseconds()
-                let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
-                    generation += 1
-                    if let digest {
-                        try db.run("INSERT INTO blobs(hash, size, refs, gen) VALUES (?, ?, 0, ?) ON CONFLICT(hash) DO NOTHING", digest.hex, size, generation)
-                    }
-                    a.blob = digest
-                    a.size = size
-                    a.mtime = mtime ?? now
-                    a.ctime = now
-                    try db.run("UPDATE inodes SET blob = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
-                               digest?.hex, size, a.mtime, a.ctime, ino)
-                    if let digest, a.nlink > 0 { try recordCameraRollCommit(ino: ino, digest: digest, size: size, mtime: a.mtime, now: now) }
-                    return (a, try takeUnreferencedBlobs())
-                }
-                removeBlobFiles(garbage)
-                return attrs
-            } catch {
-                if linkedHere, let digest { blobs.remove(digest) }
-                throw error
-            }
-        }
-    }
-
-    /// Hard-links a staging file into the store. Returns true when this call created the blob file.
-    private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest) throws -> Bool {
-        let target = blobs.path(for: digest)
-        if FileIO.exists(target) { return false }
-        let folder = (target as NSString).deletingLastPathComponent
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
-        if Glibc.link(stagingPath, target) != 0 {
-            if errno == EEXIST { return false }
-            throw Errno.current
-        }
-        return true
-    }
-
-    private func recordCameraRollCommit(ino: UInt64, digest: SHA256Digest, size: Int64, mtime: Int64, now: Int64) throws {
-        guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
-        try db.run("INSERT INTO camera_changes(ino, path, hash, size, mtime_ns, committed_ns) VALUES (?, ?, ?, ?, ?, ?)",
-                   ino, path, digest.hex, size, mtime, now)
-        let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: digest, size: size, mtimeNanoseconds: mtime)
-        try observer?.cameraRollChanged(change, in: db)
-        cameraRollTouched = true
-    }
-
-    /// A file renamed into (or within) the Camera Roll counts as a commit under its new
-    /// name: a file copied under a temporary name and renamed into place is backed up
-    /// under its final name. Its content is already known, so nothing is re-read.
-    private func recordCameraRollRename(_ ino: UInt64) throws {
-        let a = try node(ino)
-        guard a.isRegularFile, let digest = a.blob else { return }
-        try recordCameraRollCommit(ino: ino, digest: digest, size: a.size, mtime: a.mtime, now: nowNanoseconds())
-    }
-
-    static func isInCameraRoll(_ path: String) -> Bool {
-        path.hasPrefix(cameraRollName + "/")
-    }
-
-    private func takeUnreferencedBlobs() throws -> [SHA256Digest] {
-        let hashes = try db.query("SELECT hash FROM blobs WHERE refs <= 0") { SHA256Digest(hex: $0.string(0) ?? "") }
-        if !hashes.isEmpty { try db.run("DELETE FROM blobs WHERE refs <= 0") }
-        return hashes.compactMap { $0 }
-    }
-
-    /// Called with the lock held, after the transaction that dropped the rows committed.
-    private func removeBlobFiles(_ digests: [SHA256Digest]) {
-        for d in digests { blobs.remove(d) }
-    }
-
     // MARK: Extended attributes
 
     func setXattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
@@ -539,74 +467,6 @@ final class Catalog: @unchecked Sendable {
         try withDatabase { db in
             _ = try node(ino)
             if try db.run("DELETE FROM xattrs WHERE ino = ? AND name = ?", ino, name) == 0 { throw Errno.noData }
-        }
-    }
-
-    // MARK: Durability bookkeeping (see Durability.swift)
-
-    var currentGeneration: Int64 { lock.lock(); defer { lock.unlock() }; return generation }
-
-    func meta(_ key: String) throws -> Int64? {
-        try withDatabase { db in try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) } }
-    }
-
-    func setMeta(_ key: String, _ value: Int64) throws {
-        try withDatabase { db in
-            try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
-        }
-    }
-
-    /// Blobs stored by commits newer than `generation`, for the check after an unclean stop.
-    func blobs(newerThan generation: Int64) throws -> [SHA256Digest] {
-        try withDatabase { db in
-            try db.query("SELECT hash FROM blobs WHERE gen > ?", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
-        }
-    }
-
-    func markDamaged(_ digest: SHA256Digest) throws {
-        try withDatabase { db in _ = try db.run("UPDATE blobs SET damaged = 1 WHERE hash = ?", digest.hex) }
-    }
-
-    func isDamaged(_ digest: SHA256Digest) throws -> Bool {
-        try withDatabase { db in try db.queryOne("SELECT damaged FROM blobs WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? true }
-    }
-
-    /// Removes blob files that no row names (left by a kill between link and commit).
-    func sweepUnknownBlobFiles() throws -> Int {
-        try withDatabase { db in
-            let known = Set(try db.query("SELECT hash FROM blobs") { $0.string(0) ?? "" })
-            var removed = 0
-            for d in try blobs.allDigests() where !known.contains(d.hex) {
-                blobs.remove(d)
-                removed += 1
-            }
-            return removed
-        }
-    }
-
-    /// Paths of files whose content is damaged (reported after an unclean stop).
-    func pathsUsing(_ digest: SHA256Digest) throws -> [String] {
-        try withDatabase { db in
-            let inos = try db.query("SELECT ino FROM inodes WHERE blob = ?", digest.hex) { UInt64($0.int64(0)) }
-            return try inos.compactMap { try path(of: $0) }
-        }
-    }
-
-    /// Totals for statfs.
-    func counts() throws -> (inodes: Int64, bytes: Int64) {
-        try withDatabase { db in
-            let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
-            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blobs") { $0.int64(0) } ?? 0
-            return (inodes, bytes)
-        }
-    }
-
-    /// Removes blobs whose last reference went away through another connection
-    /// (the backup engine finishing an upload releases its pin).
-    func collectGarbage() throws {
-        try withDatabase { db in
-            let garbage = try db.transaction { try takeUnreferencedBlobs() }
-            removeBlobFiles(garbage)
         }
     }
 

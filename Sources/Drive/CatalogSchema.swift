@@ -2,8 +2,17 @@ import Storage
 
 /// The catalog's schema. A migration that has shipped is never edited.
 ///
+/// Current tables (after drive-002):
 /// - `inodes`: one row per file, folder or symlink; `ino` is the FUSE inode number.
-///   `blob` names the content (SHA-256 hex) of a non-empty regular file.
+///   `content` is a regular file's content hash (Crypto's `ContentHash`).
+/// - `file_blocks`: a regular file's stored blocks, `(ino, idx) → hash`. A block index
+///   with no row is a hole (zeros): holes cost no row, no file and no disk.
+/// - `blocks`: one row per stored block; `refs` counts the `file_blocks` rows and
+///   backup pins naming it, kept by triggers; `gen` is the commit generation that
+///   stored it (see Durability.swift); `damaged` marks one found wrong after a power cut.
+///
+/// drive-001 (shipped) stored one blob per file (`inodes.blob`, `blobs`); drive-002
+/// moves every blob into blocks (see BlockMigration.swift).
 /// - `entries`: the names. `id` orders a folder's listing and is the readdir offset,
 ///   so a listing stays stable while entries are added or removed.
 /// - `blobs`: one row per stored blob; `refs` is kept by triggers on `inodes`
@@ -76,6 +85,53 @@ enum CatalogSchema {
         BEGIN UPDATE blobs SET refs = refs - 1 WHERE hash = OLD.blob; END;
         CREATE TRIGGER inodes_delete_xattrs AFTER DELETE ON inodes
         BEGIN DELETE FROM xattrs WHERE ino = OLD.ino; END;
+        """),
+        Migration("drive-002-blocks", """
+        CREATE TABLE blocks (
+            hash TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            refs INTEGER NOT NULL DEFAULT 0,
+            gen INTEGER NOT NULL,
+            damaged INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        CREATE INDEX blocks_unreferenced ON blocks(refs) WHERE refs <= 0;
+        CREATE INDEX blocks_by_gen ON blocks(gen);
+        CREATE TABLE file_blocks (
+            ino INTEGER NOT NULL,
+            idx INTEGER NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (ino, idx)
+        ) WITHOUT ROWID;
+        CREATE INDEX file_blocks_by_hash ON file_blocks(hash);
+        CREATE TRIGGER file_blocks_insert AFTER INSERT ON file_blocks
+        BEGIN UPDATE blocks SET refs = refs + 1 WHERE hash = NEW.hash; END;
+        CREATE TRIGGER file_blocks_update AFTER UPDATE OF hash ON file_blocks WHEN OLD.hash IS NOT NEW.hash
+        BEGIN
+            UPDATE blocks SET refs = refs - 1 WHERE hash = OLD.hash;
+            UPDATE blocks SET refs = refs + 1 WHERE hash = NEW.hash;
+        END;
+        CREATE TRIGGER file_blocks_delete AFTER DELETE ON file_blocks
+        BEGIN UPDATE blocks SET refs = refs - 1 WHERE hash = OLD.hash; END;
+        CREATE TRIGGER inodes_delete_blocks AFTER DELETE ON inodes
+        BEGIN DELETE FROM file_blocks WHERE ino = OLD.ino; END;
+        ALTER TABLE inodes ADD COLUMN content TEXT;
+        CREATE TABLE legacy_blobs (
+            hash TEXT PRIMARY KEY,
+            content TEXT NOT NULL,
+            blocks TEXT NOT NULL,
+            split INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """, code: BlockMigration.run),
+        // After drive-002 moved their data, the blob triggers, index and column go. The
+        // emptied `blobs` table stays until the backup wiring has dropped its triggers on
+        // it (wiring-2): SQLite re-checks triggers when a table they name disappears.
+        Migration("drive-003-drop-blobs", """
+        DROP TRIGGER IF EXISTS inodes_blob_insert;
+        DROP TRIGGER IF EXISTS inodes_blob_update;
+        DROP TRIGGER IF EXISTS inodes_blob_delete;
+        DROP INDEX IF EXISTS inodes_by_blob;
+        ALTER TABLE inodes DROP COLUMN blob;
+        DELETE FROM blobs;
         """),
     ]
 }

@@ -31,14 +31,17 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// Counters for tests and benchmarks.
     public struct Statistics: Sendable {
-        public var commitsHashedWhileWriting = 0
-        public var commitsHashedByReading = 0
+        /// Blocks whose digest came from the running hash of in-order writes.
+        public var blocksHashedWhileWriting = 0
+        /// Blocks read back once at commit (written out of order, or partly rewritten).
+        public var blocksHashedByReading = 0
     }
     private var stats = Statistics()
     public var statistics: Statistics { tables.withLock { stats } }
 
-    /// Set when a check after an unclean stop found damaged blobs: reads then check each blob.
-    private var hasDamage = false
+    /// Blocks found damaged after an unclean stop: reads of them fail with EIO until a
+    /// commit stores the right bytes again (guarded by `tables`).
+    private var damagedBlocks: Set<SHA256Digest> = []
 
     /// Opens (or creates) the workspace state in `statePath`: `catalog.sqlite` and `blobs/`.
     /// `extraMigrations` are the tables other pieces keep in the catalog (the backup queue).
@@ -47,6 +50,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         blobs = try BlobStore(root: statePath + "/blobs")
         catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs, extraMigrations: extraMigrations)
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
+        catalog.hasWriters = { [unowned self] ino in tables.withLock { (openNodes[ino]?.writers ?? 0) > 0 } }
     }
 
     /// Called when the kernel's cached pages and size of an inode no longer match the
@@ -67,14 +71,16 @@ public final class DriveFileSystem: @unchecked Sendable {
         try catalog.setMeta("clean_unmount", 0)
         _ = try catalog.sweepOrphans()
         try catalog.collectGarbage()
-        guard !wasClean else { return [] }
-        _ = try catalog.sweepUnknownBlobFiles()
-        let lost = try durability.verifyAfterUncleanStop()
-        hasDamage = !lost.isEmpty
-        for path in lost {
-            DriveLog.error("content of '\(path)' was lost in an unclean stop (power loss?): reads fail with EIO; restore it from the backup")
+        if !wasClean {
+            _ = try catalog.sweepUnknownBlockFiles()
+            let lost = try durability.verifyAfterUncleanStop()
+            for path in lost {
+                DriveLog.error("content of '\(path)' was lost in an unclean stop (power loss?): reads of the damaged part fail with EIO; restore it from the backup")
+            }
         }
-        return lost
+        let damaged = try catalog.damagedBlocks()
+        tables.withLock { damagedBlocks = damaged }
+        return damaged.isEmpty ? [] : try damaged.flatMap { try catalog.pathsUsing($0) }
     }
 
     public func startBackgroundWork() { durability.start() }
@@ -85,10 +91,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// The catalog database's path (other pieces open their own connections to it).
     public var catalogPath: String { catalog.databasePath }
 
-    /// The content-addressed blob store of this workspace.
+    /// The content-addressed block store of this workspace (`<state>/blobs`).
     public var blobStore: BlobStore { blobs }
 
-    /// Removes blobs that lost their last reference through another connection.
+    /// Removes blocks that lost their last reference through another connection.
     public func collectGarbage() { try? catalog.collectGarbage() }
 
     /// Commits what is still open, makes everything durable and records a clean stop.
@@ -128,14 +134,15 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     // MARK: Attributes
 
-    /// Catalog attributes, with size and mtime from an open staging file when one is being written.
+    /// Catalog attributes, with size and times from an open draft when one is being written.
     func withLiveContent(_ a: NodeAttributes) -> NodeAttributes {
         guard a.isRegularFile, let node = tables.withLock({ openNodes[a.ino] }) else { return a }
         return node.lock.withLock {
             var a = a
-            if let s = node.staging, s.dirty {
-                a.size = s.size
-                a.mtime = s.mtime
+            if let d = node.draft, d.changed {
+                a.size = d.size
+                a.mtime = d.mtime
+                if let c = d.ctime { a.ctime = max(a.ctime, c) }
             }
             return a
         }
@@ -172,7 +179,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         if rest.mode != nil || rest.uid != nil || rest.gid != nil || rest.atime != nil || rest.mtime != nil {
             current = try catalog.setAttributes(ino, rest)
             if let mtime = rest.mtime, let node = tables.withLock({ openNodes[ino] }) {
-                node.lock.withLock { node.staging?.mtime = mtime }
+                node.lock.withLock { node.draft?.mtime = mtime }
             }
         }
         durability.noteMetadataChanged()
@@ -180,21 +187,22 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     private func truncate(_ ino: UInt64, to size: Int64, handle: UInt64?) throws {
-        if let node = tables.withLock({ openNodes[ino] }) {
-            try node.lock.withLock {
-                let staging = try stagingForWrite(node, keepContent: size > 0)
-                try staging.truncate(to: size)
-            }
+        let open = tables.withLock { openNodes[ino] }
+        let node = open ?? OpenNode(ino: ino)
+        try node.lock.withLock {
+            let d = try draftForWrite(node)
+            try resize(d, to: size)
+            let now = nowNanoseconds()
+            d.changed = true
+            d.mtime = now
+            d.ctime = now   // ftruncate(2) changes ctime at once, not at the next close
+        }
+        guard open == nil else {
             // truncate(2) by path takes effect at once; through an open handle, at flush.
             if handle == nil { try commit(node) }
             return
         }
-        let node = OpenNode(ino: ino)
-        try node.lock.withLock {
-            let staging = try stagingForWrite(node, keepContent: size > 0)
-            try staging.truncate(to: size)
-        }
-        defer { node.lock.withLock { node.staging?.discard(); node.staging = nil } }
+        defer { node.lock.withLock { node.draft?.discard(); node.draft = nil } }
         try commit(node)
     }
 
@@ -280,6 +288,7 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     private func addHandle(_ node: OpenNode, writable: Bool) -> UInt64 {
         tables.withLock {
+            if writable { node.writers += 1 }
             let fh = nextHandle
             nextHandle += 1
             handles[fh] = FileHandle(node: node, writable: writable)
@@ -293,7 +302,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// Opens a file. With `truncate` (O_TRUNC) the new content starts empty in a
-    /// staging file; the previous content stays until the next commit.
+    /// draft; the previous content stays until the next commit.
     public func open(_ ino: UInt64, writable: Bool, truncate: Bool) throws -> UInt64 {
         if VirtualInodes.contains(ino) { return try openVirtual(ino, writable: writable) }
         let a = try catalog.attributes(ino)
@@ -303,10 +312,10 @@ public final class DriveFileSystem: @unchecked Sendable {
         if writable && truncate {
             do {
                 try node.lock.withLock {
-                    let s = try stagingForWrite(node, keepContent: false)
-                    try s.truncate(to: 0)
-                    s.hasher = SHA256Hasher()
-                    s.hashedUpTo = 0
+                    let d = try draftForWrite(node)
+                    try resize(d, to: 0)
+                    d.changed = true
+                    d.mtime = nowNanoseconds()
                 }
             } catch {
                 closeNode(node)
@@ -335,52 +344,114 @@ public final class DriveFileSystem: @unchecked Sendable {
         return (a, addHandle(node, writable: true))
     }
 
-    /// The staging file for writing to `node`, made on first need. With `keepContent`
-    /// it starts as a copy of the committed blob (a reflink where the disk can).
+    // MARK: Content in blocks
+
+    /// The draft of `node`, made on first need from the committed block list.
     /// Called with `node.lock` held.
-    private func stagingForWrite(_ node: OpenNode, keepContent: Bool) throws -> Staging {
-        if let s = node.staging { return s }
-        let (fd, path) = try blobs.makeStagingFile()
-        var size: Int64 = 0
-        var hashed = true
-        if keepContent {
-            let a = try catalog.attributes(node.ino)
-            if let blob = a.blob, a.size > 0 {
-                do {
-                    let src = try openBlob(blob)
-                    defer { FileIO.close(src) }
-                    if vd_clone_file(fd, src) != 0 { try FileIO.copy(from: src, to: fd, length: a.size) }
-                } catch {
-                    FileIO.close(fd); _ = Glibc.unlink(path)
-                    throw error
-                }
-                size = a.size
-                hashed = false
-            }
-        }
-        let s = Staging(fd: fd, path: path, size: size, hashed: hashed)
-        node.staging = s
-        return s
+    private func draftForWrite(_ node: OpenNode) throws -> Draft {
+        if let d = node.draft { return d }
+        let a = try catalog.attributes(node.ino)
+        let d = Draft(stored: try catalog.storedBlocks(node.ino), size: a.size)
+        node.draft = d
+        return d
     }
 
-    private func openBlob(_ digest: SHA256Digest) throws -> Int32 {
-        if hasDamage, try catalog.isDamaged(digest) { throw Errno.ioError }
+    /// Block `index` of a draft as a staging file of `length` bytes, made on first need:
+    /// a copy of the stored block (a reflink where the disk can) unless the caller is
+    /// about to overwrite all of it, else zeros. At most one block is ever copied.
+    private func dirtyBlock(_ d: Draft, _ index: Int, length: Int, overwritten: Bool) throws -> DirtyBlock {
+        if let b = d.dirty[index] { return b }
+        let (fd, path) = try blobs.makeStagingFile()
+        var copied = false
+        do {
+            if !overwritten, let digest = d.stored[index] {
+                let source = try openBlock(digest)
+                defer { FileIO.close(source) }
+                if vd_clone_file(fd, source) != 0 {
+                    try FileIO.copy(from: source, to: fd, length: Int64(Blocks.length(ofBlock: index, fileSize: d.size)))
+                }
+                copied = true
+            }
+            try FileIO.ftruncate(fd, Int64(length))
+        } catch {
+            FileIO.close(fd)
+            _ = Glibc.unlink(path)
+            throw error
+        }
+        let b = DirtyBlock(fd: fd, path: path, hashed: !copied)
+        d.dirty[index] = b
+        d.stored[index] = nil
+        return b
+    }
+
+    /// Changes a draft's size. Only the block holding the old or the new end is touched
+    /// (shortened or zero-extended); blocks past a shorter end are dropped; growing adds
+    /// holes, which cost nothing.
+    private func resize(_ d: Draft, to newSize: Int64) throws {
+        let oldSize = d.size
+        if newSize == oldSize { return }
+        let oldCount = Blocks.count(forSize: oldSize)
+        let newCount = Blocks.count(forSize: newSize)
+        if newSize < oldSize {
+            for i in newCount..<max(oldCount, newCount) {
+                d.dirty.removeValue(forKey: i)?.discard()
+                d.stored[i] = nil
+                d.cleared.insert(i)
+            }
+        }
+        // The block that holds the shorter of the two ends changes length.
+        let edge = (newSize < oldSize ? newCount : oldCount) - 1
+        if edge >= 0 {
+            let oldLength = Blocks.length(ofBlock: edge, fileSize: oldSize)
+            let newLength = Blocks.length(ofBlock: edge, fileSize: newSize)
+            if oldLength != newLength && (d.stored[edge] != nil || d.dirty[edge] != nil) {
+                let b = try dirtyBlock(d, edge, length: oldLength, overwritten: false)
+                try FileIO.ftruncate(b.fd, Int64(newLength))
+                if b.hashedUpTo > newLength { b.hasher = nil }
+            }
+        }
+        d.size = newSize
+    }
+
+    private func openBlock(_ digest: SHA256Digest) throws -> Int32 {
+        if tables.withLock({ damagedBlocks.contains(digest) }) { throw Errno.ioError }
         do { return try blobs.open(digest) } catch Errno.noSuchFileOrDirectory {
-            DriveLog.error("blob \(digest.hex) is missing from \(blobs.root): reads of its file fail with EIO")
+            DriveLog.error("block \(digest.hex) is missing from \(blobs.root): reads of its file fail with EIO")
             throw Errno.ioError
         }
     }
 
-    /// Where the bytes of a read come from: copied out already (virtual files, a file
-    /// being written), or an immutable blob the caller reads itself (the FUSE layer
-    /// splices it into the reply).
-    enum ReadSource {
-        case bytes(Int)
-        case blob(SharedDescriptor)
+    /// One piece of a read reply: bytes of a stored block (spliced by the FUSE layer),
+    /// or zeros (a hole).
+    enum ReadPiece {
+        case block(SharedDescriptor, offset: Int64, length: Int)
+        case zeros(Int)
     }
 
-    /// Resolves a read: fills `buffer` from a virtual file or a staging file, or returns
-    /// the blob's descriptor without reading it.
+    /// Where the bytes of a read come from: copied out already (virtual files, a file
+    /// being written), or immutable stored blocks and holes the FUSE layer splices.
+    enum ReadSource {
+        case bytes(Int)
+        case pieces([ReadPiece])
+    }
+
+    /// Splits [offset, offset+count) of a file of `size` bytes into per-block pieces.
+    private static func blockSpans(offset: Int64, count: Int, size: Int64) -> [(index: Int, inBlock: Int, length: Int)] {
+        var spans: [(Int, Int, Int)] = []
+        var pos = offset
+        let end = min(size, offset + Int64(count))
+        while pos < end {
+            let index = Int(pos / Int64(Blocks.size))
+            let inBlock = Int(pos % Int64(Blocks.size))
+            let length = Int(min(Int64(Blocks.size - inBlock), end - pos))
+            spans.append((index, inBlock, length))
+            pos += Int64(length)
+        }
+        return spans
+    }
+
+    /// Resolves a read: fills `buffer` from a virtual file or a draft, or returns the
+    /// committed blocks' pieces without reading them.
     func readSource(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> ReadSource {
         if let content = tables.withLock({ virtualHandles[fh] }) {
             guard offset < content.count else { return .bytes(0) }
@@ -390,65 +461,138 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         let node = try handle(fh).node
         return try node.lock.withLock {
-            if let s = node.staging {
-                // Being written: the staging file is the content (its length is the size).
-                return .bytes(try FileIO.pread(s.fd, into: buffer, at: offset))
+            if let d = node.draft, d.changed {
+                return .bytes(try readDraft(node, d, into: buffer, at: offset))
             }
             let a = try catalog.attributes(node.ino)
-            guard let blob = a.blob else { return .bytes(0) }
-            if node.readerDigest != blob || node.reader == nil {
-                node.reader = SharedDescriptor(try openBlob(blob))
-                node.readerDigest = blob
+            if node.committed == nil { node.committed = try catalog.storedBlocks(node.ino) }
+            let committed = node.committed!
+            return .pieces(try Self.blockSpans(offset: offset, count: buffer.count, size: a.size).map { span in
+                guard let digest = committed[span.index] else { return .zeros(span.length) }
+                let fd = try node.reader(digest, open: openBlock)
+                return .block(fd, offset: Int64(span.inBlock), length: span.length)
+            })
+        }
+    }
+
+    /// Copies a read of a file being written: dirty blocks, stored blocks, zeros.
+    private func readDraft(_ node: OpenNode, _ d: Draft, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        var filled = 0
+        for span in Self.blockSpans(offset: offset, count: buffer.count, size: d.size) {
+            let target = UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + span.length)])
+            if let b = d.dirty[span.index] {
+                try readFully(b.fd, into: target, at: Int64(span.inBlock))
+            } else if let digest = d.stored[span.index] {
+                try readFully(node.reader(digest, open: openBlock).fd, into: target, at: Int64(span.inBlock))
+            } else {
+                target.initializeMemory(as: UInt8.self, repeating: 0)
             }
-            return .blob(node.reader!)
+            filled += span.length
+        }
+        return filled
+    }
+
+    private func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
+        var got = 0
+        while got < buffer.count {
+            let n = try FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]), at: offset + Int64(got))
+            if n == 0 {   // a block shorter than its row says: never serve zeros in its place
+                DriveLog.error("a stored block is shorter than recorded (damaged store?): the read fails with EIO")
+                throw Errno.ioError
+            }
+            got += n
         }
     }
 
     public func read(_ fh: UInt64, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
         switch try readSource(fh, into: buffer, at: offset) {
         case .bytes(let n): return n
-        // A blob is immutable: read it without holding the node's lock.
-        case .blob(let d): return try FileIO.pread(d.fd, into: buffer, at: offset)
+        case .pieces(let pieces):
+            // Stored blocks are immutable: read them without holding the node's lock.
+            var filled = 0
+            for piece in pieces {
+                switch piece {
+                case .zeros(let n):
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + n)]).initializeMemory(as: UInt8.self, repeating: 0)
+                    filled += n
+                case .block(let d, let offset, let length):
+                    try readFully(d.fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + length)]), at: offset)
+                    filled += length
+                }
+            }
+            return filled
         }
     }
 
     public func write(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
         let h = try handle(fh)
         guard h.writable else { throw Errno.badFileDescriptor }
-        if offset < 0 || offset > (Int64(1) << 40) { throw Errno.fileTooLarge }
+        if offset < 0 || offset + Int64(buffer.count) > (Int64(1) << 40) { throw Errno.fileTooLarge }
         try h.node.lock.withLock {
-            let s = try stagingForWrite(h.node, keepContent: true)
-            try s.write(buffer, at: offset)
+            let d = try draftForWrite(h.node)
+            if let failure = d.failure { throw failure }
+            do {
+                let end = offset + Int64(buffer.count)
+                if end > d.size { try resize(d, to: end) }
+                var done = 0
+                for span in Self.blockSpans(offset: offset, count: buffer.count, size: d.size) {
+                    let length = Blocks.length(ofBlock: span.index, fileSize: d.size)
+                    let b = try dirtyBlock(d, span.index, length: length, overwritten: span.inBlock == 0 && span.length >= length)
+                    let piece = UnsafeRawBufferPointer(rebasing: buffer[done..<(done + span.length)])
+                    try FileIO.pwrite(b.fd, piece, at: Int64(span.inBlock))
+                    b.noteWrite(piece, at: span.inBlock)
+                    done += span.length
+                }
+            } catch let error as Errno {
+                d.failure = error
+                throw error
+            }
+            d.changed = true
+            d.mtime = nowNanoseconds()
         }
         return buffer.count
     }
 
-    /// Commits a node's staging content, if it changed: hash, link into the blob store,
-    /// one catalog transaction. On failure the previous content stays and the staging
-    /// file is kept, so a later flush can try again.
+    /// Commits a node's draft, if it changed: each rewritten block hashed (while written,
+    /// or by one read of that block) and linked into the store, then one catalog
+    /// transaction for the new block list. On failure the previous content stays and
+    /// the draft is kept, so a later flush can try again.
     func commit(_ node: OpenNode) throws {
         try node.lock.withLock {
-            guard let s = node.staging, s.dirty else { return }
-            if let failure = s.failure {
-                s.discard()
-                node.staging = nil
+            guard let d = node.draft, d.changed else { return }
+            if let failure = d.failure {
+                d.discard()
+                node.draft = nil
+                node.dropCaches()
                 kernelCacheIsStale?(node.ino)
                 throw failure
             }
-            let hashedWhileWriting = s.hasher != nil && s.hashedUpTo == s.size
-            let digest: SHA256Digest? = s.size == 0 ? nil : try s.digest()
-            if digest != nil {
-                tables.withLock {
-                    if hashedWhileWriting { stats.commitsHashedWhileWriting += 1 } else { stats.commitsHashedByReading += 1 }
+            let writers = tables.withLock { node.writers }
+            var change = ContentCommit(size: d.size, mtime: d.mtime, settled: writers == 0)
+            var inOrder = 0, reread = 0
+            for (index, b) in d.dirty {
+                let length = Blocks.length(ofBlock: index, fileSize: d.size)
+                let (digest, hashedWhileWriting) = try b.digest(length: length)
+                if hashedWhileWriting { inOrder += 1 } else { reread += 1 }
+                if Blocks.isZero(digest, length: length) {
+                    change.changed.updateValue(nil, forKey: index)   // all zeros: a hole, nothing stored
+                } else {
+                    change.changed.updateValue(digest, forKey: index)
+                    change.staged.append((digest, b.path, length))
                 }
             }
-            _ = try catalog.commit(ino: node.ino, stagingPath: digest == nil ? nil : s.path, digest: digest, size: s.size, mtime: s.mtime)
-            // The staging file is now a hard link of the blob: never write to it again.
-            s.discard()
-            node.staging = nil
-            node.reader = nil
-            node.readerDigest = nil
-            durability.noteCommitted(digest)
+            for index in d.cleared where d.dirty[index] == nil { change.changed.updateValue(nil, forKey: index) }
+            tables.withLock {
+                stats.blocksHashedWhileWriting += inOrder
+                stats.blocksHashedByReading += reread
+                for s in change.staged { damagedBlocks.remove(s.digest) }
+            }
+            _ = try catalog.commit(ino: node.ino, change)
+            // The staging files are now hard links of stored blocks: never write to them again.
+            d.discard()
+            node.draft = nil
+            node.dropCaches()
+            durability.noteCommitted(change.staged.map(\.digest))
         }
     }
 
@@ -471,6 +615,16 @@ public final class DriveFileSystem: @unchecked Sendable {
         guard let h = tables.withLock({ handles.removeValue(forKey: fh) }) else { return }
         // Writes through a shared mapping can arrive after flush: commit them now.
         do { try commit(h.node) } catch { DriveLog.error("commit at release of inode \(h.node.ino) failed: \(error)") }
+        if h.writable {
+            let lastWriter: Bool = tables.withLock {
+                h.node.writers -= 1
+                return h.node.writers == 0
+            }
+            // No writable handle left: the versions committed while it was open settle.
+            if lastWriter {
+                do { try catalog.settle(h.node.ino) } catch { DriveLog.error("settling inode \(h.node.ino) for backup failed: \(error)") }
+            }
+        }
         closeNode(h.node)
     }
 
@@ -482,9 +636,9 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         if last {
             node.lock.withLock {
-                node.staging?.discard()
-                node.staging = nil
-                node.reader = nil
+                node.draft?.discard()
+                node.draft = nil
+                node.dropCaches()
             }
             releaseIfUnused(node.ino)
         }

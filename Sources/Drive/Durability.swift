@@ -4,18 +4,18 @@ import Storage
 
 /// Makes commits durable against power loss, like ext4's commit interval.
 ///
-/// A commit (Catalog.commit) lands in the kernel's page cache: blob file and
+/// A commit (Catalog.commit) lands in the kernel's page cache: block files and
 /// SQLite WAL frame. That survives a kill of the process, not a power cut. This
 /// flusher, woken by commits, waits about a second to batch, then fsyncs the
-/// blobs committed since its last run, then the WAL, and records the commit
+/// blocks committed since its last run, then the WAL, and records the commit
 /// generation it made durable (`durable_gen`). `fsync(2)` on a file runs the
 /// same flush synchronously before it returns.
 ///
-/// Ordering argument: a blob row can reach the disk before its blob (the kernel
-/// writes the WAL whenever it likes), so after an unclean stop the blobs with a
+/// Ordering argument: a block row can reach the disk before its file (the kernel
+/// writes the WAL whenever it likes), so after an unclean stop the blocks with a
 /// generation above the recorded `durable_gen` are re-hashed before anything is
 /// served; a missing or wrong one is marked damaged and reads of it fail with EIO.
-/// Blobs at or below `durable_gen` were fsynced before that number was written.
+/// Blocks at or below `durable_gen` were fsynced before that number was written.
 /// `@unchecked Sendable`: mutable fields are guarded by `condition`.
 final class Durability: @unchecked Sendable {
     private let catalog: Catalog
@@ -52,9 +52,9 @@ final class Durability: @unchecked Sendable {
         try? flushNow()
     }
 
-    func noteCommitted(_ digest: SHA256Digest?) {
+    func noteCommitted(_ digests: [SHA256Digest]) {
         condition.lock()
-        if let digest { pendingBlobs.insert(digest) }
+        pendingBlobs.formUnion(digests)
         metadataDirty = true
         condition.signal()
         condition.unlock()
@@ -85,7 +85,7 @@ final class Durability: @unchecked Sendable {
         }
     }
 
-    /// Fsyncs every pending blob and the catalog, then records the durable generation.
+    /// Fsyncs every pending block file and the catalog, then records the durable generation.
     func flushNow() throws {
         flushLock.lock(); defer { flushLock.unlock() }
         condition.lock()
@@ -124,12 +124,13 @@ final class Durability: @unchecked Sendable {
         }
     }
 
-    /// After an unclean stop: re-hash blobs newer than the last durable generation and
-    /// mark the bad ones. Returns the paths of files whose content was lost.
+    /// After an unclean stop: re-hash blocks newer than the last durable generation and
+    /// mark the bad ones. Returns the paths of files whose content was lost. Each block is
+    /// checked by its own hash, so only the damaged blocks of a file fail to read.
     func verifyAfterUncleanStop() throws -> [String] {
         let durable = try catalog.meta("durable_gen") ?? 0
         var lost: [String] = []
-        for digest in try catalog.blobs(newerThan: durable) where !blobs.verify(digest) {
+        for digest in try catalog.blocks(newerThan: durable) where !blobs.verify(digest) {
             try catalog.markDamaged(digest)
             lost += try catalog.pathsUsing(digest)
         }

@@ -1,5 +1,8 @@
 import CFuse3
 import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// File content: create, open, read, write, flush, release, fsync.
 enum FuseFileOps {
@@ -42,9 +45,9 @@ enum FuseFileOps {
                 switch try ctx.fs.readSource(vd_fi_fh(fi), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: Int64(offset)) {
                 case .bytes(let n):
                     fuse_reply_buf(req, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), n)
-                case .blob(let descriptor):
-                    // The descriptor stays open until the reply is sent (it is held here).
-                    withExtendedLifetime(descriptor) { _ = vd_fuse_reply_fd(req, descriptor.fd, size, off_t(offset)) }
+                case .pieces(let pieces):
+                    // The descriptors stay open until the reply is sent (they are held here).
+                    replyPieces(req, pieces)
                 }
             }
         }
@@ -77,5 +80,42 @@ enum FuseFileOps {
                 fuse_reply_err(req, 0)
             }
         }
+    }
+}
+
+/// Replies to a read with stored blocks (spliced from their files) and zeros for holes.
+private func replyPieces(_ req: fuse_req_t?, _ pieces: [DriveFileSystem.ReadPiece]) {
+    var fds: [Int32] = [], positions: [off_t] = [], lengths: [Int] = []
+    var held: [SharedDescriptor] = []
+    for piece in pieces {
+        switch piece {
+        case .zeros(let n):
+            fds.append(-1); positions.append(0); lengths.append(n)
+        case .block(let d, let offset, let length):
+            held.append(d)
+            fds.append(d.fd); positions.append(off_t(offset)); lengths.append(length)
+        }
+    }
+    if pieces.isEmpty {
+        fuse_reply_buf(req, nil, 0)
+        return
+    }
+    withExtendedLifetime(held) {
+        _ = vd_fuse_reply_pieces(req, Int32(fds.count), fds, positions, lengths, ZeroRegion.shared.base, ZeroRegion.shared.length)
+    }
+}
+
+/// One read-only mapping of zeros for holes in read replies: anonymous pages that are
+/// only read map the kernel's zero page, so this costs no memory.
+/// `@unchecked Sendable`: the mapping is immutable after init.
+final class ZeroRegion: @unchecked Sendable {
+    static let shared = ZeroRegion(length: 4 << 20)
+    let base: UnsafeRawPointer
+    let length: Int
+    init(length: Int) {
+        let p = mmap(nil, length, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        precondition(p != MAP_FAILED && p != nil, "mmap of \(length) zero bytes failed")
+        base = UnsafeRawPointer(p!)
+        self.length = length
     }
 }

@@ -24,7 +24,8 @@ public struct NodeAttributes: Sendable, Equatable {
     var mtime: Nanoseconds
     var ctime: Nanoseconds
     var rdev: UInt64
-    public var blob: SHA256Digest?
+    /// The content hash of a regular file (nil: never written, i.e. empty).
+    public var content: SHA256Digest?
 
     public var isDirectory: Bool { mode & S_IFMT == S_IFDIR }
     public var isRegularFile: Bool { mode & S_IFMT == S_IFREG }

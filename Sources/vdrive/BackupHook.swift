@@ -21,6 +21,11 @@ final class BackupHook: CameraRollObserver {
             size: change.size, mtime: change.mtimeNanoseconds / 1_000_000_000))
     }
 
+    func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool {
+        // Interim until the queue learns settled versions (merged with the backup branch).
+        false
+    }
+
     func cameraRollCommitted() {
         engine.withLock { $0 }?.wake()
     }

@@ -32,9 +32,9 @@ import Storage
         }
         try fs.flush(fh)
         fs.release(fh)
-        #expect(fs.statistics.commitsHashedWhileWriting == 1)
-        #expect(fs.statistics.commitsHashedByReading == 0)
-        #expect(try fs.getattr(a.ino).blob == SHA256Hasher.digest(bytes))
+        #expect(fs.statistics.blocksHashedWhileWriting == 1)
+        #expect(fs.statistics.blocksHashedByReading == 0)
+        #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: bytes))
     }
 
     @Test func outOfOrderWritesFallBackToOneRead() throws {
@@ -45,8 +45,8 @@ import Storage
         try write(fs, fh, Array("hello ".utf8), at: 0)
         try fs.flush(fh)
         fs.release(fh)
-        #expect(fs.statistics.commitsHashedByReading == 1)
-        #expect(try fs.getattr(a.ino).blob == SHA256Hasher.digest("hello world"))
+        #expect(fs.statistics.blocksHashedByReading == 1)
+        #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: Array("hello world".utf8)))
     }
 
     @Test func readsSeeTheStagingWhileWritingAndTheOldContentStaysUntilCommit() throws {
@@ -56,20 +56,21 @@ import Storage
         try write(fs, fh, Array("version one".utf8), at: 0)
         try fs.flush(fh)
         fs.release(fh)
-        let oldDigest = try fs.getattr(a.ino).blob
+        let oldDigest = try fs.getattr(a.ino).content
 
         let writer = try fs.open(a.ino, writable: true, truncate: true)
         let reader = try fs.open(a.ino, writable: false, truncate: false)
         try write(fs, writer, Array("v2".utf8), at: 0)
         #expect(try read(fs, reader, count: 100, at: 0) == Array("v2".utf8))
-        // Not committed yet: the catalog still names the old blob.
-        #expect(try fs.catalog.attributes(a.ino).blob == oldDigest)
+        // Not committed yet: the catalog still names the old content.
+        #expect(try fs.catalog.attributes(a.ino).content == oldDigest)
         #expect(try fs.getattr(a.ino).size == 2)
         try fs.flush(writer)
-        #expect(try fs.catalog.attributes(a.ino).blob == SHA256Hasher.digest("v2"))
+        #expect(try fs.catalog.attributes(a.ino).content == ContentHash.of(bytes: Array("v2".utf8)))
         fs.release(writer); fs.release(reader)
-        // The old blob lost its last reference and is gone from the store.
-        #expect(!fs.blobs.contains(oldDigest!))
+        // The old block lost its last reference and is gone from the store.
+        #expect(oldDigest != nil)
+        #expect(!fs.blobs.contains(SHA256Hasher.digest("version one")))
     }
 
     @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
@@ -81,6 +82,7 @@ import Storage
             var changes: [CameraRollChange] = []
             var committed = 0
             func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { changes.append(change) }
+            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
             func cameraRollCommitted() { committed += 1 }
         }
         let recorder = Recorder()
@@ -99,8 +101,10 @@ import Storage
         sequences = recorder.changes.map(\.sequence)
         #expect(recorder.changes.map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/final.jpg"])
         #expect(sequences == sequences.sorted() && Set(sequences).count == 3)
-        #expect(recorder.changes[0].hash == SHA256Hasher.digest("a.jpg"))
-        #expect(recorder.committed == 3)
+        #expect(recorder.changes[0].hash == ContentHash.of(bytes: Array("a.jpg".utf8)))
+        #expect(recorder.changes[0].blocks == [SHA256Hasher.digest("a.jpg")])
+        // Each writer's close settles its file once no writable handle is left.
+        #expect(recorder.committed == 5)
     }
 
     @Test func observerFailureRollsBackTheCommit() throws {
@@ -108,6 +112,7 @@ import Storage
         let fs = try makeFS(dir)
         final class Failing: CameraRollObserver {
             func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { throw Errno.noSpace }
+            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { false }
             func cameraRollCommitted() { Issue.record("a rolled-back commit must not be announced") }
         }
         fs.cameraRollObserver = Failing()
@@ -116,8 +121,8 @@ import Storage
         try write(fs, fh, Array("photo".utf8), at: 0)
         #expect(throws: Errno.noSpace) { try fs.flush(fh) }
         fs.release(fh)
-        #expect(try fs.catalog.attributes(a.ino).blob == nil)
-        #expect(try fs.blobs.allDigests().isEmpty, "a blob linked for a rolled-back commit is removed")
+        #expect(try fs.catalog.attributes(a.ino).content == nil)
+        #expect(try fs.blobs.allDigests().isEmpty, "a block linked for a rolled-back commit is removed")
     }
 
     @Test func uncleanStopDetectsAMissingOrWrongBlobAndNeverServesIt() throws {
@@ -130,7 +135,7 @@ import Storage
             try write(fs, fh, pseudoRandomBytes(10_000, seed: 9), at: 0)
             try fs.flush(fh); fs.release(fh)
             ino = a.ino
-            digest = try fs.getattr(ino).blob
+            digest = SHA256Hasher.digest(pseudoRandomBytes(10_000, seed: 9))   // its one block
             // No shutdown(): the process "dies" here, before the flusher ran.
         }
         // Simulate what a power cut can leave: the row reached the disk, the blob's bytes did not.

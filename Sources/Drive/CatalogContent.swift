@@ -1,0 +1,227 @@
+import Foundation
+import Crypto
+import Storage
+
+/// One content commit: what changed in a file's block list since the committed version.
+struct ContentCommit {
+    var size: Int64
+    var mtime: Int64?
+    /// Blocks rewritten: the new digest, or nil for a block that became a hole.
+    var changed: [Int: SHA256Digest?] = [:]
+    /// Staging files holding new blocks, to link into the store under their digest.
+    var staged: [(digest: SHA256Digest, path: String, length: Int)] = []
+    /// False while a writable handle stays open (see `CameraRollChange.settled`).
+    var settled = true
+}
+
+/// The content half of the catalog: block lists, commits, block lifetime, damage.
+/// Same rules as the rest of `Catalog`: every method holds `lock` for its duration.
+extension Catalog {
+    /// A file's stored blocks by index (holes have none).
+    func storedBlocks(_ ino: UInt64) throws -> [Int: SHA256Digest] {
+        try withDatabase { db in try blockRows(ino, db) }
+    }
+
+    private func blockRows(_ ino: UInt64, _ db: Database) throws -> [Int: SHA256Digest] {
+        var out: [Int: SHA256Digest] = [:]
+        for (index, hex) in try db.query("SELECT idx, hash FROM file_blocks WHERE ino = ?", ino, row: { (Int($0.int64(0)), $0.string(1) ?? "") }) {
+            if let d = SHA256Digest(hex: hex) { out[index] = d }
+        }
+        return out
+    }
+
+    /// Every block digest of a file of `size` bytes, holes as the digest of their zeros.
+    static func fullList(_ stored: [Int: SHA256Digest], size: Int64) -> [SHA256Digest] {
+        (0..<Blocks.count(forSize: size)).map { i in
+            stored[i] ?? Blocks.zeroDigest(length: Blocks.length(ofBlock: i, fileSize: size))
+        }
+    }
+
+    /// Points a file at new content in one transaction: block rows, the file's block
+    /// list, its content hash, size and times, and (under Camera Roll) the change record
+    /// and the observer's rows. New block files are hard-linked into the store first,
+    /// under the lock; on failure nothing changes and the files this call linked go.
+    func commit(ino: UInt64, _ change: ContentCommit) throws -> NodeAttributes {
+        try withDatabase { db in
+            var a = try node(ino)
+            var linkedHere: [SHA256Digest] = []
+            do {
+                for s in change.staged where try linkIntoStore(s.path, s.digest, db) { linkedHere.append(s.digest) }
+                let now = nowNanoseconds()
+                let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
+                    generation += 1
+                    for s in change.staged {
+                        try db.run("""
+                            INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
+                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, gen = excluded.gen WHERE blocks.damaged = 1
+                            """, s.digest.hex, s.length, generation)
+                    }
+                    try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
+                    for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
+                        if let digest {
+                            try db.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?) ON CONFLICT(ino, idx) DO UPDATE SET hash = excluded.hash",
+                                       ino, index, digest.hex)
+                        } else {
+                            try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx = ?", ino, index)
+                        }
+                    }
+                    let blocks = Self.fullList(try blockRows(ino, db), size: change.size)
+                    let content = ContentHash.of(blocks: blocks)
+                    a.content = content
+                    a.size = change.size
+                    a.mtime = change.mtime ?? now
+                    a.ctime = now
+                    try db.run("UPDATE inodes SET content = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                               content.hex, change.size, a.mtime, a.ctime, ino)
+                    if a.nlink > 0 {
+                        try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: change.size,
+                                                   mtime: a.mtime, settled: change.settled, now: now)
+                    }
+                    return (a, try takeUnreferencedBlocks())
+                }
+                removeBlockFiles(garbage)
+                return attrs
+            } catch {
+                for d in linkedHere { blobs.remove(d) }
+                throw error
+            }
+        }
+    }
+
+    /// Hard-links a staging file into the store. Returns true when this call created the
+    /// block file. A block marked damaged is replaced by the good bytes (self-heal).
+    private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest, _ db: Database) throws -> Bool {
+        let target = blobs.path(for: digest)
+        if FileIO.exists(target) {
+            let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
+            if !damaged { return false }
+            _ = unlink(target)
+        }
+        let folder = (target as NSString).deletingLastPathComponent
+        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        if Glibc.link(stagingPath, target) != 0 {
+            if errno == EEXIST { return false }
+            throw Errno.current
+        }
+        return true
+    }
+
+    func recordCameraRollCommit(ino: UInt64, content: SHA256Digest, blocks: [SHA256Digest], size: Int64,
+                                mtime: Int64, settled: Bool, now: Int64) throws {
+        guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
+        try db.run("INSERT INTO camera_changes(ino, path, hash, size, mtime_ns, committed_ns) VALUES (?, ?, ?, ?, ?, ?)",
+                   ino, path, content.hex, size, mtime, now)
+        let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: content, blocks: blocks,
+                                      size: size, mtimeNanoseconds: mtime, settled: settled)
+        try observer?.cameraRollChanged(change, in: db)
+        cameraRollTouched = true
+    }
+
+    /// A file renamed into (or within) the Camera Roll counts as a commit under its new
+    /// name: a file copied under a temporary name and renamed into place is backed up
+    /// under its final name. Its content is already known, so nothing is re-read.
+    func recordCameraRollRename(_ ino: UInt64) throws {
+        let settled = !(hasWriters?(ino) ?? false)
+        let a = try node(ino)
+        guard a.isRegularFile, a.size > 0, let content = a.content else { return }
+        let blocks = Self.fullList(try blockRows(ino, db), size: a.size)
+        try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: a.size, mtime: a.mtime,
+                                   settled: settled, now: nowNanoseconds())
+    }
+
+    static func isInCameraRoll(_ path: String) -> Bool {
+        path.hasPrefix(cameraRollName + "/")
+    }
+
+    /// The last writable handle of a camera-roll file was released: its versions settle.
+    func settle(_ ino: UInt64) throws {
+        guard let observer else { return }
+        try withDatabase { db in
+            guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
+            try write {
+                if try observer.cameraRollSettled(inode: ino, in: db) { cameraRollTouched = true }
+            }
+        }
+    }
+
+    func takeUnreferencedBlocks() throws -> [SHA256Digest] {
+        let hashes = try db.query("SELECT hash FROM blocks WHERE refs <= 0") { SHA256Digest(hex: $0.string(0) ?? "") }
+        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE refs <= 0") }
+        return hashes.compactMap { $0 }
+    }
+
+    /// Called with the lock held, after the transaction that dropped the rows committed.
+    func removeBlockFiles(_ digests: [SHA256Digest]) {
+        for d in digests { blobs.remove(d) }
+    }
+
+    /// Removes blocks whose last reference went away through another connection
+    /// (the backup engine finishing an upload releases its pin).
+    func collectGarbage() throws {
+        try withDatabase { db in
+            let garbage = try db.transaction { try takeUnreferencedBlocks() }
+            removeBlockFiles(garbage)
+        }
+    }
+
+    // MARK: Durability bookkeeping (see Durability.swift)
+
+    var currentGeneration: Int64 { lock.lock(); defer { lock.unlock() }; return generation }
+
+    func meta(_ key: String) throws -> Int64? {
+        try withDatabase { db in try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) } }
+    }
+
+    func setMeta(_ key: String, _ value: Int64) throws {
+        try withDatabase { db in
+            try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
+        }
+    }
+
+    /// Blocks stored by commits newer than `generation`, for the check after an unclean stop.
+    func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
+        try withDatabase { db in
+            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+        }
+    }
+
+    func markDamaged(_ digest: SHA256Digest) throws {
+        try withDatabase { db in _ = try db.run("UPDATE blocks SET damaged = 1 WHERE hash = ?", digest.hex) }
+    }
+
+    func damagedBlocks() throws -> Set<SHA256Digest> {
+        try withDatabase { db in
+            Set(try db.query("SELECT hash FROM blocks WHERE damaged = 1") { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 })
+        }
+    }
+
+    /// Removes block files that no row names (left by a kill between link and commit).
+    func sweepUnknownBlockFiles() throws -> Int {
+        try withDatabase { db in
+            let known = Set(try db.query("SELECT hash FROM blocks") { $0.string(0) ?? "" })
+            var removed = 0
+            for d in try blobs.allDigests() where !known.contains(d.hex) {
+                blobs.remove(d)
+                removed += 1
+            }
+            return removed
+        }
+    }
+
+    /// Paths of files that use a block (reported when it is found damaged).
+    func pathsUsing(_ digest: SHA256Digest) throws -> [String] {
+        try withDatabase { db in
+            let inos = try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex) { UInt64($0.int64(0)) }
+            return try inos.compactMap { try path(of: $0) }
+        }
+    }
+
+    /// Totals for statfs and status: inodes, and the bytes the stored blocks hold.
+    func counts() throws -> (inodes: Int64, bytes: Int64) {
+        try withDatabase { db in
+            let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
+            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks") { $0.int64(0) } ?? 0
+            return (inodes, bytes)
+        }
+    }
+}
