@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 
 /* libfuse 3.14 makes fuse_session_loop_mt a macro over a versioned symbol. */
 static inline int vd_fuse_session_loop_mt(struct fuse_session *se, unsigned int max_idle_threads) {
@@ -65,6 +66,27 @@ static inline int vd_fuse_reply_fd(fuse_req_t req, int fd, size_t size, off_t po
 static inline int vd_fuse_reply_pieces(fuse_req_t req, int count, const int *fds, const off_t *pos, const size_t *lens,
                                        const void *zeros, size_t zeros_len) {
     int n = 0;
+    int has_fd = 0;
+    for (int i = 0; i < count; i++) if (fds[i] >= 0) has_fd = 1;
+    if (!has_fd) {
+        /* Only holes: one plain write of the zero region (splicing memory into a pipe
+           would copy every zero twice and cost pipe pages). */
+        size_t total = 0;
+        for (int i = 0; i < count; i++) total += lens[i];
+        int slots_needed = (int)((total + zeros_len - 1) / zeros_len);
+        struct iovec iov[16];
+        if (slots_needed <= 16) {
+            int k = 0;
+            while (total > 0) {
+                size_t take = total < zeros_len ? total : zeros_len;
+                iov[k].iov_base = (void *)zeros;
+                iov[k].iov_len = take;
+                k++;
+                total -= take;
+            }
+            return fuse_reply_iov(req, iov, k);
+        }
+    }
     /* A hole longer than the zero region takes several buffers. */
     size_t slots = 0;
     for (int i = 0; i < count; i++) slots += fds[i] >= 0 ? 1 : (lens[i] + zeros_len - 1) / zeros_len;
