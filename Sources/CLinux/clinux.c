@@ -16,6 +16,10 @@ int vd_clone_file(int dst_fd, int src_fd) {
     return ioctl(dst_fd, FICLONE, src_fd);
 }
 
+int vd_syncfs(int fd) {
+    return syncfs(fd);
+}
+
 #include <stdio.h>
 #include <fcntl.h>
 int vd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {

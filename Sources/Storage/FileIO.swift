@@ -98,6 +98,15 @@ public enum FileIO {
         try fsync(fd)
     }
 
+    /// Writes back every dirty file of the file system that holds `path` (syncfs(2)):
+    /// one journal commit for thousands of new files, where an fdatasync each would
+    /// cost one commit per file.
+    public static func syncFileSystem(_ path: String) throws {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        if vd_syncfs(fd) != 0 { throw Errno.current }
+    }
+
     /// Copies `length` bytes between descriptors in the kernel (copy_file_range),
     /// falling back to read/write where the file systems do not support it.
     public static func copy(from source: Int32, to destination: Int32, length: Int64) throws {

@@ -56,9 +56,11 @@ final class BackupTree: VirtualTree, @unchecked Sendable {
 
     func attributes(ofFileAt path: String, ino: UInt64) -> [String: [UInt8]] {
         lock.lock(); defer { lock.unlock() }
-        guard let hex = try? db.queryOne("SELECT blob FROM inodes WHERE ino = ?", ino, row: { $0.string(0) }),
+        guard let hex = try? db.queryOne("SELECT content FROM inodes WHERE ino = ?", ino, row: { $0.string(0) }),
               let hex, let digest = SHA256Digest(hex: hex) else { return [:] }
-        var out = ["user.vdrive.sha256": Array(digest.hex.utf8)]
+        // The content hash (SHA-256 of the 4 MiB block digests, Docs/protocol.md), not
+        // sha256sum of the bytes: hence its own name.
+        var out = ["user.vdrive.content-hash": Array(digest.hex.utf8)]
         if CameraRollRules.isInCameraRoll(path), let state = try? BackupQueue(db: db).fileState(hash: digest) {
             out["user.vdrive.backup"] = Array(state.state.rawValue.utf8)
             if let reason = state.failureReason { out["user.vdrive.backup-error"] = Array(reason.utf8) }
@@ -82,7 +84,7 @@ final class BackupTree: VirtualTree, @unchecked Sendable {
         var lines = [
             "path: \(item.path)",
             "state: \(item.state.rawValue)\(item.linked ? " (already on the server: linked, nothing sent)" : "")",
-            "sha256: \(item.hash.hex)",
+            "content-hash: \(item.hash.hex)",
             "size: \(item.size)",
             "sent: \(item.bytesSent)",
             "change: \(item.changeSequence)",

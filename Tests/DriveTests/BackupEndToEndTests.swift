@@ -74,7 +74,7 @@ import CLinux
         #expect(!done.contains { $0.hasPrefix(".") || $0.hasSuffix(".part") }, "temporary names are never backed up")
         #expect(Self.list(drive.path(".backup/failed")).isEmpty)
         #expect(Self.xattr(roll + "/P10.jpg", "user.vdrive.backup") == "done")
-        #expect(Self.xattr(roll + "/P10.jpg", "user.vdrive.sha256") == SHA256Hasher.digest(try Self.photo(10)).hex)
+        #expect(Self.xattr(roll + "/P10.jpg", "user.vdrive.content-hash") == ContentHash.of(bytes: try Self.photo(10)).hex)
         #expect(Self.status(drive).hasPrefix("Up to date"))
         let description = try String(contentsOfFile: drive.path(".backup/done/P0.jpg"), encoding: .utf8)
         #expect(description.contains("captured: 2026-11-28T09:15:02"), "EXIF capture date of IMG_0001.jpg: \(description)")
