@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <sys/ioctl.h>
 #include <linux/fs.h>
+#include <malloc.h>
 
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len) {
     loff_t in = *off_in, out = *off_out;
@@ -18,6 +19,11 @@ int vd_clone_file(int dst_fd, int src_fd) {
 
 int vd_syncfs(int fd) {
     return syncfs(fd);
+}
+
+void vd_tune_malloc(int mmap_threshold, int max_arenas) {
+    mallopt(M_MMAP_THRESHOLD, mmap_threshold);
+    mallopt(M_ARENA_MAX, max_arenas);
 }
 
 #include <stdio.h>

@@ -34,11 +34,17 @@ public enum Blocks {
     /// The digest of `length` zero bytes (cached: a file has at most two distinct lengths).
     public static func zeroDigest(length: Int) -> SHA256Digest {
         if let d = zeroDigests.withLock({ $0[length] }) { return d }
-        let zeros = UnsafeMutableRawBufferPointer.allocate(byteCount: max(length, 1), alignment: 64)
-        defer { zeros.deallocate() }
-        zeros.initializeMemory(as: UInt8.self, repeating: 0)
+        // 64 KiB of zeros fed repeatedly: no 4 MiB allocation per distinct length.
+        let chunk = [UInt8](repeating: 0, count: 64 << 10)
         let h = SHA256Hasher()
-        h.update(UnsafeRawBufferPointer(rebasing: zeros[0..<length]))
+        var left = length
+        chunk.withUnsafeBytes { zeros in
+            while left > 0 {
+                let take = min(left, zeros.count)
+                h.update(UnsafeRawBufferPointer(rebasing: zeros[0..<take]))
+                left -= take
+            }
+        }
         let d = h.finish()
         zeroDigests.withLock { $0[length] = d }
         return d

@@ -59,7 +59,8 @@ enum BlockMigration {
                 for (i, b) in stored {
                     try db.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?)", ino, i, b.hex)
                 }
-                try db.run("UPDATE inodes SET content = ? WHERE ino = ?", content.hex, ino)
+                let stored = stored.reduce(Int64(0)) { $0 + Int64(Blocks.length(ofBlock: $1.offset, fileSize: blob.size)) }
+                try db.run("UPDATE inodes SET content = ?, stored = ? WHERE ino = ?", content.hex, stored, ino)
             }
         }
         try db.run("""

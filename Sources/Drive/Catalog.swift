@@ -113,14 +113,14 @@ final class Catalog: @unchecked Sendable {
 
     // MARK: Reading
 
-    private static let selectColumns = "ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, content"
+    private static let selectColumns = "ino, mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, content, stored"
 
     private static func attributes(_ r: Row, from c: Int32 = 0) -> NodeAttributes {
         NodeAttributes(ino: UInt64(r.int64(c)), mode: UInt32(r.int64(c + 1)), uid: UInt32(r.int64(c + 2)),
                        gid: UInt32(r.int64(c + 3)), size: r.int64(c + 4), nlink: UInt32(r.int64(c + 5)),
                        atime: r.int64(c + 6), mtime: r.int64(c + 7), ctime: r.int64(c + 8),
                        rdev: UInt64(bitPattern: r.int64(c + 9)),
-                       content: r.string(c + 10).flatMap(SHA256Digest.init(hex:)))
+                       content: r.string(c + 10).flatMap(SHA256Digest.init(hex:)), stored: r.int64(c + 11))
     }
 
     func node(_ ino: UInt64) throws -> NodeAttributes {
@@ -131,7 +131,7 @@ final class Catalog: @unchecked Sendable {
     }
 
     private func child(_ parent: UInt64, _ name: [UInt8]) throws -> NodeAttributes? {
-        try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
+        try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content, i.stored FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
                         parent, name, row: { Self.attributes($0) })
     }
 
@@ -170,7 +170,7 @@ final class Catalog: @unchecked Sendable {
                 out.append(DirectoryEntry(offset: 2, name: Array("..".utf8), attributes: parent))
             }
             let after = max(offset - 2, 0)
-            let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
+            let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content, i.stored FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
                                     ino, after, limit) { r in
                 DirectoryEntry(offset: r.int64(0) + 2, name: r.bytes(1) ?? [], attributes: Self.attributes(r, from: 2))
             }
@@ -216,13 +216,13 @@ final class Catalog: @unchecked Sendable {
     private func insertNode(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64, target: [UInt8]?, now: Int64) throws -> NodeAttributes {
         let isDir = mode & S_IFMT == S_IFDIR
         let size = Int64(target?.count ?? 0)
-        try db.run("INSERT INTO inodes(mode, uid, gid, size, nlink, atime_ns, mtime_ns, ctime_ns, rdev, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   mode, uid, gid, size, isDir ? 2 : 1, now, now, now, rdev, target)
+        try db.run("INSERT INTO inodes(mode, uid, gid, size, stored, nlink, atime_ns, mtime_ns, ctime_ns, rdev, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   mode, uid, gid, size, size, isDir ? 2 : 1, now, now, now, rdev, target)
         let ino = UInt64(db.lastInsertRowID)
         try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", parent, name, ino)
         try touchDirectory(parent, now: now, linkDelta: isDir ? 1 : 0)
         return NodeAttributes(ino: ino, mode: mode, uid: uid, gid: gid, size: size, nlink: isDir ? 2 : 1,
-                              atime: now, mtime: now, ctime: now, rdev: rdev, content: nil)
+                              atime: now, mtime: now, ctime: now, rdev: rdev, content: nil, stored: size)
     }
 
     private func touchDirectory(_ ino: UInt64, now: Int64, linkDelta: Int = 0) throws {

@@ -65,14 +65,16 @@ extension Catalog {
                             try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx = ?", ino, index)
                         }
                     }
-                    let blocks = Self.fullList(try blockRows(ino, db), size: change.size)
+                    let rows = try blockRows(ino, db)
+                    let blocks = Self.fullList(rows, size: change.size)
                     let content = ContentHash.of(blocks: blocks)
                     a.content = content
                     a.size = change.size
+                    a.stored = rows.keys.reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: change.size)) }
                     a.mtime = change.mtime ?? now
                     a.ctime = now
-                    try db.run("UPDATE inodes SET content = ?, size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
-                               content.hex, change.size, a.mtime, a.ctime, ino)
+                    try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                               content.hex, change.size, a.stored, a.mtime, a.ctime, ino)
                     if a.nlink > 0 {
                         try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: change.size,
                                                    mtime: a.mtime, settled: change.settled, now: now)

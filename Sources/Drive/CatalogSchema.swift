@@ -4,7 +4,8 @@ import Storage
 ///
 /// Current tables (after drive-002):
 /// - `inodes`: one row per file, folder or symlink; `ino` is the FUSE inode number.
-///   `content` is a regular file's content hash (Crypto's `ContentHash`).
+///   `content` is a regular file's content hash (Crypto's `ContentHash`); `stored` the
+///   bytes its stored blocks hold (holes excluded): `st_blocks`, so `du` tells the truth.
 /// - `file_blocks`: a regular file's stored blocks, `(ino, idx) → hash`. A block index
 ///   with no row is a hole (zeros): holes cost no row, no file and no disk.
 /// - `blocks`: one row per stored block; `refs` counts the `file_blocks` rows and
@@ -115,6 +116,7 @@ enum CatalogSchema {
         CREATE TRIGGER inodes_delete_blocks AFTER DELETE ON inodes
         BEGIN DELETE FROM file_blocks WHERE ino = OLD.ino; END;
         ALTER TABLE inodes ADD COLUMN content TEXT;
+        ALTER TABLE inodes ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;
         CREATE TABLE legacy_blobs (
             hash TEXT PRIMARY KEY,
             content TEXT NOT NULL,

@@ -141,6 +141,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             var a = a
             if let d = node.draft, d.changed {
                 a.size = d.size
+                a.stored = Set(d.stored.keys).union(d.dirty.keys).reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: d.size)) }
                 a.mtime = d.mtime
                 if let c = d.ctime { a.ctime = max(a.ctime, c) }
             }
@@ -368,7 +369,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                 let source = try openBlock(digest)
                 defer { FileIO.close(source) }
                 if vd_clone_file(fd, source) != 0 {
-                    try FileIO.copy(from: source, to: fd, length: Int64(Blocks.length(ofBlock: index, fileSize: d.size)))
+                    try FileIO.copyPreservingHoles(from: source, to: fd, length: Int64(Blocks.length(ofBlock: index, fileSize: d.size)))
                 }
                 copied = true
             }

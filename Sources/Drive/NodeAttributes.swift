@@ -26,6 +26,9 @@ public struct NodeAttributes: Sendable, Equatable {
     var rdev: UInt64
     /// The content hash of a regular file (nil: never written, i.e. empty).
     public var content: SHA256Digest?
+    /// Bytes held by stored blocks (holes excluded), reported as `st_blocks`; for
+    /// folders and symlinks, their size.
+    public var stored: Int64 = 0
 
     public var isDirectory: Bool { mode & S_IFMT == S_IFDIR }
     public var isRegularFile: Bool { mode & S_IFMT == S_IFREG }
@@ -47,7 +50,7 @@ public struct NodeAttributes: Sendable, Equatable {
         st.st_rdev = UInt(rdev)
         st.st_size = Int(size)
         st.st_blksize = blockSize
-        st.st_blocks = Int((size + 511) / 512)
+        st.st_blocks = Int((stored + 511) / 512)
         st.st_atim = Self.timespecValue(atime)
         st.st_mtim = Self.timespecValue(mtime)
         st.st_ctim = Self.timespecValue(ctime)

@@ -57,11 +57,11 @@ extension DriveFileSystem {
         let now = nowNanoseconds()
         if let entries = tree.entries(in: path) {
             return NodeAttributes(ino: ino, mode: UInt32(S_IFDIR) | 0o555, uid: getuid(), gid: getgid(), size: 0,
-                                  nlink: UInt32(2 + entries.filter(\.isDirectory).count), atime: now, mtime: now, ctime: now, rdev: 0, content: nil)
+                                  nlink: UInt32(2 + entries.filter(\.isDirectory).count), atime: now, mtime: now, ctime: now, rdev: 0, content: nil, stored: 0)
         }
         if let content = tree.content(of: path) {
             return NodeAttributes(ino: ino, mode: UInt32(S_IFREG) | 0o444, uid: getuid(), gid: getgid(), size: Int64(content.count),
-                                  nlink: 1, atime: now, mtime: now, ctime: now, rdev: 0, content: nil)
+                                  nlink: 1, atime: now, mtime: now, ctime: now, rdev: 0, content: nil, stored: 0)
         }
         throw Errno.noSuchFileOrDirectory
     }

@@ -110,8 +110,37 @@ public enum FileIO {
     /// Copies `length` bytes between descriptors in the kernel (copy_file_range),
     /// falling back to read/write where the file systems do not support it.
     public static func copy(from source: Int32, to destination: Int32, length: Int64) throws {
-        var inOffset: Int64 = 0
-        var outOffset: Int64 = 0
+        try copyRange(from: source, to: destination, at: 0, length: length)
+    }
+
+    /// lseek(2) whence values for sparse files (Linux), not exported by Swift's Glibc.
+    static let seekData: Int32 = 3
+    static let seekHole: Int32 = 4
+
+    /// Copies the first `length` bytes of `source` to the same offsets of `destination`,
+    /// leaving holes as holes: only the data extents are copied (SEEK_DATA/SEEK_HOLE),
+    /// so a sparse 4 MiB block with one written page stays one page on disk. The caller
+    /// sets the destination's length.
+    public static func copyPreservingHoles(from source: Int32, to destination: Int32, length: Int64) throws {
+        var position: Int64 = 0
+        while position < length {
+            let data = Int64(lseek(source, off_t(position), seekData))
+            if data < 0 {
+                if errno == ENXIO { return }            // only a hole is left
+                try copyRange(from: source, to: destination, at: position, length: length - position)
+                return
+            }
+            if data >= length { return }
+            var end = Int64(lseek(source, off_t(data), seekHole))
+            if end < 0 || end > length { end = length }
+            try copyRange(from: source, to: destination, at: data, length: end - data)
+            position = end
+        }
+    }
+
+    private static func copyRange(from source: Int32, to destination: Int32, at start: Int64, length: Int64) throws {
+        var inOffset: Int64 = start
+        var outOffset: Int64 = start
         var remaining = length
         while remaining > 0 {
             let n = retrying { vd_copy_file_range(source, &inOffset, destination, &outOffset, Int(min(remaining, 1 << 30))) }

@@ -98,6 +98,7 @@ import Storage
         #expect(buffer == [0, 7, 0])
         fs.release(reader); fs.release(fh)
         #expect(try fs.blobs.allDigests().count == 1)
+        #expect(try fs.getattr(ino).stored == Int64(Blocks.size), "st_blocks counts the one stored block, not the holes")
     }
 
     @Test func shrinkThenGrowNeverBringsOldBytesBack() throws {
