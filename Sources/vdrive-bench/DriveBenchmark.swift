@@ -69,7 +69,7 @@ enum DriveBenchmark {
             case "--timeout": o.timeout = Double(try number(try value()))
             case "--fsstress-timeout": o.fsstressTimeout = Double(try number(try value()))
             case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
-            case "--help", "-h": print(usage); return
+            case "--help", "-h": say(usage); return
             default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
             }
             i += 1
@@ -117,7 +117,7 @@ enum DriveBenchmark {
             try FileManager.default.createDirectory(atPath: d + "/src/many", withIntermediateDirectories: true)
             try prepareSources()
             try startTargets()
-            print("Targets: " + targets.map(\.name).joined(separator: ", "))
+            say("Targets: " + targets.map(\.name).joined(separator: ", "))
 
             // In the order the rows are run; printed in issue 7's order below.
             bigCopy()
@@ -129,11 +129,11 @@ enum DriveBenchmark {
             tarRounds()
             fsstress()
 
-            print("")
-            print(Bench.table(["drive benchmark"] + targets.map(\.name), rows.sorted { $0[0] < $1[0] }.map { row in
+            say("")
+            say(Bench.table(["drive benchmark"] + targets.map(\.name), rows.sorted { $0[0] < $1[0] }.map { row in
                 [String(row[0].drop { $0 != " " }.dropFirst())] + row.dropFirst()
             }))
-            for n in notes { print("- " + n) }
+            for n in notes { say("- " + n) }
             BenchMounts.shared.unmountAll()
             _ = TimedCommand.run("rm -rf \(d)/src \(d)/plain \(d)/bindfs-src \(d)/hp-src \(d)/ll-src \(d)/drive-state", timeout: 600)
         }
@@ -144,7 +144,7 @@ enum DriveBenchmark {
         }
 
         func prepareSources() throws {
-            print("Preparing sources in \(d)/src: a \(o.bigMiB) MiB file, \(o.files) files of 1 MiB, a tar of \(o.tree) ...")
+            say("Preparing sources in \(d)/src: a \(o.bigMiB) MiB file, \(o.files) files of 1 MiB, a tar of \(o.tree) ...")
             try must("head -c \(o.bigMiB)M /dev/urandom > \(d)/src/big.bin")
             try must("head -c 4096 /dev/urandom > \(d)/src/4k.bin")
             try must("for i in $(seq 1 \(o.files)); do head -c 1M /dev/urandom > \(d)/src/many/f$i.bin; done")
@@ -252,7 +252,7 @@ enum DriveBenchmark {
         }
 
         func bigCopy() {
-            print("Row: copy a \(o.bigMiB) MiB file + sync ...")
+            say("Row: copy a \(o.bigMiB) MiB file + sync ...")
             var outs: [TimedCommand.Outcome] = []
             for t in targets {
                 dropCaches()
@@ -265,7 +265,7 @@ enum DriveBenchmark {
         }
 
         func coldRead() {
-            print("Row: read it back cold ...")
+            say("Row: read it back cold ...")
             var outs: [TimedCommand.Outcome] = []
             for t in targets {
                 dropCaches()
@@ -276,7 +276,7 @@ enum DriveBenchmark {
         }
 
         func smallChanges() {
-            print("Row: small changes to the \(o.bigMiB) MiB file ...")
+            say("Row: small changes to the \(o.bigMiB) MiB file ...")
             repeatedRow("a0", "a command that does nothing, for scale (ms, median of 5)", count: 5) { _, _ in "true" }
             repeatedRow("a1", "(a) append one line to the \(o.bigMiB) MiB file (ms, median of 3)", count: 3) { t, n in
                 "echo 'one more line \(n)' >> \(t.path)/big.bin"
@@ -288,7 +288,7 @@ enum DriveBenchmark {
         }
 
         func sparse() {
-            print("Row: sparse 2 GiB files ...")
+            say("Row: sparse 2 GiB files ...")
             repeatedRow("c1", "(c) truncate -s 2G of a new file (ms, median of 3)", count: 3) { t, n in
                 "truncate -s 2G \(t.path)/sparse\(n).bin"
             }
@@ -299,7 +299,7 @@ enum DriveBenchmark {
         }
 
         func manyCopy() {
-            print("Row: copy \(o.files) files of 1 MiB + sync ...")
+            say("Row: copy \(o.files) files of 1 MiB + sync ...")
             var outs: [TimedCommand.Outcome] = []
             for t in targets {
                 dropCaches()
@@ -312,7 +312,7 @@ enum DriveBenchmark {
         }
 
         func listing() {
-            print("Row: ls -l of \(o.listCount) files ...")
+            say("Row: ls -l of \(o.listCount) files ...")
             var outs: [TimedCommand.Outcome] = []
             for t in targets {
                 _ = timed("mkdir \(t.path)/list && cd \(t.path)/list && seq 1 \(o.listCount) | sed 's/^/file-/' | xargs touch && sync", timeout: o.timeout * 2)
@@ -325,7 +325,7 @@ enum DriveBenchmark {
         }
 
         func tarRounds() {
-            print("Row: tar x of \(o.tree) + sync, \(o.rounds) rounds ...")
+            say("Row: tar x of \(o.tree) + sync, \(o.rounds) rounds ...")
             var perTarget = [[TimedCommand.Outcome]](repeating: [], count: targets.count)
             var tarErrors = [Int](repeating: 0, count: targets.count)
             for r in 1...o.rounds {
@@ -374,7 +374,7 @@ enum DriveBenchmark {
                 notes.append("fsstress row left out: pass --fsstress PATH (xfstests' ltp/fsstress, built by hand: Docs/benchmarks.md)")
                 return
             }
-            print("Row: fsstress -p \(o.fsstressProcs) -n \(o.fsstressOps) -s \(o.seed) ...")
+            say("Row: fsstress -p \(o.fsstressProcs) -n \(o.fsstressOps) -s \(o.seed) ...")
             var outcome: [String] = [], wall: [String] = [], rss: [String] = [], tree: [String] = [], state: [String] = []
             for t in targets {
                 let before = duBytes(t.backing, apparent: false) ?? 0
@@ -386,6 +386,12 @@ enum DriveBenchmark {
                 case .finished(let st, let s): outcome.append("fails (\(TimedCommand.describe(st)))"); wall.append(Bench.f(s))
                 case .timedOut(let after): outcome.append("timeout after \(Int(after)) s"); wall.append("-")
                 }
+                // What fsstress complained of (an assertion, EIO), once per distinct line.
+                let said = ((try? String(contentsOfFile: "\(d)/fsstress-\(t.kind.rawValue).log", encoding: .utf8)) ?? "")
+                    .split(separator: "\n").filter { !$0.hasPrefix("seed = ") }
+                var counted: [(Substring, Int)] = []
+                for line in said { if let k = counted.firstIndex(where: { $0.0 == line }) { counted[k].1 += 1 } else { counted.append((line, 1)) } }
+                for (line, n) in counted.prefix(3) { notes.append("fsstress on \(t.name) printed: \(line)" + (n > 1 ? " (\(n) times)" : "")) }
                 rss.append(t.pid.flatMap { Bench.peakRSS(pid: $0) }.map { Bench.f($0, 1) } ?? "-")
                 let apparent = duBytes("\(t.path)/fsstress", apparent: true)
                 let allocated = t.kind == .vdrive ? nil : duBytes("\(t.path)/fsstress", apparent: false)

@@ -59,7 +59,7 @@ enum PosixBenchmark {
                 o.timeout = t
             case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
             case "--tests": o.tests = try value().split(separator: ",").map(String.init)
-            case "--help", "-h": print(usage); return
+            case "--help", "-h": say(usage); return
             default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
             }
             i += 1
@@ -86,20 +86,20 @@ enum PosixBenchmark {
         if o.only?.contains("ext4") ?? true {
             let (_, fs) = TimedCommand.output("df -PT \(d)/ext4 | tail -1 | awk '{print $2}'", timeout: 30)
             let name = "plain folder (\(fs.trimmingCharacters(in: .whitespacesAndNewlines)))"
-            print("pjdfstest on \(name), \(d)/ext4 ...")
+            say("pjdfstest on \(name), \(d)/ext4 ...")
             sides.append((name, runSide(root: root, folders: folders, cwd: "\(d)/ext4", label: "ext4", o)))
         }
         if o.only?.contains("vdrive") ?? true {
             let pid = try TimedCommand.spawn([Bench.sibling("vdrive"), "mount", "\(d)/mnt", "--state", "\(d)/state", "-f"], output: "\(d)/logs/vdrive.log")
             try Bench.waitForMount("\(d)/mnt")
             BenchMounts.shared.add(.init(path: "\(d)/mnt", pid: pid))
-            print("pjdfstest on the drive, \(d)/mnt ...")
+            say("pjdfstest on the drive, \(d)/mnt ...")
             sides.append(("vdrive", runSide(root: root, folders: folders, cwd: "\(d)/mnt", label: "vdrive", o)))
             BenchMounts.shared.unmount(path: "\(d)/mnt")
         }
 
-        print("")
-        print(Bench.table(["pjdfstest"] + sides.map(\.0), [
+        say("")
+        say(Bench.table(["pjdfstest"] + sides.map(\.0), [
             ["test files run"] + sides.map { String($0.1.testFiles) },
             ["tests run"] + sides.map { String($0.1.tests) },
             ["test files with a failure"] + sides.map { String($0.1.files.values.filter(\.isFailure).count) },
@@ -107,15 +107,15 @@ enum PosixBenchmark {
         ]))
         let failing = Set(sides.flatMap { $0.1.files.filter { $0.value.isFailure }.keys }).sorted()
         if !failing.isEmpty {
-            print(Bench.table(["failures per test file"] + sides.map(\.0),
+            say(Bench.table(["failures per test file"] + sides.map(\.0),
                               failing.map { f in [f] + sides.map { $0.1.files[f].map { $0.isFailure ? $0.text : "ok" } ?? "ok" } }))
         }
         if sides.count == 2 {
             let (ext4, drive) = (sides[0].1, sides[1].1)
             let own = failing.filter { drive.files[$0]?.isFailure == true && ext4.files[$0]?.isFailure != true }
-            print("Failing on the mount and passing on ext4: " + (own.isEmpty ? "none" : own.joined(separator: ", ")))
+            say("Failing on the mount and passing on ext4: " + (own.isEmpty ? "none" : own.joined(separator: ", ")))
         }
-        print("prove's output per folder: \(d)/logs/")
+        say("prove's output per folder: \(d)/logs/")
     }
 
     /// Runs `prove -r` on every test folder, from inside `cwd`.
@@ -131,7 +131,7 @@ enum PosixBenchmark {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             parse(text, into: &side, root: root)
             if case .timedOut = out { side.timedOut.append(folder) }
-            print("  \(folder): \(out.text { _ in "done" }) in \(Bench.f(Bench.now() - started, 1)) s")
+            say("  \(folder): \(out.text { _ in "done" }) in \(Bench.f(Bench.now() - started, 1)) s")
         }
         return side
     }

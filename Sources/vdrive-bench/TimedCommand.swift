@@ -168,3 +168,10 @@ final class BenchMounts: Sendable {
         }
     }
 }
+
+/// Prints a line and flushes at once, so progress shows in a log file while a long
+/// benchmark runs (stdout to a file is block-buffered).
+func say(_ line: String = "") {
+    print(line)
+    fflush(nil)
+}
