@@ -11,7 +11,7 @@ struct StressParameters: Sendable {
     /// Operations in the single-writer run.
     var operations = 3000
     /// Operations per writer in the four-writer run.
-    var threadOperations = 500
+    var threadOperations = 400
     /// The farthest offset a sparse write or a truncate up reaches, in bytes. Kept modest
     /// by default: the current drive copies and hashes a whole file at every commit, so
     /// a GiB-sized sparse file costs seconds per close. Raise with VDRIVE_STRESS_SPARSE_MIB

@@ -11,7 +11,7 @@ import Synchronization
 ///
 ///     VDRIVE_STRESS_SEED=N swift test --filter StressTests
 ///
-/// Other knobs: VDRIVE_STRESS_OPS (3000), VDRIVE_STRESS_THREAD_OPS (500 per writer),
+/// Other knobs: VDRIVE_STRESS_OPS (3000), VDRIVE_STRESS_THREAD_OPS (400 per writer),
 /// VDRIVE_STRESS_SPARSE_MIB (16: the farthest sparse offset; raise to 1024 once the
 /// drive stores blocks: today every commit copies the whole file).
 @Suite(.serialized) struct StressTests {
