@@ -1,104 +1,416 @@
 import Foundation
 
-/// `vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N]`
+/// `vdrive-bench drive [options]` (see `usage`)
 ///
-/// Side by side, in one run, on the same disk: a plain folder, bindfs (Debian's
-/// passthrough FUSE file system, `-o big_writes`) and the drive (release build,
-/// hashing included). For each: copy a big file in then `sync`; read it back cold;
-/// `cp -r` of many 1 MiB files then `sync`; `ls -l` of a folder of many files;
-/// peak RSS of the FUSE process.
+/// Side by side, in one run, on the same disk, row by row (every target does a row
+/// before the next row starts): a plain folder; FUSE passthroughs as references
+/// (bindfs `-o big_writes` from Debian; libfuse's `passthrough_hp` and `passthrough_ll`
+/// examples, built by scripts/build-libfuse-examples.sh); and the drive (release build,
+/// hashing included). The rows are issue 7's targets: small changes to a 1 GiB file,
+/// a sparse 2 GiB file, sequential copies, `tar x` of many small files, and xfstests'
+/// fsstress. Every command has a deadline: a row that stalls prints "timeout after N s"
+/// and the run goes on; every mount is unmounted on every path.
 enum DriveBenchmark {
-    struct Target {
-        let name: String
-        let path: String
-        var pid: Int32?
+    static let usage = """
+        usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N] [--tree DIR] [--rounds N]
+                                  [--libfuse DIR] [--fsstress PATH] [--fsstress-procs N] [--fsstress-ops N] [--seed N]
+                                  [--timeout S] [--fsstress-timeout S] [--only plain,bindfs,hp,ll,vdrive]
+        """
+
+    struct Options {
+        var dir = "/var/tmp/vdrive-bench"
+        var bigMiB = 1024, files = 1000, listCount = 10_000, rounds = 3
+        var tree = "/usr/include"
+        var libfuse: String? = nil
+        var fsstress: String? = nil
+        var fsstressProcs = 4, fsstressOps = 1000, seed = 42
+        var timeout = 120.0, fsstressTimeout = 300.0
+        var only: Set<String>? = nil
     }
 
-    struct Figures {
-        var bigCopy = 0.0, coldRead = 0.0, manyCopy = 0.0, list = 0.0, rss: Double?
+    enum Kind: String { case plain, bindfs, hp, ll, vdrive }
+
+    /// One column: where the rows write, and what holds its bytes on disk.
+    struct Target {
+        let kind: Kind
+        let name: String
+        let path: String
+        /// The folder whose size is "the state on disk" (the passthrough's source folder,
+        /// the drive's state folder; the plain folder itself).
+        let backing: String
+        var pid: pid_t?
     }
 
     static func run(_ args: [String]) throws {
-        var dir = "/var/tmp/vdrive-bench"
-        var bigMiB = 2048, files = 2000, listCount = 10_000
+        var o = Options()
         var i = 0
+        func value() throws -> String {
+            guard i + 1 < args.count else { throw Bench.Failure(description: "\(args[i]) needs a value\n\(usage)") }
+            i += 1
+            return args[i]
+        }
+        func number(_ s: String) throws -> Int {
+            guard let n = Int(s), n > 0 else { throw Bench.Failure(description: "\(args[i - 1]) takes a positive number, not \(s)") }
+            return n
+        }
         while i < args.count {
             switch args[i] {
-            case "--dir": dir = args[i + 1]; i += 1
-            case "--big-mib": bigMiB = Int(args[i + 1])!; i += 1
-            case "--files": files = Int(args[i + 1])!; i += 1
-            case "--list": listCount = Int(args[i + 1])!; i += 1
-            default: throw Bench.Failure(description: "unknown option \(args[i])")
+            case "--dir": o.dir = try value()
+            case "--big-mib": o.bigMiB = try number(try value())
+            case "--files": o.files = try number(try value())
+            case "--list": o.listCount = try number(try value())
+            case "--rounds": o.rounds = try number(try value())
+            case "--tree": o.tree = try value()
+            case "--libfuse": o.libfuse = try value()
+            case "--fsstress": o.fsstress = try value()
+            case "--fsstress-procs": o.fsstressProcs = try number(try value())
+            case "--fsstress-ops": o.fsstressOps = try number(try value())
+            case "--seed": o.seed = try number(try value())
+            case "--timeout": o.timeout = Double(try number(try value()))
+            case "--fsstress-timeout": o.fsstressTimeout = Double(try number(try value()))
+            case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
+            case "--help", "-h": say(usage); return
+            default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
             }
             i += 1
         }
-        let vdrive = Bench.sibling("vdrive")
-        try? Bench.sh("fusermount3 -u -z \(dir)/bindfs-mnt 2>/dev/null; fusermount3 -u -z \(dir)/drive-mnt 2>/dev/null; true")
-        try Bench.sh("rm -rf \(dir) && mkdir -p \(dir)/src/many \(dir)/plain \(dir)/bindfs-src \(dir)/bindfs-mnt \(dir)/drive-mnt")
-        print("Preparing sources in \(dir)/src: \(bigMiB) MiB file, \(files) files of 1 MiB ...")
-        try Bench.sh("head -c \(bigMiB)M /dev/urandom > \(dir)/src/big.bin")
-        try Bench.sh("head -c 1M /dev/urandom > \(dir)/src/one.bin && for i in $(seq 1 \(files)); do cp \(dir)/src/one.bin \(dir)/src/many/f$i.bin; printf %08d $i | dd of=\(dir)/src/many/f$i.bin bs=1 seek=0 conv=notrunc status=none; done")
+        try Run(o).go()
+    }
 
-        var targets = [Target(name: "plain folder", path: "\(dir)/plain")]
-        let bindfs = Process()
-        bindfs.executableURL = URL(fileURLWithPath: "/usr/bin/bindfs")
-        bindfs.arguments = ["-f", "-o", "big_writes", "\(dir)/bindfs-src", "\(dir)/bindfs-mnt"]
-        var haveBindfs = FileManager.default.isExecutableFile(atPath: "/usr/bin/bindfs")
-        if haveBindfs {
-            try bindfs.run()
-            do { try Bench.waitForMount("\(dir)/bindfs-mnt") } catch { haveBindfs = false }
-            if haveBindfs { targets.append(Target(name: "bindfs -o big_writes", path: "\(dir)/bindfs-mnt", pid: bindfs.processIdentifier)) }
-        } else {
-            print("bindfs is not installed (apt-get install bindfs): its column is left out")
-        }
-        let drive = Process()
-        drive.executableURL = URL(fileURLWithPath: vdrive)
-        drive.arguments = ["mount", "\(dir)/drive-mnt", "--state", "\(dir)/drive-state", "-f"]
-        drive.standardError = FileHandle.nullDevice
-        try drive.run()
-        try Bench.waitForMount("\(dir)/drive-mnt")
-        targets.append(Target(name: "vdrive", path: "\(dir)/drive-mnt", pid: drive.processIdentifier))
-        defer {
-            _ = try? Bench.sh("fusermount3 -u \(dir)/drive-mnt; fusermount3 -u \(dir)/bindfs-mnt 2>/dev/null; true")
-            drive.waitUntilExit()
-            if haveBindfs { bindfs.waitUntilExit() }
-        }
-
-        var results: [Figures] = []
-        for t in targets {
-            print("Measuring \(t.name) ...")
-            var fig = Figures()
-            Bench.dropCaches()
-            try Bench.sh("cat \(dir)/src/big.bin > /dev/null")   // source in page cache for every target alike
-            fig.bigCopy = try Bench.time { try Bench.sh("cp \(dir)/src/big.bin \(t.path)/big.bin && sync") }
-            Bench.dropCaches()
-            fig.coldRead = try Bench.time { try Bench.sh("cat \(t.path)/big.bin > /dev/null") }
-            try Bench.sh("rm \(t.path)/big.bin && sync")
-            Bench.dropCaches()
-            try Bench.sh("cat \(dir)/src/many/* > /dev/null")
-            fig.manyCopy = try Bench.time { try Bench.sh("cp -r \(dir)/src/many \(t.path)/many && sync") }
-            try Bench.sh("rm -rf \(t.path)/many && mkdir \(t.path)/list && cd \(t.path)/list && seq 1 \(listCount) | sed 's/^/file-/' | xargs touch && sync")
-            Bench.dropCaches()
-            sleep(2)   // let attribute caches expire, so ls -l reaches the file system
-            fig.list = try Bench.time { try Bench.sh("ls -l \(t.path)/list > /dev/null") }
-            try Bench.sh("rm -rf \(t.path)/list")
-            if let pid = t.pid { fig.rss = Bench.peakRSS(pid: pid) }
-            results.append(fig)
-        }
-
-        let plain = results[0]
-        let mb = Double(bigMiB) * 1.048576
+    final class Run {
+        let o: Options
+        let d: String
+        var targets: [Target] = []
         var rows: [[String]] = []
-        func row(_ label: String, _ value: (Figures) -> String) { rows.append([label] + results.map(value)) }
-        row("copy \(bigMiB) MiB file + sync (s)") { Bench.f($0.bigCopy) + " (" + Bench.f($0.bigCopy / plain.bigCopy) + "x)" }
-        row("  MB/s") { Bench.f(mb / $0.bigCopy, 0) }
-        row("read it back cold (MB/s)") { Bench.f(mb / $0.coldRead, 0) }
-        row("cp -r \(files) x 1 MiB + sync (s)") { Bench.f($0.manyCopy) + " (" + Bench.f($0.manyCopy / plain.manyCopy) + "x)" }
-        row("  files/s") { Bench.f(Double(files) / $0.manyCopy, 0) }
-        row("ls -l of \(listCount) files (ms)") { Bench.f($0.list * 1000, 0) }
-        row("peak RSS of the FUSE process (MB)") { $0.rss.map { Bench.f($0, 1) } ?? "-" }
-        print("")
-        print(Bench.table(["drive benchmark"] + targets.map(\.name), rows))
-        try? Bench.sh("rm -rf \(dir)/src \(dir)/plain \(dir)/bindfs-src")
+        var notes: [String] = []
+
+        init(_ o: Options) {
+            self.o = o
+            d = o.dir
+        }
+
+        func wanted(_ k: Kind) -> Bool { o.only.map { $0.contains(k.rawValue) } ?? true }
+
+        /// A command that must work (setup): its failure ends the run.
+        func must(_ command: String, timeout: Double = 600) throws {
+            let r = TimedCommand.run(command, timeout: timeout, log: d + "/bench.log")
+            if !r.succeeded { throw Bench.Failure(description: "\(r.text { _ in "?" }): \(command) (log: \(d)/bench.log)") }
+        }
+
+        /// A measured command, with the row's deadline; output in the run's log.
+        func timed(_ command: String, timeout: Double? = nil) -> TimedCommand.Outcome {
+            TimedCommand.run(command, timeout: timeout ?? o.timeout, log: d + "/bench.log")
+        }
+
+        func dropCaches() {
+            _ = TimedCommand.run("sync", timeout: 60)
+            _ = try? "3\n".write(toFile: "/proc/sys/vm/drop_caches", atomically: false, encoding: .utf8)
+        }
+
+        func go() throws {
+            BenchMounts.shared.unmountOnSignals()
+            defer { BenchMounts.shared.unmountAll() }
+            for m in ["bindfs-mnt", "hp-mnt", "ll-mnt", "drive-mnt"] where Bench.isMounted("\(d)/\(m)") {
+                _ = TimedCommand.run("fusermount3 -u -z \(d)/\(m)", timeout: 30)
+            }
+            _ = TimedCommand.run("rm -rf \(d)", timeout: 600)
+            try FileManager.default.createDirectory(atPath: d + "/src/many", withIntermediateDirectories: true)
+            try prepareSources()
+            try startTargets()
+            say("Targets: " + targets.map(\.name).joined(separator: ", "))
+
+            // In the order the rows are run; printed in issue 7's order below.
+            bigCopy()
+            coldRead()
+            smallChanges()
+            sparse()
+            manyCopy()
+            listing()
+            tarRounds()
+            fsstress()
+
+            say("")
+            say(Bench.table(["drive benchmark"] + targets.map(\.name), rows.sorted { $0[0] < $1[0] }.map { row in
+                [String(row[0].drop { $0 != " " }.dropFirst())] + row.dropFirst()
+            }))
+            for n in notes { say("- " + n) }
+            BenchMounts.shared.unmountAll()
+            _ = TimedCommand.run("rm -rf \(d)/src \(d)/plain \(d)/bindfs-src \(d)/hp-src \(d)/ll-src \(d)/drive-state", timeout: 600)
+        }
+
+        /// Adds a row; `key` sorts the printed table ("a1 label").
+        func row(_ key: String, _ label: String, _ cells: [String]) {
+            rows.append(["\(key) \(label)"] + cells)
+        }
+
+        func prepareSources() throws {
+            say("Preparing sources in \(d)/src: a \(o.bigMiB) MiB file, \(o.files) files of 1 MiB, a tar of \(o.tree) ...")
+            try must("head -c \(o.bigMiB)M /dev/urandom > \(d)/src/big.bin")
+            try must("head -c 4096 /dev/urandom > \(d)/src/4k.bin")
+            try must("for i in $(seq 1 \(o.files)); do head -c 1M /dev/urandom > \(d)/src/many/f$i.bin; done")
+            try must("tar cf \(d)/src/tree.tar -C \(URL(fileURLWithPath: o.tree).deletingLastPathComponent().path) \(URL(fileURLWithPath: o.tree).lastPathComponent)")
+            let (_, count) = TimedCommand.output("tar tf \(d)/src/tree.tar | wc -l", timeout: 60)
+            let (_, size) = TimedCommand.output("du -sm --apparent-size \(o.tree) | cut -f1", timeout: 60)
+            notes.append("tar rows: \(o.tree) as one tar file, \(count.trimmingCharacters(in: .whitespacesAndNewlines)) entries, \(size.trimmingCharacters(in: .whitespacesAndNewlines)) MB")
+        }
+
+        func libfuseBin() -> String? {
+            if let l = o.libfuse { return l }
+            let cache = ProcessInfo.processInfo.environment["XDG_CACHE_HOME"] ?? (NSHomeDirectory() + "/.cache")
+            return cache + "/vdrive-bench/libfuse/bin"
+        }
+
+        func startFuse(_ kind: Kind, _ name: String, _ argv: [String], mount: String, backing: String) {
+            do {
+                let pid = try TimedCommand.spawn(argv, output: "\(d)/\(kind.rawValue).log")
+                try Bench.waitForMount(mount)
+                BenchMounts.shared.add(.init(path: mount, pid: pid))
+                targets.append(Target(kind: kind, name: name, path: mount, backing: backing, pid: pid))
+            } catch {
+                notes.append("\(name) left out: \(error) (see \(d)/\(kind.rawValue).log)")
+            }
+        }
+
+        func startTargets() throws {
+            let fm = FileManager.default
+            for sub in ["plain", "bindfs-src", "bindfs-mnt", "hp-src", "hp-mnt", "ll-src", "ll-mnt", "drive-mnt"] {
+                try fm.createDirectory(atPath: "\(d)/\(sub)", withIntermediateDirectories: true)
+            }
+            if wanted(.plain) { targets.append(Target(kind: .plain, name: "plain folder", path: "\(d)/plain", backing: "\(d)/plain")) }
+            if wanted(.bindfs) {
+                if fm.isExecutableFile(atPath: "/usr/bin/bindfs") {
+                    startFuse(.bindfs, "bindfs -o big_writes", ["/usr/bin/bindfs", "-f", "-o", "big_writes", "\(d)/bindfs-src", "\(d)/bindfs-mnt"],
+                              mount: "\(d)/bindfs-mnt", backing: "\(d)/bindfs-src")
+                } else {
+                    notes.append("bindfs is not installed (apt-get install bindfs): its column is left out")
+                }
+            }
+            let bin = libfuseBin()
+            if wanted(.hp) {
+                if let bin, fm.isExecutableFile(atPath: bin + "/passthrough_hp") {
+                    startFuse(.hp, "passthrough_hp", [bin + "/passthrough_hp", "--foreground", "\(d)/hp-src", "\(d)/hp-mnt"],
+                              mount: "\(d)/hp-mnt", backing: "\(d)/hp-src")
+                } else {
+                    notes.append("passthrough_hp not found in \(bin ?? "-"): run scripts/build-libfuse-examples.sh or pass --libfuse DIR")
+                }
+            }
+            if wanted(.ll) {
+                if let bin, fm.isExecutableFile(atPath: bin + "/passthrough_ll") {
+                    startFuse(.ll, "passthrough_ll", [bin + "/passthrough_ll", "-f", "-o", "source=\(d)/ll-src", "\(d)/ll-mnt"],
+                              mount: "\(d)/ll-mnt", backing: "\(d)/ll-src")
+                } else {
+                    notes.append("passthrough_ll not found in \(bin ?? "-"): run scripts/build-libfuse-examples.sh or pass --libfuse DIR")
+                }
+            }
+            if wanted(.vdrive) {
+                startFuse(.vdrive, "vdrive", [Bench.sibling("vdrive"), "mount", "\(d)/drive-mnt", "--state", "\(d)/drive-state", "-f"],
+                          mount: "\(d)/drive-mnt", backing: "\(d)/drive-state")
+            }
+            guard !targets.isEmpty else { throw Bench.Failure(description: "no target to measure") }
+        }
+
+        /// The time of the reference column `kind` in `values`, if it has one.
+        func reference(_ kind: Kind, _ values: [Double?]) -> Double? {
+            guard let i = targets.firstIndex(where: { $0.kind == kind }) else { return nil }
+            return values[i]
+        }
+
+        /// Seconds with ratios to the plain folder and to a FUSE reference.
+        func secondsRow(_ key: String, _ label: String, _ outcomes: [TimedCommand.Outcome], versus ref: Kind) {
+            let secs = outcomes.map { $0.succeeded ? $0.seconds : nil }
+            let plain = reference(.plain, secs) ?? nil, r = reference(ref, secs) ?? nil
+            let refName = ref == .hp ? "hp" : "ll"
+            row(key, label, outcomes.enumerated().map { (i, out) in
+                out.text { s in
+                    var t = Bench.f(s)
+                    var ratios: [String] = []
+                    if let plain, targets[i].kind != .plain { ratios.append(Bench.f(s / plain) + "x plain") }
+                    if let r, targets[i].kind != ref, targets[i].kind != .plain { ratios.append(Bench.f(s / r) + "x " + refName) }
+                    if !ratios.isEmpty { t += " (" + ratios.joined(separator: ", ") + ")" }
+                    return t
+                }
+            })
+        }
+
+        /// Runs `command(target, n)` `count` times per target; the cell is the median in ms
+        /// and the slowest ("12.3 (max 15.0)"), or the first failure or timeout.
+        func repeatedRow(_ key: String, _ label: String, count: Int, _ command: (Target, Int) -> String) {
+            var cells: [String] = []
+            for t in targets {
+                var times: [Double] = []
+                var failure: String?
+                for n in 0..<count {
+                    let out = timed(command(t, n))
+                    guard out.succeeded, let s = out.seconds else { failure = out.text { _ in "" }; break }
+                    times.append(s * 1000)
+                }
+                if let failure { cells.append(failure); continue }
+                times.sort()
+                cells.append(Bench.f(times[times.count / 2], 1) + " (max " + Bench.f(times.last!, 1) + ")")
+            }
+            row(key, label, cells)
+        }
+
+        func bigCopy() {
+            say("Row: copy a \(o.bigMiB) MiB file + sync ...")
+            var outs: [TimedCommand.Outcome] = []
+            for t in targets {
+                dropCaches()
+                _ = timed("cat \(d)/src/big.bin > /dev/null")   // the source in page cache for every target alike
+                outs.append(timed("cp \(d)/src/big.bin \(t.path)/big.bin && sync"))
+            }
+            secondsRow("d1", "(d) copy \(o.bigMiB) MiB file + sync (s)", outs, versus: .hp)
+            let mb = Double(o.bigMiB) * 1.048576
+            row("d2", "  MB/s", outs.map { $0.seconds.map { Bench.f(mb / $0, 0) } ?? "-" })
+        }
+
+        func coldRead() {
+            say("Row: read it back cold ...")
+            var outs: [TimedCommand.Outcome] = []
+            for t in targets {
+                dropCaches()
+                outs.append(timed("cat \(t.path)/big.bin > /dev/null"))
+            }
+            let mb = Double(o.bigMiB) * 1.048576
+            row("d3", "  read it back cold (MB/s)", outs.map { $0.text { Bench.f(mb / $0, 0) } })
+        }
+
+        func smallChanges() {
+            say("Row: small changes to the \(o.bigMiB) MiB file ...")
+            repeatedRow("a0", "a command that does nothing, for scale (ms, median of 5)", count: 5) { _, _ in "true" }
+            repeatedRow("a1", "(a) append one line to the \(o.bigMiB) MiB file (ms, median of 3)", count: 3) { t, n in
+                "echo 'one more line \(n)' >> \(t.path)/big.bin"
+            }
+            repeatedRow("b1", "(b) 4 KiB in-place overwrite in it, dd conv=notrunc (ms, median of 3)", count: 3) { t, n in
+                "dd if=\(d)/src/4k.bin of=\(t.path)/big.bin bs=4096 count=1 seek=\(1000 + 20_000 * n) conv=notrunc status=none"
+            }
+            for t in targets { _ = timed("rm -f \(t.path)/big.bin") }
+        }
+
+        func sparse() {
+            say("Row: sparse 2 GiB files ...")
+            repeatedRow("c1", "(c) truncate -s 2G of a new file (ms, median of 3)", count: 3) { t, n in
+                "truncate -s 2G \(t.path)/sparse\(n).bin"
+            }
+            repeatedRow("c2", "(c) then 1 byte written into its middle (ms, median of 3)", count: 3) { t, n in
+                "printf x | dd of=\(t.path)/sparse\(n).bin bs=1 seek=1073741824 conv=notrunc status=none"
+            }
+            for t in targets { _ = timed("rm -f \(t.path)/sparse*.bin") }
+        }
+
+        func manyCopy() {
+            say("Row: copy \(o.files) files of 1 MiB + sync ...")
+            var outs: [TimedCommand.Outcome] = []
+            for t in targets {
+                dropCaches()
+                _ = timed("cat \(d)/src/many/* > /dev/null")
+                outs.append(timed("cp -r \(d)/src/many \(t.path)/many && sync"))
+            }
+            secondsRow("e1", "(e) cp -r \(o.files) x 1 MiB + sync (s)", outs, versus: .hp)
+            row("e2", "  files/s", outs.map { $0.seconds.map { Bench.f(Double(o.files) / $0, 0) } ?? "-" })
+            for t in targets { _ = timed("rm -rf \(t.path)/many") }
+        }
+
+        func listing() {
+            say("Row: ls -l of \(o.listCount) files ...")
+            var outs: [TimedCommand.Outcome] = []
+            for t in targets {
+                _ = timed("mkdir \(t.path)/list && cd \(t.path)/list && seq 1 \(o.listCount) | sed 's/^/file-/' | xargs touch && sync", timeout: o.timeout * 2)
+            }
+            dropCaches()
+            sleep(2)   // let attribute caches expire, so ls -l reaches the file system
+            for t in targets { outs.append(timed("ls -l \(t.path)/list > /dev/null")) }
+            row("h1", "ls -l of \(o.listCount) files (ms)", outs.map { $0.text { Bench.f($0 * 1000, 0) } })
+            for t in targets { _ = timed("rm -rf \(t.path)/list") }
+        }
+
+        func tarRounds() {
+            say("Row: tar x of \(o.tree) + sync, \(o.rounds) rounds ...")
+            var perTarget = [[TimedCommand.Outcome]](repeating: [], count: targets.count)
+            var tarErrors = [Int](repeating: 0, count: targets.count)
+            for r in 1...o.rounds {
+                for (i, t) in targets.enumerated() {
+                    dropCaches()
+                    _ = timed("cat \(d)/src/tree.tar > /dev/null")
+                    let log = "\(d)/tar-\(t.kind.rawValue)-\(r).log"
+                    let out = TimedCommand.run("mkdir \(t.path)/tar\(r) && tar xf \(d)/src/tree.tar -C \(t.path)/tar\(r) 2>\(log); s=$?; sync; exit $s",
+                                               timeout: o.timeout, log: d + "/bench.log")
+                    // tar exits 2 when some entries failed (passthrough_hp refuses utimensat): keep
+                    // the time, count the complaints.
+                    if case .finished(let status, let s) = out, status >> 8 == 2 {
+                        let (_, n) = TimedCommand.output("grep -c . \(log)", timeout: 10)
+                        tarErrors[i] += Int(n.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+                        perTarget[i].append(.finished(status: 0, seconds: s))
+                    } else {
+                        perTarget[i].append(out)
+                    }
+                    _ = timed("rm -rf \(t.path)/tar\(r)", timeout: o.timeout * 2)
+                }
+            }
+            let medians: [Double?] = perTarget.map { outs in
+                let s = outs.compactMap { $0.succeeded ? $0.seconds : nil }.sorted()
+                return s.count == outs.count ? s[s.count / 2] : nil
+            }
+            let ll = reference(.ll, medians) ?? nil
+            row("f1", "(f) tar x + sync, \(o.rounds) rounds (s)", perTarget.enumerated().map { i, outs in
+                var t = outs.map { $0.text { Bench.f($0) } }.joined(separator: " / ")
+                if tarErrors[i] > 0 { t += " (tar: \(tarErrors[i]) errors)" }
+                return t
+            })
+            row("f2", "  median round vs passthrough_ll", medians.map { m in
+                guard let m else { return "-" }
+                return ll.map { Bench.f(m / $0) + "x" } ?? "-"
+            })
+        }
+
+        func duBytes(_ path: String, apparent: Bool) -> Int64? {
+            let (out, text) = TimedCommand.output("du -s -B1 \(apparent ? "--apparent-size " : "")\(path) | cut -f1", timeout: 120)
+            guard out.succeeded else { return nil }
+            return Int64(text.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+
+        func fsstress() {
+            guard let bin = o.fsstress else {
+                notes.append("fsstress row left out: pass --fsstress PATH (xfstests' ltp/fsstress, built by hand: Docs/benchmarks.md)")
+                return
+            }
+            say("Row: fsstress -p \(o.fsstressProcs) -n \(o.fsstressOps) -s \(o.seed) ...")
+            var outcome: [String] = [], wall: [String] = [], rss: [String] = [], tree: [String] = [], state: [String] = []
+            for t in targets {
+                let before = duBytes(t.backing, apparent: false) ?? 0
+                if let pid = t.pid { try? "5\n".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8) }   // resets VmHWM
+                let out = TimedCommand.run("\(bin) -d \(t.path)/fsstress -p \(o.fsstressProcs) -n \(o.fsstressOps) -s \(o.seed)",
+                                           timeout: o.fsstressTimeout, log: "\(d)/fsstress-\(t.kind.rawValue).log")
+                switch out {
+                case .finished(0, let s): outcome.append("completes"); wall.append(Bench.f(s))
+                case .finished(let st, let s): outcome.append("fails (\(TimedCommand.describe(st)))"); wall.append(Bench.f(s))
+                case .timedOut(let after): outcome.append("timeout after \(Int(after)) s"); wall.append("-")
+                }
+                // What fsstress complained of (an assertion, EIO), once per distinct line.
+                let said = ((try? String(contentsOfFile: "\(d)/fsstress-\(t.kind.rawValue).log", encoding: .utf8)) ?? "")
+                    .split(separator: "\n").filter { !$0.hasPrefix("seed = ") }
+                var counted: [(Substring, Int)] = []
+                for line in said { if let k = counted.firstIndex(where: { $0.0 == line }) { counted[k].1 += 1 } else { counted.append((line, 1)) } }
+                for (line, n) in counted.prefix(3) { notes.append("fsstress on \(t.name) printed: \(line)" + (n > 1 ? " (\(n) times)" : "")) }
+                rss.append(t.pid.flatMap { Bench.peakRSS(pid: $0) }.map { Bench.f($0, 1) } ?? "-")
+                let apparent = duBytes("\(t.path)/fsstress", apparent: true)
+                let allocated = t.kind == .vdrive ? nil : duBytes("\(t.path)/fsstress", apparent: false)
+                tree.append(apparent.map { Bench.f(Double($0) / 1e6, 1) + (allocated.map { " / " + Bench.f(Double($0) / 1e6, 1) } ?? "") } ?? "du timed out")
+                let after = duBytes(t.backing, apparent: false)
+                if let after, let apparent {
+                    let grew = Double(after - before)
+                    state.append(Bench.f(grew / 1e6, 1) + (apparent > 0 ? " (" + Bench.f(grew / Double(apparent)) + "x)" : ""))
+                } else {
+                    state.append("du timed out")
+                }
+            }
+            let label = "(g) fsstress \(o.fsstressProcs) procs x \(o.fsstressOps) ops, seed \(o.seed)"
+            row("g1", label, outcome)
+            row("g2", "  wall time (s)", wall)
+            row("g3", "  peak RSS of the FUSE process during it (MB, VmHWM)", rss)
+            row("g4", "  tree it left: apparent size / du (MB)", tree)
+            row("g5", "  state on disk it added: du (MB, x the apparent size)", state)
+            notes.append("fsstress: logs in \(d)/fsstress-*.log; the drive reports st_blocks = size / 512, so its du equals the apparent size")
+        }
     }
 }

@@ -1,6 +1,6 @@
 // vdrive-bench: benchmarks that print figures side by side in one run (never timed tests).
-// Usage: vdrive-bench <drive|backup|server> [options]; see DriveBenchmark.swift,
-// BackupBenchmark.swift and ServerBenchmark.swift.
+// Usage: vdrive-bench <drive|posix|backup|server> [options]; see DriveBenchmark.swift,
+// PosixBenchmark.swift, BackupBenchmark.swift and ServerBenchmark.swift.
 import Foundation
 
 /// Runs a benchmark that throws, turning a failure into one line on stderr and exit 1.
@@ -20,8 +20,10 @@ switch benchArguments.first {
 case "drive": exit(runReportingFailure(DriveBenchmark.run, rest))
 case "backup": exit(runReportingFailure(BackupBenchmark.run, rest))
 case "server": exit(ServerBenchmark.run(rest))
+case "posix": exit(runReportingFailure(PosixBenchmark.run, rest))
 default:
-    print("usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N]")
+    print(DriveBenchmark.usage)
+    print(PosixBenchmark.usage)
     print("       vdrive-bench backup [--photos N] [--photo-mb N] [--idle-seconds N] [--kill-mib N] [--rss-gib N] [--entries N] [--dir DIR]")
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
