@@ -70,11 +70,23 @@ public struct PresentResponse: Codable, Sendable {
 
 /// `POST /v1/uploads`: the manifest of one content. The server checks that `blocks`
 /// hash to `content` and that their count fits `size`, then lists the blocks it lacks.
+/// Unknown fields are refused (400 naming the field), as the OpenAPI document says
+/// (`additionalProperties: false`): a misspelt field is a bug to report, not to skip.
 public struct CreateUploadRequest: Codable, Sendable {
     public var content: String
     public var size: Int64
     public var blocks: [String]
     public init(content: String, size: Int64, blocks: [String]) { self.content = content; self.size = size; self.blocks = blocks }
+
+    private enum CodingKeys: String, CodingKey, CaseIterable { case content, size, blocks }
+
+    public init(from decoder: any Decoder) throws {
+        try WireJSON.refuseUnknownFields(decoder, known: CodingKeys.allCases.map(\.rawValue))
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        content = try c.decode(String.self, forKey: .content)
+        size = try c.decode(Int64.self, forKey: .size)
+        blocks = try c.decode([String].self, forKey: .blocks)
+    }
 }
 
 /// One block the server lacks: a tus upload of `length` bytes at the presigned `url`,
@@ -212,6 +224,24 @@ public enum WireJSON {
         return out
     }
 
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    static let unknownFieldPrefix = "unknown field"
+
+    /// Throws when the object being decoded has a field not in `known`.
+    public static func refuseUnknownFields(_ decoder: any Decoder, known: [String]) throws {
+        let container = try decoder.container(keyedBy: AnyKey.self)
+        for key in container.allKeys where !known.contains(key.stringValue) {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath + [key],
+                                                    debugDescription: "\(unknownFieldPrefix) '\(key.stringValue)'; the fields are \(known.joined(separator: ", "))"))
+        }
+    }
+
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         try JSONDecoder().decode(type, from: Data(bytes))
     }
@@ -231,6 +261,8 @@ public enum WireJSON {
             return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type))")
         case .valueNotFound(let type, let ctx):
             return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type)), not null")
+        case .dataCorrupted(let ctx) where ctx.debugDescription.hasPrefix(unknownFieldPrefix):
+            return (path(ctx.codingPath), ctx.debugDescription)
         case .dataCorrupted(let ctx):
             return (path(ctx.codingPath), "the body is not valid JSON: \(ctx.debugDescription)")
         @unknown default:
