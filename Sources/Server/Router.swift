@@ -52,6 +52,7 @@ final class Router: HTTPHandler {
         default: break
         }
 
+        if path == API.presentContents { return .respond(methodNotAllowed(method, path, allowed: "POST")) }
         if path.hasPrefix(API.contentPrefix) {
             let rest = String(path.dropFirst(API.contentPrefix.count))
             if rest.hasSuffix(API.blocksSuffix) {
@@ -73,7 +74,7 @@ final class Router: HTTPHandler {
                 return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD, PUT"))
             }
         }
-        let known = [API.health, API.openAPI, API.presentContents, API.uploads, API.files, API.changes, API.watermark]
+        let known = [API.health, API.openAPI, API.uploads, API.files, API.changes, API.watermark]
         if known.contains(path) { return .respond(methodNotAllowed(method, path, allowed: nil)) }
         return .respond(.error(404, "not_found", "no such endpoint: \(method) \(path); see GET /v1/openapi.json"))
     }

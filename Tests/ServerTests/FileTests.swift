@@ -148,6 +148,8 @@ import Testing
         #expect(bad.status == 400)
         #expect(bad.error?.field == "hash")
         #expect(try s.send("POST", "/v1/contents/\(SHA256Hasher.digest("none").hex)").status == 405)
+        #expect(try s.send("GET", "/v1/contents/present").status == 405)
+        #expect(try s.send("DELETE", "/v1/blocks/\(SHA256Hasher.digest("none").hex)").status == 405)
         let fd = open("/dev/null", O_WRONLY)
         defer { close(fd) }
         #expect(throws: ClientError.notFound) { try s.client.download(content: SHA256Hasher.digest("none"), to: fd) }
