@@ -3,8 +3,9 @@
 /// Terms: the *daemon* is libmicrohttpd's listener (HTTPDaemon.swift, the only file
 /// that calls it); the *router* turns a request's method and path into a reply or
 /// a *request body* sink that receives the body chunk by chunk; *metadata* is the
-/// SQLite database (devices, blobs, uploads, files); blobs live in a Storage
-/// `BlobStore`, partial uploads in its staging folder.
+/// SQLite database (devices, blocks, contents, uploads, files); a file's content is
+/// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
+/// Storage `BlobStore` (the block store), partial uploads in its staging folder.
 /// Thread safety: libmicrohttpd runs one thread per connection and calls the router
 /// on it. Shared state is behind `Synchronization.Mutex` (the metadata connection,
 /// the table of uploads being written); a request body sink belongs to its

@@ -77,8 +77,8 @@ enum ServerBenchmark {
         let curlUpload: (RunningServer, String) throws -> Void = { server, token in
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/curl")
-            p.arguments = ["-sS", "-o", "/dev/null", "-w", "%{http_code}\\n", "-H", "Authorization: Bearer \(token)"]
-                + blockFiles.flatMap { ["-T", $0.path, "\(server.base)/v1/blocks/\($0.hash.hex)"] }
+            p.arguments = ["-sS", "-w", "%{http_code}\\n", "-H", "Authorization: Bearer \(token)"]
+                + blockFiles.flatMap { ["-T", $0.path, "-o", "/dev/null", "\(server.base)/v1/blocks/\($0.hash.hex)"] }
             let out = Pipe()
             p.standardOutput = out
             try p.run()
