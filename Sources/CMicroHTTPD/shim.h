@@ -33,6 +33,9 @@ static inline int vd_mhd_query(struct MHD_Connection *c, MHD_KeyValueIterator it
     return MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, it, cls);
 }
 
+/* A stream body's read failed: libmicrohttpd closes the connection (a cast macro). */
+static inline ssize_t vd_mhd_reader_error(void) { return MHD_CONTENT_READER_END_WITH_ERROR; }
+
 /* MHD_YES / MHD_NO as plain ints for Swift. */
 static inline enum MHD_Result vd_mhd_yes(void) { return MHD_YES; }
 static inline enum MHD_Result vd_mhd_no(void) { return MHD_NO; }

@@ -2,11 +2,14 @@
 ///
 /// Terms: `HTTPConnection` is one reusable libcurl easy handle (keeps connections
 /// alive between calls); `WorkspaceClient` speaks every call of the API on top of it
-/// (see Docs/protocol.md); a *ticket* is the answer to "create upload".
+/// (see Docs/protocol.md); the answer to "create upload" is `.present` or a *ticket*
+/// per block the server lacks.
 /// Thread safety: every public method is synchronous and meant for a background
 /// thread; calls on one client are serialised by a mutex (one transfer at a time per
 /// client; make one client per concurrent upload).
 /// Imports: CCurl (CurlEasy.swift only), Protocol, Crypto. Nothing of SQLite.
+
+import Crypto
 
 /// Why a call failed. `isTransient` says whether trying again later can help.
 public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -25,9 +28,13 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case offsetConflict(serverOffset: Int64?)
     /// 460: the chunk arrived damaged (its Upload-Checksum did not match). Send it again. Transient.
     case checksumMismatch
-    /// The uploaded or downloaded bytes do not hash to the blob's hash (the local file
-    /// changed since it was hashed, or a download was damaged). Re-hash before retrying. Permanent.
+    /// The uploaded or downloaded bytes do not hash to the block's (or content's) hash
+    /// (the local file changed since it was hashed, or a download was damaged). Re-hash
+    /// before retrying. Permanent.
     case contentMismatch(String)
+    /// 409 on recording a file: the server lacks these blocks of its content (an upload
+    /// expired, or was never finished). Ask `createUpload` again and send them. Transient.
+    case missingBlocks([SHA256Digest])
     /// The server's reply was not what the protocol says.
     case invalidResponse(String)
     /// Reading or writing the local file failed.
@@ -37,7 +44,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var isTransient: Bool {
         switch self {
-        case .unreachable, .timedOut, .offsetConflict, .checksumMismatch: return true
+        case .unreachable, .timedOut, .offsetConflict, .checksumMismatch, .missingBlocks: return true
         case .http(let status, _): return status >= 500 || status == 408 || status == 429
         case .expired, .notFound, .contentMismatch, .invalidResponse, .localIO, .cancelled: return false
         }
@@ -49,10 +56,11 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .timedOut: return "the workspace server did not answer in time (connect or low-speed timeout); will retry"
         case .http(let status, let m): return "the workspace server answered \(status): \(m)"
         case .expired: return "the presigned upload URL expired or was altered; ask for a fresh one (createUpload)"
-        case .notFound: return "the upload or blob does not exist on the server; create the upload again"
+        case .notFound: return "the upload, content or block does not exist on the server; create the upload again"
         case .offsetConflict(let o): return "the server's upload offset is \(o.map(String.init) ?? "different"); resume from there"
         case .checksumMismatch: return "the chunk arrived damaged (checksum mismatch); send it again"
         case .contentMismatch(let m): return m
+        case .missingBlocks(let b): return "the server lacks \(b.count) block(s) of the content; ask for the upload plan again and send them"
         case .invalidResponse(let m): return "the workspace server sent an unexpected reply: \(m)"
         case .localIO(let m): return m
         case .cancelled: return "the transfer was cancelled"

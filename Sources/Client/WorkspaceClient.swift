@@ -9,13 +9,30 @@ private final class ByteCounter: @unchecked Sendable { // touched only by the ca
     var count: Int64 = 0
 }
 
-/// The answer to "create upload".
-public enum UploadTicket: Sendable, Equatable {
-    /// The workspace already has the blob: link it, send nothing.
+/// The answer to "create upload" for a content.
+public enum ContentUpload: Sendable, Equatable {
+    /// The workspace already has the content: record the file, send nothing.
     case present
-    /// Send the blob to `url` (absolute, presigned, needs no token) from `offset`.
-    /// After `expiresAt` (Unix seconds) ask `createUpload` again.
-    case upload(url: String, offset: Int64, expiresAt: Int64)
+    /// Send these blocks (each a tus upload; none when every block is there), then
+    /// record the file with its block list. After `expiresAt` (Unix seconds) ask
+    /// `createUpload` again for fresh URLs.
+    case blocks([BlockTicket], expiresAt: Int64)
+}
+
+/// One block the server lacks: send bytes `[offset, length)` of it to `url` (absolute,
+/// presigned, needs no token). `index` is its position in the file.
+public struct BlockTicket: Sendable, Equatable {
+    public var index: Int
+    public var hash: SHA256Digest
+    public var length: Int64
+    public var url: String
+    public var offset: Int64
+    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64) {
+        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+    }
+
+    /// Where the block starts in its file.
+    public var fileOffset: Int64 { Int64(index) * Int64(Blocks.size) }
 }
 
 /// Every call of the workspace API (Docs/protocol.md), synchronous, over one kept-alive connection.
@@ -39,14 +56,14 @@ public final class WorkspaceClient: Sendable {
         try decode(HealthResponse.self, call("GET", API.health, auth: false))
     }
 
-    /// Which of `hashes` the workspace has. Sends at most 10,000 per request.
-    public func presentHashes(_ hashes: [SHA256Digest]) throws(ClientError) -> Set<SHA256Digest> {
+    /// Which of the content hashes the workspace has (whole-file dedup). Sends at most 10,000 per request.
+    public func presentContents(_ hashes: [SHA256Digest]) throws(ClientError) -> Set<SHA256Digest> {
         var out = Set<SHA256Digest>()
         var start = 0
         while start < hashes.count {
             let slice = hashes[start..<min(hashes.count, start + API.maxHashesPerCheck)]
             let body = WireJSON.hashList("hashes", slice.map(\.hex))
-            let reply = try decode(PresentResponse.self, call("POST", API.presentBlobs, body: body))
+            let reply = try decode(PresentResponse.self, call("POST", API.presentContents, body: body))
             for hex in reply.present {
                 guard let d = SHA256Digest(hex: hex) else { throw .invalidResponse("'\(hex)' in 'present' is not a hash") }
                 out.insert(d)
@@ -56,14 +73,24 @@ public final class WorkspaceClient: Sendable {
         return out
     }
 
-    /// Finds or creates the upload of a blob. Idempotent: the same hash gives the same upload and its current offset.
-    public func createUpload(hash: SHA256Digest, size: Int64) throws(ClientError) -> UploadTicket {
-        let reply = try decode(CreateUploadResponse.self, call("POST", API.uploads, json: CreateUploadRequest(hash: hash.hex, size: size)))
+    /// Asks for the upload plan of a content: `.present`, or the blocks the server lacks
+    /// with their uploads. Idempotent: the same block gives the same upload and its
+    /// current offset (a resumed block goes on where the server is).
+    public func createUpload(content: SHA256Digest, size: Int64, blocks: [SHA256Digest]) throws(ClientError) -> ContentUpload {
+        let request = CreateUploadRequest(content: content.hex, size: size, blocks: blocks.map(\.hex))
+        let reply = try decode(CreateUploadResponse.self, call("POST", API.uploads, json: request))
         if reply.status == CreateUploadResponse.present { return .present }
-        guard reply.status == CreateUploadResponse.upload, let url = reply.url, let offset = reply.offset, let expires = reply.expiresAt else {
-            throw .invalidResponse("create upload answered status '\(reply.status)' without url/offset/expiresAt")
+        guard reply.status == CreateUploadResponse.upload, let list = reply.blocks, let expires = reply.expiresAt else {
+            throw .invalidResponse("create upload answered status '\(reply.status)' without blocks/expiresAt")
         }
-        return .upload(url: url, offset: offset, expiresAt: expires)
+        var tickets: [BlockTicket] = []
+        for b in list {
+            guard let hash = SHA256Digest(hex: b.hash), b.index >= 0, b.index < blocks.count, blocks[b.index] == hash else {
+                throw .invalidResponse("create upload listed block \(b.index) as '\(b.hash)', which is not that block of this content")
+            }
+            tickets.append(BlockTicket(index: b.index, hash: hash, length: b.length, url: b.url, offset: b.offset))
+        }
+        return .blocks(tickets, expiresAt: expires)
     }
 
     /// The server's offset of an upload (tus HEAD). Trust this, not a local record, after a restart.
@@ -121,43 +148,82 @@ public final class WorkspaceClient: Sendable {
         try check(reply, expect: [204])
     }
 
-    /// Uploads a whole blob: create, then PATCHes of `chunkSize` from the server's offset,
-    /// resuming on offset conflicts and renewing an expired URL. Returns `.present` when
-    /// nothing had to be sent. `progress` gets the blob's bytes on the server so far.
-    @discardableResult
-    public func uploadBlob(hash: SHA256Digest, size: Int64, fd: Int32, chunkSize: Int64 = 8 << 20, checksum: Bool = true,
-                           progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> UploadTicket {
-        var ticket = try createUpload(hash: hash, size: size)
-        guard case .upload(var url, var offset, _) = ticket else { return .present }
+    /// Sends one block of the file `fd` (at `ticket.fileOffset`) from the server's offset
+    /// in PATCHes of `chunkSize`, resuming on offset conflicts. A PATCH of the whole block
+    /// carries the block's own hash as its `Upload-Checksum` (nothing to hash); a partial
+    /// one hashes its bytes first. Throws `.expired` when the URL must be renewed
+    /// (`createUpload` again). `progress` gets the block's bytes on the server so far.
+    public func uploadBlock(_ ticket: BlockTicket, fd: Int32, chunkSize: Int64 = Int64(Blocks.size), checksum: Bool = true,
+                            progress: ((Int64) -> Bool)? = nil) throws(ClientError) {
+        var offset = ticket.offset
         var conflicts = 0
-        // The next chunk's checksum is computed while the current chunk is sent.
-        let ahead = checksum ? ChecksumAhead() : nil
-        defer { ahead?.finish() }
-        while offset < size {
+        while offset < ticket.length {
             let base = offset
-            let length = min(chunkSize, size - offset)
+            let length = min(chunkSize, ticket.length - offset)
             do {
-                var digest = try ahead?.take(offset: offset, length: length)
-                if checksum && digest == nil { digest = try Self.hash(fd: fd, offset: offset, length: length) }
-                if offset + length < size { ahead?.start(fd: fd, offset: offset + length, length: min(chunkSize, size - offset - length)) }
-                offset = try send(url: url, offset: offset, fd: fd, fileOffset: offset, length: length, digest: digest,
+                var digest: SHA256Digest?
+                if checksum {
+                    digest = offset == 0 && length == ticket.length ? ticket.hash
+                        : try Self.hash(fd: fd, offset: ticket.fileOffset + offset, length: length)
+                }
+                offset = try send(url: ticket.url, offset: offset, fd: fd, fileOffset: ticket.fileOffset + offset, length: length, digest: digest,
                                   progress: progress.map { p in { p(base + $0) } })
             } catch .offsetConflict(let server) {
                 conflicts += 1
                 if conflicts > 1000 { throw .offsetConflict(serverOffset: server) }
                 if server == offset { usleep(20_000) }  // another request is writing this upload
-                if let server { offset = server } else { offset = try uploadOffset(url: url) }
-            } catch .expired {
-                ticket = try createUpload(hash: hash, size: size)
-                guard case .upload(let u, let o, _) = ticket else { return .present }
-                url = u
-                offset = o
+                if let server { offset = server } else { offset = try uploadOffset(url: ticket.url) }
             }
         }
-        return ticket
     }
 
-    /// Records `path → hash` (idempotent); returns the stored record with its server sequence.
+    /// Uploads a file for tests and benchmarks: reads it once to compute its blocks and
+    /// content hash (`ContentHasher`) unless `manifest` is given, asks for the plan, sends
+    /// the missing blocks (renewing expired URLs), and returns the manifest to record
+    /// with `recordFile`. `progress` gets the file offset reached in the block being sent.
+    @discardableResult
+    public func uploadFile(fd: Int32, size: Int64, manifest known: BlockManifest? = nil, chunkSize: Int64 = Int64(Blocks.size),
+                           checksum: Bool = true, progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> BlockManifest {
+        let manifest: BlockManifest
+        if let known { manifest = known } else { manifest = try Self.manifest(fd: fd, size: size) }
+        var renewals = 0
+        while true {
+            guard case .blocks(let tickets, _) = try createUpload(content: manifest.content, size: size, blocks: manifest.blocks) else { return manifest }
+            do {
+                for ticket in tickets {
+                    try uploadBlock(ticket, fd: fd, chunkSize: chunkSize, checksum: checksum,
+                                    progress: progress.map { p in { p(ticket.fileOffset + $0) } })
+                }
+                return manifest
+            } catch .expired where renewals < 3 {
+                renewals += 1
+            }
+        }
+    }
+
+    /// The blocks and content hash of `size` bytes of `fd`, read once in 1 MiB pieces.
+    public static func manifest(fd: Int32, size: Int64) throws(ClientError) -> BlockManifest {
+        let hasher = ContentHasher()
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        var done: Int64 = 0
+        while done < size {
+            let want = Int(min(Int64(chunk), size - done))
+            let n = pread(fd, buffer.baseAddress, want, off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw .localIO("reading the file to hash it failed: \(String(cString: strerror(errno)))") }
+            if n == 0 { throw .localIO("the file is shorter than \(size) bytes (it changed while it was read?)") }
+            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            done += Int64(n)
+        }
+        let (content, blocks) = hasher.finish()
+        return BlockManifest(content: content, size: size, blocks: blocks)
+    }
+
+    /// Records `path → content` (idempotent); returns the stored record with its server
+    /// sequence. A content the server does not hold yet needs `record.blocks`; a block it
+    /// lacks gives `.missingBlocks` (upload them, then record again).
     @discardableResult
     public func recordFile(_ record: FileRecord) throws(ClientError) -> FileRecord {
         try decode(FileRecord.self, call("POST", API.files, json: record))
@@ -192,27 +258,63 @@ public final class WorkspaceClient: Sendable {
         _ = try call("PUT", API.watermark, json: watermark)
     }
 
-    /// Downloads a blob (or `range` of it) into `fd` at `fdOffset`; returns the bytes written.
-    /// A whole download is checked against the hash (`.contentMismatch` otherwise).
+    /// A content's manifest (`GET /v1/contents/<hash>/blocks`), checked: its blocks hash
+    /// to `content` and fit its size, else `.invalidResponse`.
+    public func contentBlocks(_ content: SHA256Digest) throws(ClientError) -> BlockManifest {
+        let reply = try connection.perform(method: "GET", url: baseURL + API.contentPrefix + content.hex + API.blocksSuffix,
+                                           headers: [authHeader], responseLimit: API.maxManifestBody)
+        try check(reply, expect: [200])
+        let body = try decode(ContentBlocksResponse.self, reply)
+        do {
+            return try Validation.manifest(content: content.hex, size: body.size, blocks: body.blocks)
+        } catch {
+            throw .invalidResponse("the manifest of \(content.hex) does not check: \(error.message)")
+        }
+    }
+
+    /// Downloads a content (or `range` of it) into `fd` at `fdOffset`; returns the bytes
+    /// written. A whole download is checked against the content hash as it streams
+    /// (`.contentMismatch` otherwise). A range is not checked here: a reader that must
+    /// never see a wrong byte fetches whole blocks (`downloadBlock`, `contentBlocks`).
     @discardableResult
-    public func download(hash: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
+    public func download(content: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
                          progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
-        var headers = [authHeader]
-        if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
-        let hasher = range == nil ? SHA256Hasher() : nil
-        let counter = ByteCounter()
-        let reply = try connection.perform(method: "GET", url: baseURL + API.blobPrefix + hash.hex, headers: headers,
-                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
-                                               counter.count += Int64(chunk.count)
-                                               hasher?.update(chunk)
-                                           }, progress: progress)
-        try check(reply, expect: range == nil ? [200] : [206, 200])
-        let written = counter.count
+        let hasher = range == nil ? ContentHasher() : nil
+        let written = try fetch(API.contentPrefix + content.hex, range: range, to: fd, at: fdOffset, hook: hasher.map { h in { h.update($0) } }, progress: progress)
         if let hasher {
-            let got = hasher.finish()
-            guard got == hash else { throw .contentMismatch("the downloaded blob hashes to \(got.hex), not \(hash.hex); download it again") }
+            let got = hasher.finish().content
+            guard got == content else { throw .contentMismatch("the downloaded content hashes to \(got.hex), not \(content.hex); download it again") }
         }
         return written
+    }
+
+    /// Downloads one stored block (or `range` of it) into `fd` at `fdOffset`; returns the
+    /// bytes written. A whole block is checked against its hash (`.contentMismatch`).
+    @discardableResult
+    public func downloadBlock(_ hash: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
+                              progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
+        let hasher = range == nil ? SHA256Hasher() : nil
+        let written = try fetch(API.blockPrefix + hash.hex, range: range, to: fd, at: fdOffset, hook: hasher.map { h in { h.update($0) } }, progress: progress)
+        if let hasher {
+            let got = hasher.finish()
+            guard got == hash else { throw .contentMismatch("the downloaded block hashes to \(got.hex), not \(hash.hex); download it again") }
+        }
+        return written
+    }
+
+    /// GET of `path` (with one Range) into `fd`; `hook` sees every piece written.
+    private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64,
+                       hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
+        var headers = [authHeader]
+        if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
+        let counter = ByteCounter()
+        let reply = try connection.perform(method: "GET", url: baseURL + path, headers: headers,
+                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
+                                               counter.count += Int64(chunk.count)
+                                               hook?(chunk)
+                                           }, progress: progress)
+        try check(reply, expect: range == nil ? [200] : [206, 200])
+        return counter.count
     }
 
     // MARK: plumbing
@@ -253,7 +355,9 @@ public final class WorkspaceClient: Sendable {
         case 404: throw .notFound
         case 409 where error?.error == "offset_conflict" || error?.error == "upload_busy":
             throw .offsetConflict(serverOffset: reply.header(Tus.uploadOffset).flatMap { Int64($0) })
-        case Tus.checksumMismatchStatus where error?.error == "blob_checksum_mismatch": throw .contentMismatch(message)
+        case 409 where error?.error == "missing_blocks":
+            throw .missingBlocks((error?.missing ?? []).compactMap { SHA256Digest(hex: $0) })
+        case Tus.checksumMismatchStatus where error?.error == "block_checksum_mismatch": throw .contentMismatch(message)
         case Tus.checksumMismatchStatus: throw .checksumMismatch
         default: throw .http(status: reply.status, message: message)
         }

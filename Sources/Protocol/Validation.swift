@@ -41,16 +41,57 @@ public enum Validation {
         return value
     }
 
+    /// A content's manifest as sent: every block a hash (`blocks.<i>` at fault), as many
+    /// blocks as `size` needs (`Blocks.count(forSize:)`), and the blocks hash to
+    /// `content` (`ContentHash.of(blocks:)`; code `content_mismatch` otherwise).
+    public static func manifest(content: String, size: Int64, blocks: [String], contentField: String = "content") throws(ValidationError) -> BlockManifest {
+        let content = try hash(content, field: contentField)
+        let size = try nonNegative(size, field: "size")
+        guard blocks.count <= API.maxBlocksPerContent else {
+            throw ValidationError(field: "blocks", message: "'blocks' has \(blocks.count) entries; at most \(API.maxBlocksPerContent) (1 TiB) are accepted")
+        }
+        var digests: [SHA256Digest] = []
+        digests.reserveCapacity(blocks.count)
+        for (i, text) in blocks.enumerated() { digests.append(try hash(text, field: "blocks.\(i)")) }
+        let expected = Blocks.count(forSize: size)
+        guard digests.count == expected else {
+            throw ValidationError(field: "blocks", message: "a content of \(size) bytes has \(expected) blocks of up to \(Blocks.size) bytes, but 'blocks' lists \(digests.count)")
+        }
+        let actual = ContentHash.of(blocks: digests)
+        guard actual == content else {
+            throw ValidationError(field: contentField, message: "the blocks hash to the content hash \(actual.hex), not \(content.hex): the content hash is the SHA-256 of the block digests (Docs/protocol.md), not of the bytes",
+                                  code: "content_mismatch")
+        }
+        return BlockManifest(content: content, size: size, blocks: digests)
+    }
+
     public static func nonNegative(_ value: Int64, field: String) throws(ValidationError) -> Int64 {
         guard value >= 0 else { throw ValidationError(field: field, message: "'\(field)' must be 0 or more, got \(value)") }
         return value
     }
 }
 
-/// A value from the network that is not acceptable; `field` names it.
+/// A value from the network that is not acceptable; `field` names it, `code` is the
+/// error code of the 400 reply (`bad_request` unless a more telling one exists).
 public struct ValidationError: Error, Sendable, Equatable, CustomStringConvertible {
     public let field: String
     public let message: String
-    public init(field: String, message: String) { self.field = field; self.message = message }
+    public let code: String
+    public init(field: String, message: String, code: String = "bad_request") { self.field = field; self.message = message; self.code = code }
     public var description: String { message }
+}
+
+/// A content's identity and block list, checked (`Validation.manifest`) or computed
+/// (`ContentHasher`): `content == ContentHash.of(blocks:)` and the count fits `size`.
+public struct BlockManifest: Sendable, Equatable, Hashable {
+    public var content: SHA256Digest
+    public var size: Int64
+    public var blocks: [SHA256Digest]
+    public init(content: SHA256Digest, size: Int64, blocks: [SHA256Digest]) { self.content = content; self.size = size; self.blocks = blocks }
+
+    /// The length of block `index` (every block but the last is `Blocks.size`).
+    public func length(ofBlock index: Int) -> Int { Blocks.length(ofBlock: index, fileSize: size) }
+
+    /// True when block `index` is all zeros: never stored or sent, always present.
+    public func isZero(_ index: Int) -> Bool { Blocks.isZero(blocks[index], length: length(ofBlock: index)) }
 }

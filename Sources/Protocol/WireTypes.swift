@@ -1,11 +1,13 @@
 /// Protocol: the wire format shared by the workspace client and server.
 ///
-/// Terms: a *device* authenticates with a bearer token; a *blob* is content
-/// addressed by its SHA-256 (64 lowercase hex digits); an *upload* is a tus
-/// resource that becomes a blob once its last byte lands and the whole file
-/// hashes to the upload's hash; a *file record* maps a workspace path to a blob;
-/// the *server sequence* orders file records for the change feed; a device's
-/// *watermark* is its backup cursor.
+/// Terms: a *device* authenticates with a bearer token; a *block* is up to 4 MiB of
+/// a file at a 4 MiB-aligned offset, content addressed by its SHA-256 (64 lowercase
+/// hex digits); a *content* is a file's bytes, named by its *content hash* (SHA-256
+/// of its block digests, `Crypto.ContentHash`) and described by its *manifest*
+/// (size and block list); an *upload* is a tus resource that becomes a block once
+/// its last byte lands and the bytes hash to the block's hash; a *file record* maps
+/// a workspace path to a content; the *server sequence* orders file records for the
+/// change feed; a device's *watermark* is its backup cursor.
 /// Thread safety: every type here is a value type and `Sendable`.
 /// Imports: Crypto (for HMAC in `Presign`), Foundation (JSON coding only).
 import Foundation
@@ -15,8 +17,12 @@ public enum API {
     public static let version = "v1"
     public static let health = "/v1/health"
     public static let openAPI = "/v1/openapi.json"
-    public static let presentBlobs = "/v1/blobs/present"
-    public static let blobPrefix = "/v1/blobs/"
+    public static let presentContents = "/v1/contents/present"
+    /// `/v1/contents/<hash>` (bytes) and `/v1/contents/<hash>/blocks` (manifest).
+    public static let contentPrefix = "/v1/contents/"
+    public static let blocksSuffix = "/blocks"
+    /// `/v1/blocks/<hash>`: one stored block.
+    public static let blockPrefix = "/v1/blocks/"
     public static let uploads = "/v1/uploads"
     public static let tus = "/v1/tus"
     public static let tusPrefix = "/v1/tus/"
@@ -28,6 +34,11 @@ public enum API {
     public static let maxHashesPerCheck = 10_000
     /// JSON request bodies larger than this are refused with 413 before being read.
     public static let maxJSONBody = 1 << 20
+    /// At most this many blocks in one manifest: 1 TiB in 4 MiB blocks.
+    public static let maxBlocksPerContent = 262_144
+    /// Bodies that carry a block list (`POST /v1/uploads`, `POST /v1/files`) may be this
+    /// large: a full list of `maxBlocksPerContent` hex digests is about 17.6 MB.
+    public static let maxManifestBody = 24 << 20
     /// At most this many records per change-feed page.
     public static let maxChangesPage = 5_000
     /// At most this many records per file-listing page.
@@ -44,7 +55,8 @@ public struct HealthResponse: Codable, Sendable, Equatable {
     public init(status: String, version: String, time: Int64) { self.status = status; self.version = version; self.time = time }
 }
 
-/// `POST /v1/blobs/present`: which of these hashes does the workspace have?
+/// `POST /v1/contents/present`: which of these content hashes does the workspace have
+/// (a verified manifest)? The same shape would serve any list of hashes.
 public struct PresentRequest: Codable, Sendable {
     public var hashes: [String]
     public init(hashes: [String]) { self.hashes = hashes }
@@ -56,35 +68,75 @@ public struct PresentResponse: Codable, Sendable {
     public init(present: [String]) { self.present = present }
 }
 
-/// `POST /v1/uploads`: start (or find) the upload of one blob.
+/// `POST /v1/uploads`: the manifest of one content. The server checks that `blocks`
+/// hash to `content` and that their count fits `size`, then lists the blocks it lacks.
+/// Unknown fields are refused (400 naming the field), as the OpenAPI document says
+/// (`additionalProperties: false`): a misspelt field is a bug to report, not to skip.
 public struct CreateUploadRequest: Codable, Sendable {
-    public var hash: String
+    public var content: String
     public var size: Int64
-    public init(hash: String, size: Int64) { self.hash = hash; self.size = size }
+    public var blocks: [String]
+    public init(content: String, size: Int64, blocks: [String]) { self.content = content; self.size = size; self.blocks = blocks }
+
+    private enum CodingKeys: String, CodingKey, CaseIterable { case content, size, blocks }
+
+    public init(from decoder: any Decoder) throws {
+        try WireJSON.refuseUnknownFields(decoder, known: CodingKeys.allCases.map(\.rawValue))
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        content = try c.decode(String.self, forKey: .content)
+        size = try c.decode(Int64.self, forKey: .size)
+        blocks = try c.decode([String].self, forKey: .blocks)
+    }
+}
+
+/// One block the server lacks: a tus upload of `length` bytes at the presigned `url`,
+/// `offset` bytes of which the server holds already.
+public struct BlockUploadInfo: Codable, Sendable, Equatable {
+    /// The block's position in the file (its first occurrence when the file repeats it).
+    public var index: Int
+    public var hash: String
+    public var length: Int64
+    public var url: String
+    public var offset: Int64
+    public init(index: Int, hash: String, length: Int64, url: String, offset: Int64) {
+        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+    }
 }
 
 public struct CreateUploadResponse: Codable, Sendable, Equatable {
-    /// "present" (nothing to send) or "upload" (send to `url` from `offset`).
+    /// "present" (the content is known: send nothing) or "upload" (send `blocks`, then
+    /// record the file with its block list; an empty list means every block is there).
     public var status: String
-    public var url: String?
-    public var offset: Int64?
-    public var length: Int64?
-    /// Unix seconds after which `url` is refused; ask again for a fresh one.
+    /// Unix seconds after which the `blocks` URLs are refused; ask again for fresh ones.
     public var expiresAt: Int64?
-    public init(status: String, url: String? = nil, offset: Int64? = nil, length: Int64? = nil, expiresAt: Int64? = nil) {
-        self.status = status; self.url = url; self.offset = offset; self.length = length; self.expiresAt = expiresAt
+    public var blocks: [BlockUploadInfo]?
+    public init(status: String, expiresAt: Int64? = nil, blocks: [BlockUploadInfo]? = nil) {
+        self.status = status; self.expiresAt = expiresAt; self.blocks = blocks
     }
     public static let present = "present"
     public static let upload = "upload"
 }
 
-/// A workspace path mapped to a blob. Sent by a device (`POST /v1/files`), returned
+/// `GET /v1/contents/<hash>/blocks`: a content's manifest.
+public struct ContentBlocksResponse: Codable, Sendable, Equatable {
+    public var content: String
+    public var size: Int64
+    public var blocks: [String]
+    public init(content: String, size: Int64, blocks: [String]) { self.content = content; self.size = size; self.blocks = blocks }
+}
+
+/// A workspace path mapped to a content. Sent by a device (`POST /v1/files`), returned
 /// by listings and the change feed with `device` and `sequence` filled in by the server.
 public struct FileRecord: Codable, Sendable, Equatable, Hashable {
     /// Workspace path, relative, `/`-separated, e.g. `Camera Roll/IMG_0001.jpg`.
     public var path: String
+    /// The content hash (SHA-256 of the block digests; not `sha256sum` of the bytes).
     public var hash: String
     public var size: Int64
+    /// The block list, sent when the server may not have the content yet (it then
+    /// checks it and records the manifest with the file). Never returned by listings:
+    /// `GET /v1/contents/<hash>/blocks` has it.
+    public var blocks: [String]?
     /// Capture date (EXIF DateTimeOriginal, else mtime), Unix seconds; nil when unknown.
     public var captureDate: Int64?
     /// Modification time, Unix seconds.
@@ -96,9 +148,9 @@ public struct FileRecord: Codable, Sendable, Equatable, Hashable {
     /// Set by the server: the position of this record in the change feed.
     public var sequence: Int64?
 
-    public init(path: String, hash: String, size: Int64, captureDate: Int64?, mtime: Int64,
+    public init(path: String, hash: String, size: Int64, blocks: [String]? = nil, captureDate: Int64?, mtime: Int64,
                 deviceSequence: Int64, device: String? = nil, sequence: Int64? = nil) {
-        self.path = path; self.hash = hash; self.size = size; self.captureDate = captureDate
+        self.path = path; self.hash = hash; self.size = size; self.blocks = blocks; self.captureDate = captureDate
         self.mtime = mtime; self.deviceSequence = deviceSequence; self.device = device; self.sequence = sequence
     }
 }
@@ -139,7 +191,11 @@ public struct ErrorResponse: Codable, Sendable, Equatable {
     public var error: String
     public var message: String
     public var field: String?
-    public init(error: String, message: String, field: String? = nil) { self.error = error; self.message = message; self.field = field }
+    /// `missing_blocks` only: the block hashes the server lacks.
+    public var missing: [String]?
+    public init(error: String, message: String, field: String? = nil, missing: [String]? = nil) {
+        self.error = error; self.message = message; self.field = field; self.missing = missing
+    }
 }
 
 /// JSON coding with the same settings on both sides.
@@ -168,6 +224,24 @@ public enum WireJSON {
         return out
     }
 
+    private struct AnyKey: CodingKey {
+        var stringValue: String
+        var intValue: Int? { nil }
+        init(stringValue: String) { self.stringValue = stringValue }
+        init?(intValue: Int) { nil }
+    }
+
+    static let unknownFieldPrefix = "unknown field"
+
+    /// Throws when the object being decoded has a field not in `known`.
+    public static func refuseUnknownFields(_ decoder: any Decoder, known: [String]) throws {
+        let container = try decoder.container(keyedBy: AnyKey.self)
+        for key in container.allKeys where !known.contains(key.stringValue) {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath + [key],
+                                                    debugDescription: "\(unknownFieldPrefix) '\(key.stringValue)'; the fields are \(known.joined(separator: ", "))"))
+        }
+    }
+
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         try JSONDecoder().decode(type, from: Data(bytes))
     }
@@ -187,6 +261,8 @@ public enum WireJSON {
             return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type))")
         case .valueNotFound(let type, let ctx):
             return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type)), not null")
+        case .dataCorrupted(let ctx) where ctx.debugDescription.hasPrefix(unknownFieldPrefix):
+            return (path(ctx.codingPath), ctx.debugDescription)
         case .dataCorrupted(let ctx):
             return (path(ctx.codingPath), "the body is not valid JSON: \(ctx.debugDescription)")
         @unknown default:

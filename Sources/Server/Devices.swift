@@ -28,7 +28,9 @@ public struct DeviceRegistry: Sendable {
 
     public init(dataDirectory: String) throws(ServerError) {
         do { try FileIO.makeDirectories(dataDirectory) } catch let e as Errno { throw .dataFolder(dataDirectory, e) } catch { throw .dataFolder(dataDirectory, .ioError) }
-        metadata = try Metadata(path: ServerConfiguration(dataDirectory: dataDirectory).databasePath)
+        let configuration = ServerConfiguration(dataDirectory: dataDirectory)
+        do { try FileIO.makeDirectories(configuration.blobRoot) } catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
+        metadata = try Metadata(path: configuration.databasePath, blobRoot: configuration.blobRoot)
     }
 
     /// Makes a device (or re-issues the token of a revoked one, keeping its watermark)

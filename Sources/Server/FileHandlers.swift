@@ -2,24 +2,38 @@ import Crypto
 import Protocol
 import Storage
 
-/// Files (path → blob), listing by prefix, the change feed, and device watermarks.
+/// Files (path → content), listing by prefix, the change feed, and device watermarks.
 enum FileHandlers {
-    /// Records `path → hash`. Idempotent: the same record again returns the stored one
+    /// Records `path → content`. Idempotent: the same record again returns the stored one
     /// with its sequence unchanged; a changed record gets the next server sequence.
-    /// The blob must be in the workspace (upload it first), with the same size.
+    /// A content the workspace does not hold yet needs its block list: the server checks
+    /// the identity, then records the manifest and the file in one transaction if every
+    /// non-zero block is stored (409 `missing_blocks` listing the others if not).
     static func record(_ body: FileRecord, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
         do {
             let path = try Validation.path(body.path)
             let digest = try Validation.hash(body.hash)
             _ = try Validation.nonNegative(body.size, field: "size")
-            guard let blobSize = try context.presentBlobSize(digest) else {
-                return .error(409, "blob_missing", "the workspace has no blob \(digest.hex); upload it (POST /v1/uploads) before recording the file", field: "hash")
+            let sent = try body.blocks.map { blocks throws(ValidationError) in
+                try Validation.manifest(content: body.hash, size: body.size, blocks: blocks, contentField: "hash")
             }
-            guard blobSize == body.size else {
-                return .error(400, "bad_request", "size \(body.size) does not match the blob's \(blobSize) bytes", field: "size")
+            var newContent: BlockManifest?
+            if let known = try context.metadata.manifest(digest) {
+                guard known.size == body.size else {
+                    return .error(400, "bad_request", "size \(body.size) does not match the content's \(known.size) bytes", field: "size")
+                }
+            } else {
+                guard let sent else {
+                    return .error(409, "content_missing", "the workspace has no content \(digest.hex); send its block list ('blocks') with the record, after uploading the blocks (POST /v1/uploads)", field: "blocks")
+                }
+                let absent = try context.absentBlocks(sent)
+                if !absent.isEmpty { throw ServerContext.missingBlocks(absent.map(\.digest.hex)) }
+                newContent = sent
             }
             let (record, created) = try context.metadata.withDatabase { db -> (FileRecord, Bool) in
                 try db.transaction {
+                    // The blocks are checked again here: the manifest becomes visible with the file, or neither.
+                    if let newContent { try ServerContext.insertContent(newContent, in: db) }
                     let select = "SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.path = ?"
                     if let existing = try db.queryOne(select, path, row: Metadata.fileRecord),
                        existing.hash == digest.hex, existing.size == body.size, existing.captureDate == body.captureDate,

@@ -132,12 +132,39 @@ private func queue(_ connection: OpaquePointer, _ reply: HTTPResponse) -> MHD_Re
         }
     case .file(let fd, let offset, let length):
         response = MHD_create_response_from_fd_at_offset64(UInt64(length), fd, UInt64(offset))
+    case .stream(let length, let reader):
+        let cls = Unmanaged.passRetained(ReaderBox(reader)).toOpaque()
+        // 64 KiB pieces: the buffer comes from the connection's memory pool (256 KiB).
+        response = MHD_create_response_from_callback(UInt64(length), 64 << 10, streamRead, cls, streamFree)
+        if response == nil { streamFree(cls) }
     }
     guard let response else { return vd_mhd_no() }
     for (name, value) in reply.headers { MHD_add_response_header(response, name, value) }
     let result = MHD_queue_response(connection, UInt32(reply.status), response)
     MHD_destroy_response(response)
     return result
+}
+
+/// Holds a stream body's reader for libmicrohttpd (retained in `cls`, released in `streamFree`).
+private final class ReaderBox {
+    let reader: any BodyReader
+    init(_ reader: any BodyReader) { self.reader = reader }
+}
+
+/// MHD_ContentReaderCallback: the next piece of a stream body.
+private func streamRead(_ cls: UnsafeMutableRawPointer?, _ position: UInt64, _ buffer: UnsafeMutablePointer<CChar>?, _ max: Int) -> Int {
+    guard let cls, let buffer else { return vd_mhd_reader_error() }
+    let box = Unmanaged<ReaderBox>.fromOpaque(cls).takeUnretainedValue()
+    guard let n = box.reader.read(at: Int64(position), into: UnsafeMutableRawBufferPointer(start: buffer, count: max)), n > 0 else {
+        return vd_mhd_reader_error()
+    }
+    return n
+}
+
+/// MHD_ContentReaderFreeCallback: the reply is gone.
+private func streamFree(_ cls: UnsafeMutableRawPointer?) {
+    guard let cls else { return }
+    Unmanaged<ReaderBox>.fromOpaque(cls).takeRetainedValue().reader.close()
 }
 
 /// MHD_AccessHandlerCallback: first call after the headers, then once per body chunk,

@@ -3,8 +3,9 @@
 /// Terms: the *daemon* is libmicrohttpd's listener (HTTPDaemon.swift, the only file
 /// that calls it); the *router* turns a request's method and path into a reply or
 /// a *request body* sink that receives the body chunk by chunk; *metadata* is the
-/// SQLite database (devices, blobs, uploads, files); blobs live in a Storage
-/// `BlobStore`, partial uploads in its staging folder.
+/// SQLite database (devices, blocks, contents, uploads, files); a file's content is
+/// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
+/// Storage `BlobStore` (the block store), partial uploads in its staging folder.
 /// Thread safety: libmicrohttpd runs one thread per connection and calls the router
 /// on it. Shared state is behind `Synchronization.Mutex` (the metadata connection,
 /// the table of uploads being written); a request body sink belongs to its
@@ -27,11 +28,13 @@ struct HTTPRequest: Sendable {
     var contentLength: Int64? { header("Content-Length").flatMap { Int64($0) } }
 }
 
-/// A reply. File bodies are handed to libmicrohttpd, which closes the descriptor.
+/// A reply. File bodies are handed to libmicrohttpd, which closes the descriptor;
+/// stream bodies are pulled from their reader as the socket drains, then closed.
 struct HTTPResponse: Sendable {
     enum Body: Sendable {
         case bytes([UInt8])
         case file(fd: Int32, offset: Int64, length: Int64)
+        case stream(length: Int64, reader: any BodyReader)
     }
     var status: Int
     var headers: [(String, String)]
@@ -69,6 +72,16 @@ protocol RequestBody: AnyObject {
     func finish() -> HTTPResponse
     /// The client went away (or the server is stopping) before the body ended.
     func abort()
+}
+
+/// The source of a streamed reply body (bytes assembled from several files). Called on
+/// the connection's thread only, at increasing positions; `close` is called exactly
+/// once, when libmicrohttpd drops the reply (sent, aborted, or a HEAD).
+protocol BodyReader: AnyObject, Sendable {
+    /// Fills `buffer` with the bytes from `position`; returns how many (> 0), or nil on a
+    /// read error (the connection is then closed: the client sees a short body).
+    func read(at position: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int?
+    func close()
 }
 
 /// What the router decided after the headers.

@@ -3,7 +3,7 @@ import Protocol
 import Storage
 import Synchronization
 
-/// The server's SQLite database: devices, blobs, uploads, files, settings.
+/// The server's SQLite database: devices, blocks, contents, uploads, files, settings.
 /// One connection (WAL, synchronous=NORMAL: a commit survives a kill of the process,
 /// and a power loss keeps a consistent prefix), used under a mutex by every
 /// connection thread. Calls are short (no I/O on blobs under the lock).
@@ -11,7 +11,9 @@ final class Metadata: Sendable {
     private let db: Mutex<Database>
     let path: String
 
-    static let migrations: [Migration] = [
+    /// The schema, in order. `blobRoot` is the block store the code of
+    /// `server-002-blocks` splits old blobs into (BlockMigration.swift).
+    static func migrations(blobRoot: String) -> [Migration] { [
         Migration("server-001-initial", """
         CREATE TABLE settings (key TEXT PRIMARY KEY, value BLOB NOT NULL);
         CREATE TABLE devices (
@@ -46,15 +48,16 @@ final class Metadata: Sendable {
             sequence INTEGER NOT NULL UNIQUE
         );
         """),
-    ]
+        BlockMigration.migration(blobRoot: blobRoot),
+    ] }
 
-    init(path: String) throws(ServerError) {
+    init(path: String, blobRoot: String) throws(ServerError) {
         self.path = path
         do {
             let database = try Database(path: path)
             // mmap: lookups (dedup checks) read pages without a syscall each; at most 64 MiB is mapped.
             try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA mmap_size=67108864")
-            try database.migrate(Self.migrations)
+            try database.migrate(Self.migrations(blobRoot: blobRoot))
             db = Mutex(database)
         } catch let e as MigrationError {
             throw .newerSchema(e.description)
@@ -103,20 +106,63 @@ final class Metadata: Sendable {
         }
     }
 
-    // MARK: blobs
+    // MARK: blocks and contents
 
-    func blobSize(_ hash: String) throws -> Int64? {
-        try withDatabase { db in try db.queryOne("SELECT size FROM blobs WHERE hash = ?", hash) { $0.int64(0) } }
+    /// The length of a stored block, nil when the workspace lacks it.
+    func blockSize(_ hash: String) throws -> Int64? {
+        try withDatabase { db in try db.queryOne("SELECT size FROM blocks WHERE hash = ?", hash) { $0.int64(0) } }
     }
 
-    /// The subset of `hashes` (validated lowercase hex) that has a blob row: one query,
-    /// the list passed as one JSON array (`json_each`), so 10,000 hashes cost one statement.
-    /// Sorted first, the lookups walk the primary-key B-tree in order (fewer page misses).
-    func presentHashes(_ hashes: [String]) throws -> [String] {
+    /// The subset of `hashes` (validated lowercase hex) that has a row in `table`
+    /// (`contents` or `blocks`): one query, the list passed as one JSON array
+    /// (`json_each`), so 10,000 hashes cost one statement. Sorted first, the lookups
+    /// walk the primary-key B-tree in order (fewer page misses).
+    func present(_ hashes: [String], in table: PresenceTable) throws -> [String] {
         let list = "[\"" + hashes.sorted().joined(separator: "\",\"") + "\"]"
         return try withDatabase { db in
-            try db.query("SELECT b.hash FROM json_each(?) j JOIN blobs b ON b.hash = j.value", hashes.isEmpty ? "[]" : list) { $0.string(0) ?? "" }
+            try db.query("SELECT t.hash FROM json_each(?) j JOIN \(table.rawValue) t ON t.hash = j.value", hashes.isEmpty ? "[]" : list) { $0.string(0) ?? "" }
         }
+    }
+
+    enum PresenceTable: String { case contents, blocks }
+
+    /// The stored length of each of `hashes` that is a stored block (one statement).
+    func blockSizes(_ hashes: [String]) throws -> [String: Int64] {
+        if hashes.isEmpty { return [:] }
+        let list = "[\"" + hashes.joined(separator: "\",\"") + "\"]"
+        let rows = try withDatabase { db in
+            try db.query("SELECT t.hash, t.size FROM json_each(?) j JOIN blocks t ON t.hash = j.value", list) { ($0.string(0) ?? "", $0.int64(1)) }
+        }
+        return Dictionary(rows, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// A stored manifest, nil when the workspace has no such content.
+    func manifest(_ content: SHA256Digest) throws -> BlockManifest? {
+        let row = try withDatabase { db in
+            try db.queryOne("SELECT size, blocks FROM contents WHERE hash = ?", content.hex) { ($0.int64(0), $0.string(1) ?? "[]") }
+        }
+        guard let (size, list) = row else { return nil }
+        guard let blocks = Self.decodeBlockList(list) else {
+            throw DatabaseError(code: 0, message: "the block list of content \(content.hex) is damaged", sql: nil)
+        }
+        return BlockManifest(content: content, size: size, blocks: blocks)
+    }
+
+    /// Block lists are stored as a JSON array of hex digests, so SQL can walk them
+    /// (`json_each`) and they read back as text in the sqlite3 shell.
+    static func encodeBlockList(_ blocks: [SHA256Digest]) -> String {
+        "[" + blocks.map { "\"" + $0.hex + "\"" }.joined(separator: ",") + "]"
+    }
+
+    static func decodeBlockList(_ text: String) -> [SHA256Digest]? {
+        guard let strings = try? WireJSON.decode([String].self, from: Array(text.utf8)) else { return nil }
+        var out: [SHA256Digest] = []
+        out.reserveCapacity(strings.count)
+        for s in strings {
+            guard let d = SHA256Digest(hex: s) else { return nil }
+            out.append(d)
+        }
+        return out
     }
 
     // MARK: files

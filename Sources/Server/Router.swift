@@ -31,14 +31,16 @@ final class Router: HTTPHandler {
         }
 
         switch (method, path) {
-        case ("POST", API.presentBlobs):
-            return authenticated(request) { _ in json(request, PresentRequest.self) { BlobHandlers.present($0, context: self.context) } }
+        case ("POST", API.presentContents):
+            return authenticated(request) { _ in json(request, PresentRequest.self) { ContentHandlers.present($0, context: self.context) } }
         case ("POST", API.uploads):
             return authenticated(request) { device in
-                json(request, CreateUploadRequest.self) { UploadHandlers.create($0, request: request, device: device, context: self.context) }
+                json(request, CreateUploadRequest.self, limit: API.maxManifestBody) { UploadHandlers.create($0, request: request, device: device, context: self.context) }
             }
         case ("POST", API.files):
-            return authenticated(request) { device in json(request, FileRecord.self) { FileHandlers.record($0, device: device, context: self.context) } }
+            return authenticated(request) { device in
+                json(request, FileRecord.self, limit: API.maxManifestBody) { FileHandlers.record($0, device: device, context: self.context) }
+            }
         case ("GET", API.files):
             return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
         case ("GET", API.changes):
@@ -50,18 +52,29 @@ final class Router: HTTPHandler {
         default: break
         }
 
-        if path.hasPrefix(API.blobPrefix) {
-            let hashText = String(path.dropFirst(API.blobPrefix.count))
+        if path == API.presentContents { return .respond(methodNotAllowed(method, path, allowed: "POST")) }
+        if path.hasPrefix(API.contentPrefix) {
+            let rest = String(path.dropFirst(API.contentPrefix.count))
+            if rest.hasSuffix(API.blocksSuffix) {
+                guard method == "GET" else { return .respond(methodNotAllowed(method, path, allowed: "GET")) }
+                let hashText = String(rest.dropLast(API.blocksSuffix.count))
+                return authenticated(request) { _ in .respond(ContentHandlers.blocks(hash: hashText, context: self.context)) }
+            }
+            guard method == "GET" || method == "HEAD" else { return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD")) }
+            return authenticated(request) { _ in .respond(DownloadHandlers.content(request, hash: rest, context: self.context)) }
+        }
+        if path.hasPrefix(API.blockPrefix) {
+            let hashText = String(path.dropFirst(API.blockPrefix.count))
             switch method {
             case "GET", "HEAD":
-                return authenticated(request) { _ in .respond(BlobHandlers.download(request, hash: hashText, context: self.context)) }
+                return authenticated(request) { _ in .respond(DownloadHandlers.block(request, hash: hashText, context: self.context)) }
             case "PUT":
-                return authenticated(request) { _ in BlobHandlers.put(request, hash: hashText, context: self.context) }
+                return authenticated(request) { _ in BlockPut.put(request, hash: hashText, context: self.context) }
             default:
                 return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD, PUT"))
             }
         }
-        let known = [API.health, API.openAPI, API.presentBlobs, API.uploads, API.files, API.changes, API.watermark]
+        let known = [API.health, API.openAPI, API.uploads, API.files, API.changes, API.watermark]
         if known.contains(path) { return .respond(methodNotAllowed(method, path, allowed: nil)) }
         return .respond(.error(404, "not_found", "no such endpoint: \(method) \(path); see GET /v1/openapi.json"))
     }
@@ -93,12 +106,13 @@ final class Router: HTTPHandler {
 let serverVersion = "0.1.0"
 
 /// Reads a bounded JSON body, decodes `T` and hands it to `handle`. Bodies declared
-/// larger than `API.maxJSONBody` are refused before a byte of them is read.
-func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, _ handle: @escaping (T) -> HTTPResponse) -> Route {
-    if let length = request.contentLength, length > Int64(API.maxJSONBody) {
-        return .respond(.error(413, "body_too_large", "the JSON body (\(length) bytes) is larger than \(API.maxJSONBody) bytes; send fewer items per call"))
+/// larger than `limit` (`API.maxJSONBody`; block lists may be `API.maxManifestBody`)
+/// are refused before a byte of them is read.
+func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, limit: Int = API.maxJSONBody, _ handle: @escaping (T) -> HTTPResponse) -> Route {
+    if let length = request.contentLength, length > Int64(limit) {
+        return .respond(.error(413, "body_too_large", "the JSON body (\(length) bytes) is larger than \(limit) bytes; send fewer items per call"))
     }
-    return .read(BufferedBody(limit: API.maxJSONBody) { bytes in
+    return .read(BufferedBody(limit: limit) { bytes in
         let value: T
         do { value = try WireJSON.decode(T.self, from: bytes) } catch {
             let (field, message) = WireJSON.describe(error)
@@ -114,7 +128,8 @@ extension ServerContext {
     static func failure(_ error: Error) -> HTTPResponse {
         if let e = error as? DatabaseError, e.isDiskFull { return diskFull() }
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
-        if let e = error as? ValidationError { return .error(400, "bad_request", e.message, field: e.field) }
+        if let e = error as? ValidationError { return .error(400, e.code, e.message, field: e.field) }
+        if let e = error as? RequestFailure { return e.response }
         return .error(500, "internal", "the server failed: \(error); see the server's log")
     }
 

@@ -6,53 +6,59 @@ import Glibc
 #endif
 
 /// `POST /v1/uploads` and the tus creation endpoint `POST /v1/tus`: find or make the
-/// one upload of a hash (idempotent), and hand out its presigned URL.
+/// one upload of each block a content lacks (idempotent per block hash), and hand out
+/// their presigned URLs.
 enum UploadHandlers {
     enum Outcome {
         case present
         case upload(UploadRow, created: Bool)
     }
 
+    /// The upload plan of a content: `present` when its manifest is stored, else one
+    /// tus upload per distinct non-zero block the workspace lacks (possibly none).
     static func create(_ body: CreateUploadRequest, request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
         context.sweepIfDue()
         do {
-            let digest = try Validation.hash(body.hash)
-            let size = try Validation.nonNegative(body.size, field: "size")
-            switch try findOrCreate(digest, size: size, device: device, context: context, tombstoneIfPresent: false) {
-            case .present:
+            let manifest = try Validation.manifest(content: body.content, size: body.size, blocks: body.blocks)
+            if let known = try context.metadata.manifest(manifest.content) {
+                guard known.size == manifest.size else {
+                    throw RequestFailure(409, "size_conflict", "the workspace has content \(manifest.content.hex) with \(known.size) bytes, not \(manifest.size); check the size you send", field: "size")
+                }
                 return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
-            case .upload(let row, let created):
-                let url = context.presignedURL(row, request: request)
-                return .json(created ? 201 : 200, CreateUploadResponse(status: CreateUploadResponse.upload, url: url.absolute,
-                                                                       offset: row.received, length: row.length, expiresAt: url.expires))
             }
-        } catch let e as UploadConflict {
-            return .error(409, "size_conflict", e.message, field: "size")
+            var blocks: [BlockUploadInfo] = []
+            var anyCreated = false
+            var expires = ServerContext.now() + context.configuration.uploadExpiry
+            for block in try context.absentBlocks(manifest) {
+                // A block stored since absentBlocks looked (another device) needs no upload.
+                guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
+                                                                            tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
+                let url = context.presignedURL(row, request: request)
+                blocks.append(BlockUploadInfo(index: block.index, hash: block.digest.hex, length: row.length, url: url.absolute, offset: row.received))
+                anyCreated = anyCreated || created
+                expires = min(expires, url.expires)
+            }
+            return .json(anyCreated ? 201 : 200, CreateUploadResponse(status: CreateUploadResponse.upload, expiresAt: expires, blocks: blocks))
         } catch {
             return ServerContext.failure(error)
         }
     }
 
-    struct UploadConflict: Error { let message: String }
-
-    /// The one upload of `digest`, made if needed; its expiry is pushed out to now + expiry.
-    /// With `tombstoneIfPresent`, a present blob yields a completed upload (tus creation
-    /// must answer with a Location).
-    static func findOrCreate(_ digest: SHA256Digest, size: Int64, device: Metadata.Device, context: ServerContext, tombstoneIfPresent: Bool) throws -> Outcome {
-        var present = false
-        if let existing = try context.presentBlobSize(digest) {
-            guard existing == size else {
-                throw UploadConflict(message: "the workspace has \(digest.hex) with size \(existing), not \(size); check the size you send")
-            }
-            if !tombstoneIfPresent { return .present }
-            present = true
+    /// The one upload of block `digest`, made if needed; its expiry is pushed out to now +
+    /// expiry. With `tombstoneIfPresent`, a present block yields a completed upload (tus
+    /// creation must answer with a Location). `field` names the request's part at fault
+    /// in a size conflict.
+    static func findOrCreate(_ digest: SHA256Digest, size: Int64, device: Metadata.Device, context: ServerContext,
+                             tombstoneIfPresent: Bool, field: String) throws -> Outcome {
+        guard size > 0 && size <= Int64(Blocks.size) else {
+            throw RequestFailure(size > 0 ? 413 : 400, size > 0 ? "body_too_large" : "bad_request",
+                                 "a block upload has 1 to \(Blocks.size) bytes (4 MiB), not \(size): cut the file into 4 MiB blocks (Docs/protocol.md); an empty file needs no upload",
+                                 field: field)
         }
-        if size == 0 && !present {
-            // An empty blob needs no transfer: store it now.
-            let staging = try context.blobs.makeStagingFile()
-            defer { FileIO.close(staging.fd) }
-            if let failure = context.commit(stagingPath: staging.path, fd: staging.fd, digest: digest, length: 0, computed: nil, uploadID: nil) {
-                throw CommitFailed(response: failure)
+        var present = false
+        if let existing = try context.presentBlockSize(digest) {
+            guard existing == size else {
+                throw RequestFailure(409, "size_conflict", "the workspace has block \(digest.hex) with \(existing) bytes, not \(size); check the size you send", field: field)
             }
             if !tombstoneIfPresent { return .present }
             present = true
@@ -63,7 +69,7 @@ enum UploadHandlers {
             try db.transaction {
                 if let row = try db.queryOne("SELECT \(UploadRow.columns) FROM uploads WHERE hash = ?", digest.hex, row: UploadRow.from) {
                     guard row.length == size else {
-                        throw UploadConflict(message: "an upload of \(digest.hex) with size \(row.length) exists, not \(size); check the size you send")
+                        throw RequestFailure(409, "size_conflict", "an upload of block \(digest.hex) with \(row.length) bytes exists, not \(size); check the size you send", field: field)
                     }
                     try db.run("UPDATE uploads SET expires_at = max(expires_at, ?) WHERE id = ?", expires, row.id)
                     return (UploadRow(id: row.id, hash: row.hash, length: row.length, received: row.received, expiresAt: max(row.expiresAt, expires), completed: row.completed), false)
@@ -80,8 +86,6 @@ enum UploadHandlers {
         }
         return .upload(row, created: created)
     }
-
-    struct CommitFailed: Error { let response: HTTPResponse }
 }
 
 extension ServerContext {
@@ -112,23 +116,24 @@ enum TusHandlers {
             return .respond(.error(400, "bad_request", "Upload-Length must be the upload's size in bytes", field: Tus.uploadLength))
         }
         guard let metadataText = request.header(Tus.uploadMetadata), let metadata = Tus.parseMetadata(metadataText), let raw = metadata["sha256"] else {
-            return .respond(.error(400, "bad_request", "Upload-Metadata must carry 'sha256 <base64 of the file's SHA-256 in hex>': this server stores content by hash", field: "Upload-Metadata.sha256"))
+            return .respond(.error(400, "bad_request", "Upload-Metadata must carry 'sha256 <base64 of the block's SHA-256 in hex>': this server stores blocks by hash", field: "Upload-Metadata.sha256"))
         }
         let hex = raw.count == 32 ? Hex.encode(raw) : String(decoding: raw, as: UTF8.self)
         guard let digest = SHA256Digest(hex: hex) else {
             return .respond(.error(400, "bad_request", "Upload-Metadata sha256 must be 64 hex digits (or 32 raw bytes), base64-encoded", field: "Upload-Metadata.sha256"))
         }
+        guard length <= Int64(Blocks.size) else {
+            return .respond(.error(413, "body_too_large", "a tus upload here is one block of at most \(Blocks.size) bytes (4 MiB), not \(length): cut the file into blocks and record it with POST /v1/files (Docs/protocol.md)",
+                                   field: Tus.uploadLength, headers: [("Tus-Max-Size", String(Blocks.size))]))
+        }
         do {
-            guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context, tombstoneIfPresent: true) else {
+            guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
+                                                                             tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))
             }
             let url = context.presignedURL(row, request: request)
             return .respond(.empty(201, headers: [("Location", url.absolute), (Tus.resumable, API.tusVersion),
                                                   (Tus.uploadOffset, String(row.received)), (Tus.uploadExpires, HTTPDate.format(url.expires))]))
-        } catch let e as UploadHandlers.UploadConflict {
-            return .respond(.error(409, "size_conflict", e.message, field: Tus.uploadLength))
-        } catch let e as UploadHandlers.CommitFailed {
-            return .respond(e.response)
         } catch {
             return .respond(ServerContext.failure(error))
         }
@@ -189,9 +194,6 @@ enum TusHandlers {
                 headers.append((Tus.uploadLength, String(row.length)))
                 return patch(request, row: row, digest: digest, hasher: hasher, headers: headers, context: context)
             }
-        } catch let e as UploadHandlers.CommitFailed {
-            context.uploads.release(id, hasher: hasher)
-            return .respond(e.response.adding(headers))
         } catch {
             context.uploads.release(id, hasher: hasher)
             return .respond(ServerContext.failure(error).adding(headers))
@@ -209,7 +211,7 @@ enum TusHandlers {
         let fd = try FileIO.open(path, O_RDWR)
         defer { FileIO.close(fd) }
         if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, computed: nil, uploadID: row.id) {
-            throw UploadHandlers.CommitFailed(response: failure)
+            throw RequestFailure(failure)
         }
         return try context.upload(id: row.id) ?? row
     }
@@ -259,7 +261,7 @@ enum TusHandlers {
 extension Tus {
     static func options() -> HTTPResponse {
         .empty(204, headers: [(resumable, API.tusVersion), ("Tus-Version", API.tusVersion), ("Tus-Extension", API.tusExtensions),
-                              ("Tus-Checksum-Algorithm", "sha256")])
+                              ("Tus-Checksum-Algorithm", "sha256"), ("Tus-Max-Size", String(Blocks.size))])
     }
 
     static func unsupportedVersion(_ version: String) -> HTTPResponse {

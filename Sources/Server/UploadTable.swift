@@ -6,7 +6,7 @@ import Synchronization
 /// The SHA-256 of an upload's verified bytes, computed on its own thread, trailing the
 /// writer by at most one PATCH: after each PATCH that ends well, `advance(to:)` lets it
 /// read and hash the new bytes back from the staging file (page cache) while the next
-/// PATCH arrives. So the whole-blob check at the end costs neither a pass on the
+/// PATCH arrives. So the whole-block check at the end costs neither a pass on the
 /// receiving thread nor a re-read of the file. Only verified bytes are hashed, so a
 /// discarded chunk never pollutes it. Made when an upload starts at offset 0 in this
 /// process; after a restart the commit reads the file once instead.

@@ -118,10 +118,10 @@ extension ServerContext {
         try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ? AND completed_at IS NULL", received, id) }
     }
 
-    /// The last byte landed: check the whole file's SHA-256, then fsync, rename into the
-    /// blob store, sync the folder, and only then write the row. Returns nil on success,
-    /// else the reply (460 when the content is not what the upload was created for: the
-    /// upload is reset to offset 0 and nothing enters the store).
+    /// The last byte landed: check the whole block's SHA-256, then fsync, rename into the
+    /// block store, sync the folder, and only then write the row. Returns nil on success,
+    /// else the reply (460 when the bytes are not the block the upload was created for:
+    /// the upload is reset to offset 0 and nothing enters the store).
     /// `computed` is the content's SHA-256 when the caller hashed it on the way in.
     func commit(stagingPath: String, fd: Int32, digest: SHA256Digest, length: Int64, computed: SHA256Digest?, uploadID: String?) -> HTTPResponse? {
         do {
@@ -133,12 +133,12 @@ extension ServerContext {
                 } else {
                     _ = unlink(stagingPath)
                 }
-                return .error(Tus.checksumMismatchStatus, "blob_checksum_mismatch",
+                return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
                               "the uploaded bytes hash to \(actual.hex), not \(digest.hex); nothing was stored and the upload starts again at offset 0")
             }
             try FileIO.fdatasync(fd)
-            try blobs.adopt(stagingPath: stagingPath, as: digest, durable: true)
-            try recordBlob(digest, size: length, uploadID: uploadID)
+            try blockStore.adopt(stagingPath: stagingPath, as: digest, durable: true)
+            try recordBlock(digest, size: length, uploadID: uploadID)
             return nil
         } catch {
             return ServerContext.failure(error)

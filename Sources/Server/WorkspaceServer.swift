@@ -6,7 +6,8 @@ import Synchronization
 import Glibc
 #endif
 
-/// How a server runs. `dataDirectory` holds `server.db` and `blobs/`.
+/// How a server runs. `dataDirectory` holds `server.db` and `blobs/` (the block store:
+/// the folder kept its name from before content was cut into blocks).
 public struct ServerConfiguration: Sendable {
     public var dataDirectory: String
     public var host: String
@@ -59,13 +60,14 @@ public final class WorkspaceServer: Sendable {
 final class ServerContext: Sendable {
     let configuration: ServerConfiguration
     let metadata: Metadata
-    let blobs: BlobStore
+    /// The block store (a `BlobStore`: content-addressed files, one per block).
+    let blockStore: BlobStore
     let presigner: Presigner
     let uploads: UploadTable
     private let lastSweep = Mutex(ServerContext.now())
 
-    private init(configuration: ServerConfiguration, metadata: Metadata, blobs: BlobStore, presigner: Presigner) {
-        self.configuration = configuration; self.metadata = metadata; self.blobs = blobs; self.presigner = presigner
+    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner) {
+        self.configuration = configuration; self.metadata = metadata; self.blockStore = blockStore; self.presigner = presigner
         self.uploads = UploadTable()
     }
 
@@ -78,22 +80,24 @@ final class ServerContext: Sendable {
         let blobs: BlobStore
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
-        let metadata = try Metadata(path: configuration.databasePath)
+        let metadata = try Metadata(path: configuration.databasePath, blobRoot: configuration.blobRoot)
         let key: [UInt8]
         do { key = try metadata.presignKey() } catch { throw .database(configuration.databasePath, "\(error)") }
-        let context = ServerContext(configuration: configuration, metadata: metadata, blobs: blobs, presigner: Presigner(key: key))
+        let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key))
         do { try context.recover() } catch { throw .database(configuration.databasePath, "recovery failed: \(error)") }
         return context
     }
 
     static func now() -> Int64 { Int64(time(nil)) }
 
-    func stagingPath(uploadID: String) -> String { blobs.stagingRoot + "/tus-" + uploadID }
+    func stagingPath(uploadID: String) -> String { blockStore.stagingRoot + "/tus-" + uploadID }
 
     /// After an unclean stop: an upload's recorded offset never exceeds its staging
-    /// file's size; a blob renamed into place whose row was not yet written is checked
-    /// and recorded; expired uploads and stray staging files are removed.
+    /// file's size; a block renamed into place whose row was not yet written is checked
+    /// and recorded; expired uploads and stray staging files are removed; files of
+    /// blobs that the block migration replaced are removed.
     func recover() throws {
+        try BlockMigration.removeObsolete(metadata, store: blockStore)
         struct Pending { let id: String; let hash: String; let length: Int64; let received: Int64; let expires: Int64; let completed: Bool }
         let pending = try metadata.withDatabase { db in
             try db.query("SELECT id, hash, length, received, expires_at, completed_at IS NOT NULL FROM uploads") {
@@ -106,12 +110,12 @@ final class ServerContext: Sendable {
             guard let digest = SHA256Digest(hex: upload.hash) else { continue }
             let staging = stagingPath(uploadID: upload.id)
             if upload.expires < now { continue }  // removed by sweepExpired below
-            if try metadata.blobSize(upload.hash) == nil, blobs.contains(digest) {
+            if try metadata.blockSize(upload.hash) == nil, blockStore.contains(digest) {
                 // Killed between the rename into the store and the row: check, then record.
-                if blobs.verify(digest) {
-                    try recordBlob(digest, size: upload.length, uploadID: upload.id)
+                if blockStore.verify(digest) {
+                    try recordBlock(digest, size: upload.length, uploadID: upload.id)
                 } else {
-                    blobs.remove(digest)
+                    blockStore.remove(digest)
                 }
             }
             if upload.completed { continue }
@@ -126,8 +130,8 @@ final class ServerContext: Sendable {
                 try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ?", clamped, upload.id) }
             }
         }
-        for name in (try? FileIO.listDirectory(blobs.stagingRoot)) ?? [] where !keep.contains(name) {
-            _ = unlink(blobs.stagingRoot + "/" + name)
+        for name in (try? FileIO.listDirectory(blockStore.stagingRoot)) ?? [] where !keep.contains(name) {
+            _ = unlink(blockStore.stagingRoot + "/" + name)
         }
         try sweepExpired(now: now)
     }
@@ -158,12 +162,12 @@ final class ServerContext: Sendable {
         if due { try? sweepExpired(now: now) }
     }
 
-    /// Records a blob that is in the store (and marks its upload complete) in one transaction.
-    func recordBlob(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
+    /// Records a block that is in the store (and marks its upload complete) in one transaction.
+    func recordBlock(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
         let now = Self.now()
         try metadata.withDatabase { db in
             try db.transaction {
-                try db.run("INSERT OR IGNORE INTO blobs(hash, size, created_at) VALUES (?, ?, ?)", digest.hex, size, now)
+                try db.run("INSERT OR IGNORE INTO blocks(hash, size, created_at) VALUES (?, ?, ?)", digest.hex, size, now)
                 if let uploadID {
                     try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)
                 }
@@ -171,16 +175,16 @@ final class ServerContext: Sendable {
         }
     }
 
-    /// The blob's size when the workspace has it. A blob file without its row (a kill
-    /// between rename and row) is checked and recorded here.
-    func presentBlobSize(_ digest: SHA256Digest) throws -> Int64? {
-        if let size = try metadata.blobSize(digest.hex) { return size }
-        guard blobs.contains(digest) else { return nil }
-        guard blobs.verify(digest), let size = blobs.size(of: digest) else {
-            blobs.remove(digest)
+    /// The block's length when the workspace has it. A block file without its row (a
+    /// kill between rename and row) is checked and recorded here.
+    func presentBlockSize(_ digest: SHA256Digest) throws -> Int64? {
+        if let size = try metadata.blockSize(digest.hex) { return size }
+        guard blockStore.contains(digest) else { return nil }
+        guard blockStore.verify(digest), let size = blockStore.size(of: digest), size <= Int64(Blocks.size) else {
+            blockStore.remove(digest)
             return nil
         }
-        try recordBlob(digest, size: size, uploadID: nil)
+        try recordBlock(digest, size: size, uploadID: nil)
         return size
     }
 }

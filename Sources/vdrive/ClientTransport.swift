@@ -9,14 +9,17 @@ import Protocol
 struct ClientTransport: BackupTransport {
     let client: WorkspaceClient
 
-    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
-        try mapped { try client.presentHashes(hashes) }
+    func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
+        try mapped { try client.presentContents(hashes) }
     }
 
-    func createUpload(hash: SHA256Digest, size: Int64) throws -> Backup.UploadTicket {
-        switch try mapped({ try client.createUpload(hash: hash, size: size) }) {
-        case .present: return .present
-        case .upload(let url, let offset, let expiresAt): return .upload(url: url, offset: offset, expiresAt: Double(expiresAt))
+    func createUpload(_ manifest: ContentManifest) throws -> Backup.UploadPlan {
+        switch try mapped({ try client.createUpload(content: manifest.content, size: manifest.size, blocks: manifest.blocks) }) {
+        case .present:
+            return .present
+        case .blocks(let tickets, let expiresAt):
+            let uploads = tickets.map { BlockUpload(index: $0.index, hash: $0.hash, length: $0.length, url: $0.url, offset: $0.offset) }
+            return .blocks(uploads, expiresAt: Double(expiresAt))
         }
     }
 
@@ -32,7 +35,7 @@ struct ClientTransport: BackupTransport {
     }
 
     func recordFile(_ record: Backup.FileRecord) throws {
-        let wire = Protocol.FileRecord(path: record.path, hash: record.hash.hex, size: record.size,
+        let wire = Protocol.FileRecord(path: record.path, hash: record.hash.hex, size: record.size, blocks: record.blocks.map(\.hex),
                                        captureDate: record.captureDate.flatMap(CaptureDateText.seconds),
                                        mtime: record.mtime, deviceSequence: record.changeSequence)
         _ = try mapped { try client.recordFile(wire) }
@@ -62,6 +65,7 @@ struct ClientTransport: BackupTransport {
         case .offsetConflict(let server?): return BackupTransportError(.offsetConflict(serverOffset: server), message)
         case .offsetConflict(nil): return BackupTransportError(.transient, message)
         case .checksumMismatch, .contentMismatch: return BackupTransportError(.checksumMismatch, message)
+        case .missingBlocks: return BackupTransportError(.missingBlocks, message)
         case .cancelled: return BackupTransportError(.cancelled, message)
         case .unreachable, .timedOut, .invalidResponse, .localIO: return BackupTransportError(.transient, message)
         case .http(let status, _):

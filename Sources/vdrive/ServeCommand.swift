@@ -15,8 +15,10 @@ enum ServeCommand {
            vdrive serve device revoke NAME    revoke a device's token at once
 
     Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Metadata is
-    in DIR/server.db (SQLite), blobs in DIR/blobs. The API is in Docs/protocol.md and
-    at GET /v1/openapi.json.
+    in DIR/server.db (SQLite), content in 4 MiB blocks in DIR/blobs. A data folder
+    from before blocks is migrated on the first start (big blobs are split into
+    blocks: that start takes about as long as reading them once). The API is in
+    Docs/protocol.md and at GET /v1/openapi.json.
 
     Options:
       --data DIR               data folder (default: $XDG_DATA_HOME/vdrive/server)

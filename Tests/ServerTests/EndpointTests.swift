@@ -21,8 +21,8 @@ import Testing
         let doc = try JSONSerialization.jsonObject(with: Data(r.body)) as! [String: Any]
         #expect(doc["openapi"] as? String == "3.0.3")
         let paths = Set((doc["paths"] as! [String: Any]).keys)
-        #expect(paths == ["/v1/health", "/v1/openapi.json", "/v1/blobs/present", "/v1/blobs/{hash}", "/v1/uploads",
-                          "/v1/tus", "/v1/tus/{id}", "/v1/files", "/v1/changes", "/v1/watermark"])
+        #expect(paths == ["/v1/health", "/v1/openapi.json", "/v1/contents/present", "/v1/contents/{hash}", "/v1/contents/{hash}/blocks",
+                          "/v1/blocks/{hash}", "/v1/uploads", "/v1/tus", "/v1/tus/{id}", "/v1/files", "/v1/changes", "/v1/watermark"])
         // Every documented path answers something other than "no such endpoint".
         for path in paths {
             let concrete = path.replacingOccurrences(of: "{hash}", with: String(repeating: "0", count: 64)).replacingOccurrences(of: "{id}", with: "x")
@@ -73,26 +73,30 @@ import Testing
 }
 
 @Suite struct DedupTests {
-    @Test func presentReportsOnlyStoredBlobs() throws {
+    @Test func presentReportsOnlyRecordedContents() throws {
         let s = try TestServer()
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 1000)
+        let other = SHA256Hasher.digest("not uploaded")
+        #expect(try s.client.presentContents([f.content, other]).isEmpty)
         let fd = f.open()
         defer { close(fd) }
-        let other = SHA256Hasher.digest("not uploaded")
-        #expect(try s.client.presentHashes([f.digest, other]).isEmpty)
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try s.client.presentHashes([f.digest, other]) == [f.digest])
-        #expect(try s.client.createUpload(hash: f.digest, size: f.size) == .present)
+        try s.client.uploadFile(fd: fd, size: f.size)
+        // Its blocks are there, but a content is present once its manifest is recorded with a file.
+        #expect(try s.client.presentContents([f.content, other]).isEmpty)
+        try s.record(f, at: "f")
+        #expect(try s.client.presentContents([f.content, other]) == [f.content])
+        #expect(try s.client.presentContents([f.digest]).isEmpty)  // a block hash is not a content hash
+        #expect(try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
     }
 
     @Test func moreThanTenThousandIsSplitByTheClientAndRefusedByTheServer() throws {
         let s = try TestServer()
         defer { s.stop() }
         let many = (0..<10_001).map { SHA256Hasher.digest("h\($0)") }
-        #expect(try s.client.presentHashes(many).isEmpty)
+        #expect(try s.client.presentContents(many).isEmpty)
         let body = try JSONEncoder().encode(PresentRequest(hashes: many.map(\.hex)))
-        let r = try s.send("POST", "/v1/blobs/present", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(body)))
+        let r = try s.send("POST", "/v1/contents/present", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(body)))
         #expect(r.status == 413)
         #expect(r.error?.field == "hashes")
     }
@@ -100,7 +104,7 @@ import Testing
     @Test func badHashInListNamesTheIndex() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let r = try s.json("POST", "/v1/blobs/present", #"{"hashes":["\#(String(repeating: "a", count: 64))","xyz"]}"#)
+        let r = try s.json("POST", "/v1/contents/present", #"{"hashes":["\#(String(repeating: "a", count: 64))","xyz"]}"#)
         #expect(r.status == 400)
         #expect(r.error?.field == "hashes.1")
     }
@@ -113,16 +117,25 @@ import Testing
         let notJSON = try s.json("POST", "/v1/uploads", "{nope")
         #expect(notJSON.status == 400)
         #expect(notJSON.error?.error == "bad_request")
-        let wrongType = try s.json("POST", "/v1/uploads", #"{"hash":"\#(String(repeating: "a", count: 64))","size":"big"}"#)
+        let a64 = String(repeating: "a", count: 64)
+        let wrongType = try s.json("POST", "/v1/uploads", #"{"content":"\#(a64)","size":"big","blocks":[]}"#)
         #expect(wrongType.status == 400)
         #expect(wrongType.error?.field == "size")
-        let missing = try s.json("POST", "/v1/uploads", #"{"size":3}"#)
-        #expect(missing.error?.field == "hash")
-        let badHash = try s.json("POST", "/v1/uploads", #"{"hash":"abc","size":3}"#)
+        let missing = try s.json("POST", "/v1/uploads", #"{"size":3,"blocks":[]}"#)
+        #expect(missing.error?.field == "content")
+        let noBlocks = try s.json("POST", "/v1/uploads", #"{"content":"\#(a64)","size":3}"#)
+        #expect(noBlocks.error?.field == "blocks")
+        let badHash = try s.json("POST", "/v1/uploads", #"{"content":"abc","size":3,"blocks":["\#(a64)"]}"#)
         #expect(badHash.status == 400)
-        #expect(badHash.error?.field == "hash")
-        let negative = try s.json("POST", "/v1/uploads", #"{"hash":"\#(String(repeating: "a", count: 64))","size":-1}"#)
+        #expect(badHash.error?.field == "content")
+        let badBlock = try s.json("POST", "/v1/uploads", #"{"content":"\#(a64)","size":\#(Blocks.size + 1),"blocks":["\#(a64)","xyz"]}"#)
+        #expect(badBlock.error?.field == "blocks.1")
+        let negative = try s.json("POST", "/v1/uploads", #"{"content":"\#(a64)","size":-1,"blocks":[]}"#)
         #expect(negative.error?.field == "size")
+        let unknown = try s.json("POST", "/v1/uploads", #"{"content":"\#(a64)","size":0,"blocks":[],"hash":"\#(a64)"}"#)
+        #expect(unknown.status == 400)
+        #expect(unknown.error?.field == "hash")
+        #expect(unknown.error?.message.contains("unknown field") == true)
         let badWatermark = try s.json("PUT", "/v1/watermark", #"{"sequence":"x"}"#)
         #expect(badWatermark.error?.field == "sequence")
     }
@@ -141,12 +154,22 @@ import Testing
         let s = try TestServer()
         defer { s.stop() }
         let big = [UInt8](repeating: 0x20, count: (1 << 20) + 10)
-        let r = try s.send("POST", "/v1/uploads", headers: ["Content-Type: application/json"], body: .bytes(big))
+        let r = try s.send("POST", "/v1/contents/present", headers: ["Content-Type: application/json"], body: .bytes(big))
         #expect(r.status == 413)
         #expect(r.error?.error == "body_too_large")
         // Chunked (no Content-Length) bodies are counted, not kept.
-        let chunked = try s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Transfer-Encoding: chunked", "Expect:"], body: .bytes(big))
+        let chunked = try s.send("PUT", "/v1/watermark", headers: ["Content-Type: application/json", "Transfer-Encoding: chunked", "Expect:"], body: .bytes(big))
         #expect(chunked.status == 413)
+        // Calls that carry a block list may be larger (a 1 TiB file's list), up to a bound.
+        let manifestSized = try s.send("POST", "/v1/uploads", headers: ["Content-Type: application/json"], body: .bytes(big))
+        #expect(manifestSized.status == 400)
+        let huge = [UInt8](repeating: 0x20, count: API.maxManifestBody + 1)
+        for path in ["/v1/uploads", "/v1/files"] {
+            let refused = try s.send("POST", path, headers: ["Content-Type: application/json"], body: .bytes(huge))
+            #expect(refused.status == 413, "\(path)")
+            let chunkedHuge = try s.send("POST", path, headers: ["Content-Type: application/json", "Transfer-Encoding: chunked", "Expect:"], body: .bytes(huge))
+            #expect(chunkedHuge.status == 413, "\(path)")
+        }
     }
 
     @Test func oversizedHeadersAreRefused() throws {

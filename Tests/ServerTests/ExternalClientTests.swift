@@ -1,10 +1,11 @@
 import Client
+import Crypto
 import Foundation
 import Protocol
 import Storage
 import Testing
 
-/// Upload with an off-the-shelf tus client (tuspy, from PyPI) through the tus creation endpoint.
+/// Upload of a block with an off-the-shelf tus client (tuspy, from PyPI) through the tus creation endpoint.
 @Suite struct TuspyTests {
     static func tuspyAvailable() -> Bool {
         if (try? run("/usr/bin/env", ["python3", "-c", "import tusclient"]))?.0 == 0 { return true }
@@ -17,7 +18,7 @@ import Testing
     @Test(.enabled(if: tuspyAvailable())) func tuspyUploadsThroughTusCreation() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let f = TestFile(in: s.dir.path, size: 5 << 20, seed: 11)
+        let f = TestFile(in: s.dir.path, size: Blocks.size, seed: 11)
         let script = """
         import sys
         from tusclient import client
@@ -29,7 +30,12 @@ import Testing
         let r = try run("/usr/bin/env", ["python3", "-c", script, s.base, s.token, f.path, f.digest.hex])
         #expect(r.0 == 0, "tuspy failed: \(r.2)")
         #expect(r.1.contains("offset \(f.size)"))
-        #expect(try s.client.presentHashes([f.digest]) == [f.digest])
+        #expect(try s.hasBlock(f.digest))
+        // More than a block: refused at creation (413, Tus-Max-Size).
+        let big = TestFile(in: s.dir.path, size: Blocks.size + 1, seed: 12)
+        let tooBig = try run("/usr/bin/env", ["python3", "-c", script, s.base, s.token, big.path, big.digest.hex])
+        #expect(tooBig.0 != 0)
+        #expect(tooBig.2.contains("413"), "\(tooBig.2)")
         // Without the token, creation is refused.
         let refused = try run("/usr/bin/env", ["python3", "-c", script, s.base, "wrong", f.path, f.digest.hex])
         #expect(refused.0 != 0)
@@ -56,16 +62,22 @@ import Testing
         let f = TestFile(in: dir.path, size: 8 << 20, seed: 13)
         let fd = f.open()
         defer { close(fd) }
-        guard case .upload(let url, _, _) = try s.client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        guard case .blocks(let tickets, _) = try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks), tickets.count == 2 else {
+            throw TestFailure("expected two blocks to upload")
+        }
+        // The first block fits; the second finds the disk full.
+        try s.client.uploadBlock(tickets[0], fd: fd)
+        let url = tickets[1].url
         var failure: ClientError?
-        do { _ = try s.client.patch(url: url, offset: 0, fd: fd, fileOffset: 0, length: f.size) } catch { failure = error }
+        do { _ = try s.client.patch(url: url, offset: 0, fd: fd, fileOffset: tickets[1].fileOffset, length: tickets[1].length) } catch { failure = error }
         #expect(failure?.description.contains("507") == true, "\(String(describing: failure))")
         #expect(failure?.description.contains("disk is full") == true)
         let offset = try s.client.uploadOffset(url: url)
         #expect(offset == 0)
         let remount = try run("/bin/mount", ["-o", "remount,size=40m", mnt])
         #expect(remount.0 == 0)
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try s.client.presentHashes([f.digest]) == [f.digest])
+        try s.client.uploadFile(fd: fd, size: f.size)
+        try s.record(f, at: "f")
+        #expect(try s.client.presentContents([f.content]) == [f.content])
     }
 }

@@ -8,28 +8,32 @@ import Testing
 
 /// End to end with the real `vdrive serve` binary.
 @Suite(.serialized) struct ProcessTests {
+    /// Three blocks: the first sent whole, the second cut by SIGKILL after 1 MiB was
+    /// recorded and more was in flight. After a restart the plan lists only the second
+    /// (at exactly 1 MiB: a killed PATCH records nothing) and the third.
     @Test func sigkillMidUploadThenRestartAndResume() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
         let token = try DeviceRegistry(dataDirectory: data).add("phone")
-        let f = TestFile(in: dir.path, size: 48 << 20, seed: 9)
+        let f = TestFile(in: dir.path, size: 3 * Blocks.size - 1000, seed: 9)
         let fd = f.open()
         defer { close(fd) }
 
         let first = try ServerProcess(data: data)
         defer { first.kill() }
         let client = WorkspaceClient(baseURL: first.base, token: token)
-        guard case .upload(let url, _, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
-        // One chunk of 8 MiB, then a PATCH of the rest that is cut by SIGKILL after 20 MiB.
-        let eight: Int64 = 8 << 20
-        #expect(try client.patch(url: url, offset: 0, fd: fd, fileOffset: 0, length: eight) == eight)
-        var sent: Int64 = 0
+        guard case .blocks(let tickets, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks), tickets.count == 3 else {
+            throw TestFailure("expected three blocks to upload")
+        }
+        try client.uploadBlock(tickets[0], fd: fd)
+        let one: Int64 = 1 << 20
+        let second = tickets[1]
+        #expect(try client.patch(url: second.url, offset: 0, fd: fd, fileOffset: second.fileOffset, length: one) == one)
         do {
-            _ = try client.connection.perform(method: "PATCH", url: url, headers: ["Tus-Resumable: 1.0.0", "Content-Type: \(Tus.offsetContentType)", "Upload-Offset: \(eight)"],
-                                              body: .file(fd: fd, offset: eight, length: f.size - eight), progress: { n in
-                sent = n
-                if n >= 20 << 20 { first.kill(SIGKILL) }
+            _ = try client.connection.perform(method: "PATCH", url: second.url, headers: ["Tus-Resumable: 1.0.0", "Content-Type: \(Tus.offsetContentType)", "Upload-Offset: \(one)"],
+                                              body: .file(fd: fd, offset: second.fileOffset + one, length: second.length - one), progress: { n in
+                if n >= 1 << 20 { first.kill(SIGKILL) }
                 return true
             })
             Issue.record("the PATCH should have failed when the server was killed")
@@ -37,24 +41,30 @@ import Testing
             #expect(error.isTransient, "\(error)")
         }
         first.kill()
-        // No partial blob is visible as complete.
-        #expect(!FileManager.default.fileExists(atPath: BlobStore.pathFor(root: data + "/blobs", f.digest)))
+        // No partial block is visible as complete.
+        #expect(!FileManager.default.fileExists(atPath: BlobStore.pathFor(root: data + "/blobs", second.hash)))
 
-        let second = try ServerProcess(data: data)
-        defer { second.kill() }
-        let again = WorkspaceClient(baseURL: second.base, token: token)
-        guard case .upload(let url2, let offset, _) = try again.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
-        #expect(offset >= eight)
-        #expect(offset <= eight + sent)
-        #expect(try again.uploadOffset(url: url2) == offset)
-        try again.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try again.presentHashes([f.digest]) == [f.digest])
+        let again = try ServerProcess(data: data)
+        defer { again.kill() }
+        let resumed = WorkspaceClient(baseURL: again.base, token: token)
+        guard case .blocks(let rest, _) = try resumed.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else { throw TestFailure("expected blocks") }
+        #expect(rest.map(\.index) == [1, 2])
+        #expect(rest.first?.offset == one)
+        let id = { (url: String) in url.split(separator: "?").first?.split(separator: "/").last }
+        #expect(rest.first.map { id($0.url) } == id(second.url))
+        #expect(try resumed.uploadOffset(url: rest[0].url) == one)
+        // What is left to send: the unfinished part of one block, and the block never started.
+        #expect(rest.reduce(0) { $0 + $1.length - $1.offset } == f.size - Int64(Blocks.size) - one)
+        for t in rest { try resumed.uploadBlock(t, fd: fd) }
+        try resumed.recordFile(FileRecord(path: "Camera Roll/big.mov", hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex),
+                                          captureDate: nil, mtime: 1, deviceSequence: 1))
+        #expect(try resumed.presentContents([f.content]) == [f.content])
         let out = open(dir.path + "/out", O_RDWR | O_CREAT | O_TRUNC, 0o600)
         defer { close(out) }
-        #expect(try again.download(hash: f.digest, to: out) == f.size)  // checks the SHA-256
-        second.kill(SIGTERM)
-        #expect(second.process.terminationStatus == 0)
-        #expect(second.rest().contains("stopped (SIGTERM)"))
+        #expect(try resumed.download(content: f.content, to: out) == f.size)  // checks the content hash
+        again.kill(SIGTERM)
+        #expect(again.process.terminationStatus == 0)
+        #expect(again.rest().contains("stopped (SIGTERM)"))
     }
 
     @Test func sigintStopsCleanly() throws {
@@ -115,17 +125,17 @@ extension BlobStore {
 }
 
 @Suite struct ConcurrencyTests {
-    @Test func twoClientsUploadingTheSameHashStoreOneBlob() throws {
+    @Test func twoClientsUploadingTheSameFileStoreEachBlockOnce() throws {
         let s = try TestServer()
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 24 << 20, seed: 5)
-        let results = Mutex<[Result<UploadTicket, ClientError>]>([])
+        let results = Mutex<[Result<BlockManifest, ClientError>]>([])
         let threads = (0..<2).map { _ in
             Thread {
                 let client = WorkspaceClient(baseURL: s.base, token: s.token)
                 let fd = f.open()
                 defer { close(fd) }
-                let r = Result { () throws(ClientError) -> UploadTicket in try client.uploadBlob(hash: f.digest, size: f.size, fd: fd, chunkSize: 2 << 20) }
+                let r = Result { () throws(ClientError) -> BlockManifest in try client.uploadFile(fd: fd, size: f.size, chunkSize: 1 << 20) }
                 results.withLock { $0.append(r) }
             }
         }
@@ -134,9 +144,10 @@ extension BlobStore {
         for r in results.withLock({ $0 }) {
             if case .failure(let e) = r { Issue.record("upload failed: \(e)") }
         }
-        #expect(s.blobCount() == 1)
-        #expect(try s.client.createUpload(hash: f.digest, size: f.size) == .present)
-        #expect(try WorkspaceClient(baseURL: s.base, token: s.token).createUpload(hash: f.digest, size: f.size) == .present)
+        #expect(s.blockCount() == 6)
+        try s.record(f, at: "f")
+        #expect(try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
+        #expect(try WorkspaceClient(baseURL: s.base, token: s.token).createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
     }
 
     @Test func manyConnectionsAtOnce() throws {

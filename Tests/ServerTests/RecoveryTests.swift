@@ -5,6 +5,14 @@ import Protocol
 import Server
 import Testing
 
+/// The first block upload of `f`'s plan.
+func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
+    guard case .blocks(let tickets, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks), let first = tickets.first else {
+        throw TestFailure("expected a block to upload")
+    }
+    return first
+}
+
 /// What the server repairs when it starts on a data folder left by an unclean stop.
 @Suite struct RecoveryTests {
     func start(_ data: String, expiry: Int64 = 7 * 86400) throws -> WorkspaceServer {
@@ -24,7 +32,7 @@ import Testing
             let server = try start(data)
             defer { server.stop() }
             let client = WorkspaceClient(baseURL: server.baseURL, token: token)
-            guard case .upload(let url, _, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+            let url = try ticket(client, f).url
             #expect(try client.patch(url: url, offset: 0, fd: fd, fileOffset: 0, length: 1000) == 1000)
             id = String(url.split(separator: "/").last!.prefix { $0 != "?" })
         }
@@ -33,11 +41,11 @@ import Testing
         let server = try start(data)
         defer { server.stop() }
         let client = WorkspaceClient(baseURL: server.baseURL, token: token)
-        guard case .upload(let url, let offset, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
-        #expect(offset == 400)
-        #expect(try client.uploadOffset(url: url) == 400)
-        try client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try client.presentHashes([f.digest]) == [f.digest])
+        let t = try ticket(client, f)
+        #expect(t.offset == 400)
+        #expect(try client.uploadOffset(url: t.url) == 400)
+        try client.uploadFile(fd: fd, size: f.size)
+        #expect(try discarding { try client.downloadBlock(f.digest, to: $0) } == f.size)
     }
 
     @Test func expiredUploadsAreSweptAndStrayStagingFilesRemoved() throws {
@@ -50,24 +58,20 @@ import Testing
         do {
             let server = try start(data, expiry: -10)
             defer { server.stop() }
-            guard case .upload(let url, _, _) = try WorkspaceClient(baseURL: server.baseURL, token: token).createUpload(hash: f.digest, size: f.size) else {
-                throw TestFailure("expected upload")
-            }
-            oldURL = url
+            oldURL = try ticket(WorkspaceClient(baseURL: server.baseURL, token: token), f).url
         }
         writeFile(data + "/blobs/staging/leftover", [1, 2, 3])
         let server = try start(data)
         defer { server.stop() }
         let staging = try FileManager.default.contentsOfDirectory(atPath: data + "/blobs/staging")
         #expect(staging.isEmpty)
-        guard case .upload(let url, let offset, _) = try WorkspaceClient(baseURL: server.baseURL, token: token).createUpload(hash: f.digest, size: f.size) else {
-            throw TestFailure("expected upload")
-        }
-        #expect(offset == 0)
+        let t = try ticket(WorkspaceClient(baseURL: server.baseURL, token: token), f)
+        let url = t.url
+        #expect(t.offset == 0)
         #expect(url.split(separator: "?")[0].split(separator: "/").last != oldURL.split(separator: "?")[0].split(separator: "/").last)
     }
 
-    @Test func blobRenamedButNotRecordedIsRecordedAfterCheck() throws {
+    @Test func blockRenamedButNotRecordedIsRecordedAfterCheck() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
@@ -83,11 +87,9 @@ import Testing
         let server = try start(data)
         defer { server.stop() }
         let client = WorkspaceClient(baseURL: server.baseURL, token: token)
-        #expect(try client.createUpload(hash: f.digest, size: f.size) == .present)
-        guard case .upload = try client.createUpload(hash: bad.digest, size: bad.size) else {
-            Issue.record("a blob file with the wrong content must not count as present")
-            return
-        }
+        guard case .blocks(let none, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else { throw TestFailure("expected a plan") }
+        #expect(none.isEmpty)
+        #expect(try ticket(client, bad).hash == bad.digest, "a block file with the wrong content must not count as present")
         #expect(!FileManager.default.fileExists(atPath: data + "/blobs/" + bad.digest.hex.prefix(2) + "/" + bad.digest.hex))
     }
 }
@@ -99,14 +101,14 @@ import Testing
         defer { dir.remove() }
         let data = dir.path + "/data"
         let token = try DeviceRegistry(dataDirectory: data).add("d")
-        let f = TestFile(in: dir.path, size: 64 << 20, seed: 21)
+        let f = TestFile(in: dir.path, size: Blocks.size, seed: 21)
         let fd = f.open()
         defer { close(fd) }
         let server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
         var stopped = false
         defer { if !stopped { server.stop() } }
         let client = WorkspaceClient(baseURL: server.baseURL, token: token)
-        guard case .upload(let url, _, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        let url = try ticket(client, f).url
         let sent = Mutex<Int64>(0)
         let started = Mutex(false)
         let done = Mutex(false)
@@ -114,7 +116,8 @@ import Testing
             _ = try? client.connection.perform(method: "PATCH", url: url, headers: ["Content-Type: \(Tus.offsetContentType)", "Upload-Offset: 0"],
                                                body: .file(fd: fd, offset: 0, length: f.size), progress: { n in
                 sent.withLock { $0 = n }
-                if n >= 8 << 20 { started.withLock { $0 = true } }
+                // Slow down once 1 MiB is out, so that the stop lands mid-block.
+                if n >= 1 << 20 { started.withLock { $0 = true }; usleep(20_000) }
                 return true
             })
             done.withLock { $0 = true }
@@ -127,11 +130,11 @@ import Testing
         let again = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
         defer { again.stop() }
         let second = WorkspaceClient(baseURL: again.baseURL, token: token)
-        guard case .upload(_, let offset, _) = try second.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected upload") }
+        let offset = try ticket(second, f).offset
         #expect(offset > 0)
         #expect(offset <= sent.withLock { $0 })
-        try second.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try second.presentHashes([f.digest]) == [f.digest])
+        try second.uploadFile(fd: fd, size: f.size)
+        #expect(try discarding { try second.downloadBlock(f.digest, to: $0) } == f.size)
     }
 }
 

@@ -42,46 +42,98 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         try send(method, path, headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(text.utf8)))
     }
 
-    /// A new test file, uploaded with the typed client.
+    /// A new test file, its blocks uploaded with the typed client (not yet recorded).
     func uploaded(size: Int, seed: UInt64) throws -> TestFile {
         let f = TestFile(in: dir.path, size: size, seed: seed)
         let fd = f.open()
         defer { close(fd) }
-        try client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
+        try client.uploadFile(fd: fd, size: f.size)
         return f
     }
 
-    /// Number of blob files in the store.
-    func blobCount() -> Int {
-        let folders = (try? FileManager.default.contentsOfDirectory(atPath: blobRoot)) ?? []
-        return folders.filter { $0.count == 2 }.reduce(0) { $0 + ((try? FileManager.default.contentsOfDirectory(atPath: blobRoot + "/" + $1).count) ?? 0) }
+    /// Records `f` at `path` with its block list.
+    @discardableResult
+    func record(_ f: TestFile, at path: String, sequence: Int64 = 1, mtime: Int64 = 1) throws -> FileRecord {
+        try client.recordFile(FileRecord(path: path, hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex),
+                                         captureDate: nil, mtime: mtime, deviceSequence: sequence))
     }
+
+    /// Uploads and records `f`.
+    func store(_ f: TestFile, at path: String) throws {
+        let fd = f.open()
+        defer { close(fd) }
+        try client.uploadFile(fd: fd, size: f.size)
+        try record(f, at: path)
+    }
+
+    /// The first block upload of `f`'s plan (tus-level tests use one-block files).
+    func ticket(_ f: TestFile) throws -> BlockTicket {
+        guard case .blocks(let tickets, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks),
+              let first = tickets.first else { throw TestFailure("expected a block to upload") }
+        return first
+    }
+
+    /// Number of block files in the store.
+    func blockCount() -> Int { countBlockFiles(blobRoot) }
+
+    /// True when the server holds block `d` (HEAD /v1/blocks/<hash>).
+    func hasBlock(_ d: SHA256Digest) throws -> Bool { try send("HEAD", "/v1/blocks/\(d.hex)").status == 200 }
 }
 
-/// A file of pseudo-random bytes (deterministic per seed) and its SHA-256.
+/// Runs `body` with a descriptor of /dev/null (downloads checked but not kept).
+func discarding<T>(_ body: (Int32) throws -> T) throws -> T {
+    let fd = open("/dev/null", O_WRONLY)
+    defer { close(fd) }
+    return try body(fd)
+}
+
+/// Number of block files under a store root (`<root>/ab/<hex>`).
+func countBlockFiles(_ root: String) -> Int {
+    let folders = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+    return folders.filter { $0.count == 2 }.reduce(0) { $0 + ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + $1).count) ?? 0) }
+}
+
+/// A test file: pseudo-random bytes (deterministic per seed) or given bytes, with its
+/// SHA-256 (`digest`: the block hash of a one-block file) and its manifest.
 struct TestFile {
     let path: String
     let size: Int64
     let digest: SHA256Digest
+    let manifest: BlockManifest
+    var content: SHA256Digest { manifest.content }
 
     init(in dir: String, size: Int, seed: UInt64 = 1) {
-        path = dir + "/file-\(seed)-\(size)"
-        var state = seed &* 0x9E3779B97F4A7C15 | 1
-        var bytes = [UInt8](repeating: 0, count: size)
-        bytes.withUnsafeMutableBytes { raw in
-            let words = raw.bindMemory(to: UInt64.self)
-            for i in 0..<words.count {
-                state ^= state << 13; state ^= state >> 7; state ^= state << 17
-                words[i] = state
-            }
-        }
+        self.init(in: dir, name: "file-\(seed)-\(size)", bytes: randomBytes(size, seed: seed))
+    }
+
+    init(in dir: String, name: String, bytes: [UInt8]) {
+        path = dir + "/" + name
         writeFile(path, bytes)
-        self.size = Int64(size)
+        size = Int64(bytes.count)
         digest = SHA256Hasher.digest(bytes)
+        let hasher = ContentHasher()
+        bytes.withUnsafeBytes { hasher.update($0) }
+        let (content, blocks) = hasher.finish()
+        manifest = BlockManifest(content: content, size: size, blocks: blocks)
     }
 
     func open() -> Int32 { Glibc.open(path, O_RDONLY) }
     var bytes: [UInt8] { Array(FileManager.default.contents(atPath: path)!) }
+}
+
+/// Pseudo-random bytes (xorshift), the same for the same seed.
+func randomBytes(_ size: Int, seed: UInt64) -> [UInt8] {
+    var state = seed &* 0x9E3779B97F4A7C15 | 1
+    var bytes = [UInt8](repeating: 0, count: size)
+    bytes.withUnsafeMutableBytes { raw in
+        let words = raw.bindMemory(to: UInt64.self)
+        for i in 0..<words.count {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            words[i] = state
+        }
+        for i in (words.count * 8)..<size { state ^= state << 13; state ^= state >> 7; state ^= state << 17; raw[i] = UInt8(truncatingIfNeeded: state) }
+    }
+    return bytes
 }
 
 /// Writes a file with plain system calls (Foundation's atomic writes leave a

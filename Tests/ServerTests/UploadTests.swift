@@ -14,13 +14,9 @@ extension TestServer {
     }
 
     func head(_ url: String) throws -> HTTPResult { try send("HEAD", url, headers: ["Tus-Resumable: 1.0.0"], auth: false) }
-
-    func ticket(_ f: TestFile) throws -> (url: String, offset: Int64) {
-        guard case .upload(let url, let offset, _) = try client.createUpload(hash: f.digest, size: f.size) else { throw TestFailure("expected an upload") }
-        return (url, offset)
-    }
 }
 
+/// The tus machinery on one block (files of one block here; BlockTests has many).
 @Suite struct UploadTests {
     @Test func createIsIdempotentAndReportsTheCurrentOffset() throws {
         let s = try TestServer()
@@ -28,6 +24,7 @@ extension TestServer {
         let f = TestFile(in: s.dir.path, size: 3 << 20)
         let first = try s.ticket(f)
         #expect(first.offset == 0)
+        #expect(first.index == 0 && first.hash == f.digest && first.length == f.size)
         let bytes = f.bytes
         let r = try s.patch(first.url, offset: 0, bytes: Array(bytes[0..<(1 << 20)]))
         #expect(r.status == 204)
@@ -35,13 +32,22 @@ extension TestServer {
         let second = try s.ticket(f)
         #expect(second.offset == 1 << 20)
         #expect(second.url.components(separatedBy: "?")[0] == first.url.components(separatedBy: "?")[0])
-        // Same hash, other size: refused.
-        #expect(throws: ClientError.self) { try s.client.createUpload(hash: f.digest, size: f.size + 1) }
+        // Same block, other size (the same block count, so the manifest checks): refused.
+        let sized = try s.json("POST", "/v1/uploads", #"{"content":"\#(f.content.hex)","size":\#(f.size + 1),"blocks":["\#(f.digest.hex)"]}"#)
+        #expect(sized.status == 409)
+        #expect(sized.error?.error == "size_conflict")
+        #expect(sized.error?.field == "blocks.0")
         let fd = f.open()
         defer { close(fd) }
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd, chunkSize: 1 << 20)
-        #expect(try s.client.createUpload(hash: f.digest, size: f.size) == .present)
-        #expect(s.blobCount() == 1)
+        try s.client.uploadFile(fd: fd, size: f.size, chunkSize: 1 << 20)
+        // Every block is there, but the content is present only once a file records it.
+        guard case .blocks(let none, _) = try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else {
+            throw TestFailure("the content is not present before a file records it")
+        }
+        #expect(none.isEmpty)
+        try s.record(f, at: "a")
+        #expect(try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
+        #expect(s.blockCount() == 1)
     }
 
     @Test func tusOptionsHeadAndExpires() throws {
@@ -52,6 +58,7 @@ extension TestServer {
         #expect(options.header("Tus-Version") == "1.0.0")
         #expect(options.header("Tus-Extension") == "creation,checksum,expiration,termination")
         #expect(options.header("Tus-Checksum-Algorithm") == "sha256")
+        #expect(options.header("Tus-Max-Size") == "\(Blocks.size)")
         let f = TestFile(in: s.dir.path, size: 100)
         let t = try s.ticket(f)
         let head = try s.head(t.url)
@@ -61,6 +68,23 @@ extension TestServer {
         #expect(head.header("Upload-Expires")?.hasSuffix("GMT") == true)
         #expect(head.header("Cache-Control") == "no-store")
         #expect(head.header("Tus-Resumable") == "1.0.0")
+    }
+
+    @Test func tusCreationRefusesMoreThanABlock() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let big = try s.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: \(Blocks.size + 1)",
+                                                         "Upload-Metadata: sha256 " + Base64.encode(Array(SHA256Hasher.digest("x").hex.utf8))])
+        #expect(big.status == 413)
+        #expect(big.header("Tus-Max-Size") == "\(Blocks.size)")
+        #expect(big.error?.field == "Upload-Length")
+        let empty = try s.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 0",
+                                                           "Upload-Metadata: sha256 " + Base64.encode(SHA256Hasher.digest([]).bytes)])
+        #expect(empty.status == 400)
+        let one = try s.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: \(Blocks.size)",
+                                                         "Upload-Metadata: sha256 " + Base64.encode(SHA256Hasher.digest("y").bytes)])
+        #expect(one.status == 201)
+        #expect(one.header("Location")?.contains("/v1/tus/") == true)
     }
 
     @Test func tamperedOrExpiredURLIs403AndWritesNothing() throws {
@@ -82,7 +106,7 @@ extension TestServer {
         let er = try expiring.patch(e.url, offset: 0, bytes: f.bytes)
         #expect(er.status == 403)
         #expect(er.error?.message.contains("expired") == true)
-        #expect(expiring.blobCount() == 0)
+        #expect(expiring.blockCount() == 0)
     }
 
     @Test func offsetMismatchIs409WithTheServersOffset() throws {
@@ -144,24 +168,36 @@ extension TestServer {
         #expect(sha1.status == 400)
         let good = try s.patch(t.url, offset: 1000, bytes: second, checksum: SHA256Hasher.digest(second).bytes)
         #expect(good.status == 204)
-        #expect(try s.client.presentHashes([f.digest]) == [f.digest])
+        #expect(try s.hasBlock(f.digest))
     }
 
-    @Test func wholeBlobMismatchStoresNothingAndRestartsAtZero() throws {
+    /// A block whose bytes are not its hash is refused at its last byte: nothing is
+    /// stored and the upload starts again at 0.
+    @Test func wrongBlockIsRejectedAtItsLastByte() throws {
         let s = try TestServer()
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 5000)
         let liar = SHA256Hasher.digest("something else")
-        guard case .upload(let url, _, _) = try s.client.createUpload(hash: liar, size: f.size) else { throw TestFailure("expected upload") }
-        let r = try s.patch(url, offset: 0, bytes: f.bytes)
-        #expect(r.status == 460)
-        #expect(r.error?.error == "blob_checksum_mismatch")
-        #expect(s.blobCount() == 0)
-        #expect(try s.client.uploadOffset(url: url) == 0)
-        #expect(try s.client.presentHashes([liar, f.digest]).isEmpty)
+        let content = ContentHash.of(blocks: [liar])
+        guard case .blocks(let tickets, _) = try s.client.createUpload(content: content, size: f.size, blocks: [liar]), let t = tickets.first else {
+            throw TestFailure("expected a block to upload")
+        }
+        let bytes = f.bytes
+        #expect(try s.patch(t.url, offset: 0, bytes: Array(bytes[0..<4000])).status == 204)
+        let last = try s.patch(t.url, offset: 4000, bytes: Array(bytes[4000...]))
+        #expect(last.status == 460)
+        #expect(last.error?.error == "block_checksum_mismatch")
+        #expect(s.blockCount() == 0)
+        #expect(try s.client.uploadOffset(url: t.url) == 0)
+        #expect(try !s.hasBlock(liar))
         let fd = f.open()
         defer { close(fd) }
-        #expect(throws: ClientError.self) { try s.client.uploadBlob(hash: liar, size: f.size, fd: fd) }
+        #expect(throws: ClientError.self) { try s.client.uploadBlock(t, fd: fd) }
+        // Nothing is visible: recording the file is refused, the block still missing.
+        #expect(throws: ClientError.missingBlocks([liar])) {
+            try s.client.recordFile(FileRecord(path: "x", hash: content.hex, size: f.size, blocks: [liar.hex], captureDate: nil, mtime: 1, deviceSequence: 1))
+        }
+        #expect(try s.client.presentContents([content]).isEmpty)
     }
 
     @Test func terminationRemovesTheUploadThen404() throws {
@@ -182,49 +218,71 @@ extension TestServer {
     @Test func disconnectMidPatchKeepsTheBytesReceived() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let f = TestFile(in: s.dir.path, size: 32 << 20)
+        let f = TestFile(in: s.dir.path, size: Blocks.size)
         let t = try s.ticket(f)
         let fd = f.open()
         defer { close(fd) }
         var sent: Int64 = 0
-        // No Upload-Checksum: bytes received before the disconnect count.
+        // No Upload-Checksum: bytes received before the disconnect count. The progress
+        // callback slows the sender once 1 MiB is out, so the cut lands mid-block.
         #expect(throws: ClientError.cancelled) {
             _ = try s.raw.perform(method: "PATCH", url: t.url, headers: ["Tus-Resumable: 1.0.0", "Content-Type: \(Tus.offsetContentType)", "Upload-Offset: 0"],
-                                  body: .file(fd: fd, offset: 0, length: f.size), progress: { n in sent = n; return n < (8 << 20) })
+                                  body: .file(fd: fd, offset: 0, length: f.size), progress: { n in
+                                      sent = n
+                                      if n >= 1 << 20 { usleep(50_000) }
+                                      return n < (1 << 20)
+                                  })
         }
         var offset = try s.client.uploadOffset(url: t.url)
         for _ in 0..<200 where offset == 0 { usleep(10_000); offset = try s.client.uploadOffset(url: t.url) } // the server may still be finishing the aborted request
         #expect(offset > 0)
         #expect(offset <= sent)
+        #expect(offset < f.size)
         // With Upload-Checksum the partial chunk cannot be verified: it is discarded.
         #expect(throws: ClientError.cancelled) {
-            _ = try s.client.patch(url: t.url, offset: offset, fd: fd, fileOffset: offset, length: f.size - offset, progress: { $0 < (4 << 20) })
+            _ = try s.client.patch(url: t.url, offset: offset, fd: fd, fileOffset: offset, length: f.size - offset, progress: { $0 < (256 << 10) })
         }
         #expect(try s.client.uploadOffset(url: t.url) == offset)
-        try s.client.uploadBlob(hash: f.digest, size: f.size, fd: fd)
-        #expect(try s.client.presentHashes([f.digest]) == [f.digest])
+        try s.client.uploadFile(fd: fd, size: f.size)
+        #expect(try s.hasBlock(f.digest))
     }
 
-    @Test func wholeBlobPut() throws {
+    @Test func wholeBlockPut() throws {
         let s = try TestServer()
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 70_000)
         let fd = f.open()
         defer { close(fd) }
-        let put = try s.send("PUT", "/v1/blobs/\(f.digest.hex)", body: .file(fd: fd, offset: 0, length: f.size))
+        let put = try s.send("PUT", "/v1/blocks/\(f.digest.hex)", body: .file(fd: fd, offset: 0, length: f.size))
         #expect(put.status == 201)
-        let again = try s.send("PUT", "/v1/blobs/\(f.digest.hex)", body: .file(fd: fd, offset: 0, length: f.size))
+        let again = try s.send("PUT", "/v1/blocks/\(f.digest.hex)", body: .file(fd: fd, offset: 0, length: f.size))
         #expect(again.status == 200)
-        let wrong = try s.send("PUT", "/v1/blobs/\(SHA256Hasher.digest("x").hex)", body: .file(fd: fd, offset: 0, length: f.size))
+        let wrong = try s.send("PUT", "/v1/blocks/\(SHA256Hasher.digest("x").hex)", body: .file(fd: fd, offset: 0, length: f.size))
         #expect(wrong.status == 460)
-        #expect(s.blobCount() == 1)
+        #expect(s.blockCount() == 1)
+        let big = TestFile(in: s.dir.path, size: Blocks.size + 1, seed: 3)
+        let bfd = big.open()
+        defer { close(bfd) }
+        let tooBig = try s.send("PUT", "/v1/blocks/\(big.digest.hex)", body: .file(fd: bfd, offset: 0, length: big.size))
+        #expect(tooBig.status == 413)
+        #expect(tooBig.error?.field == "Content-Length")
+        // The block PUT is an upload: the file still has to be recorded with its block list.
+        try s.record(f, at: "put.bin")
+        #expect(try s.client.presentContents([f.content]) == [f.content])
     }
 
-    @Test func emptyBlobIsPresentAtOnce() throws {
+    @Test func emptyFileNeedsNoUpload() throws {
         let s = try TestServer()
         defer { s.stop() }
-        let empty = SHA256Hasher.digest([])
-        #expect(try s.client.createUpload(hash: empty, size: 0) == .present)
-        #expect(try s.client.presentHashes([empty]) == [empty])
+        let empty = ContentHash.of(blocks: [])
+        #expect(empty == SHA256Hasher.digest([]))
+        guard case .blocks(let tickets, _) = try s.client.createUpload(content: empty, size: 0, blocks: []) else { throw TestFailure("expected a plan") }
+        #expect(tickets.isEmpty)
+        try s.client.recordFile(FileRecord(path: "empty", hash: empty.hex, size: 0, blocks: [], captureDate: nil, mtime: 1, deviceSequence: 1))
+        #expect(try s.client.presentContents([empty]) == [empty])
+        #expect(try s.client.createUpload(content: empty, size: 0, blocks: []) == .present)
+        let out = open(s.dir.path + "/out", O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(out) }
+        #expect(try s.client.download(content: empty, to: out) == 0)
     }
 }

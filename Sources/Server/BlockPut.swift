@@ -1,0 +1,81 @@
+import Crypto
+import Protocol
+import Storage
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `PUT /v1/blocks/<hash>`: one whole block in one request (Content-Length required, at
+/// most `Blocks.size`), not resumable; for scripts and `curl -T`. The bytes are checked
+/// against the hash before the block enters the store, as a tus upload's are.
+enum BlockPut {
+    static func put(_ request: HTTPRequest, hash: String, context: ServerContext) -> Route {
+        let digest: SHA256Digest
+        do { digest = try Validation.hash(hash) } catch { return .respond(ServerContext.failure(error)) }
+        guard let length = request.contentLength, length >= 0 else {
+            return .respond(.error(411, "length_required", "PUT of a block needs Content-Length; or use the tus upload (POST /v1/uploads)"))
+        }
+        guard length > 0 && length <= Int64(Blocks.size) else {
+            return .respond(.error(length > 0 ? 413 : 400, length > 0 ? "body_too_large" : "bad_request",
+                                   "a block has 1 to \(Blocks.size) bytes (4 MiB), not \(length): cut the file into 4 MiB blocks (Docs/protocol.md)",
+                                   field: "Content-Length", headers: [("Tus-Max-Size", String(Blocks.size))]))
+        }
+        do {
+            if let existing = try context.presentBlockSize(digest) {
+                if existing != length {
+                    return .respond(.error(409, "size_conflict", "the workspace has block \(digest.hex) with \(existing) bytes, not \(length)", field: "Content-Length"))
+                }
+                return .respond(.json(200, CreateUploadResponse(status: CreateUploadResponse.present)))
+            }
+            let staging = try context.blockStore.makeStagingFile()
+            return .read(PutBody(context: context, digest: digest, length: length, fd: staging.fd, path: staging.path))
+        } catch {
+            return .respond(ServerContext.failure(error))
+        }
+    }
+}
+
+/// Streams a whole-block PUT into a fresh staging file, hashing as it goes.
+final class PutBody: RequestBody {
+    private let context: ServerContext
+    private let digest: SHA256Digest
+    private let length: Int64
+    private let fd: Int32
+    private let path: String
+    private let hasher = SHA256Hasher()
+    private var position: Int64 = 0
+    private var failure: HTTPResponse?
+
+    init(context: ServerContext, digest: SHA256Digest, length: Int64, fd: Int32, path: String) {
+        self.context = context; self.digest = digest; self.length = length; self.fd = fd; self.path = path
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) {
+        guard failure == nil else { return }
+        if position + Int64(chunk.count) > length {
+            failure = .error(413, "body_too_large", "the body is longer than its Content-Length \(length)")
+            return
+        }
+        do { try FileIO.pwrite(fd, chunk, at: position) } catch { failure = ServerContext.failure(error); return }
+        hasher.update(chunk)
+        position += Int64(chunk.count)
+    }
+
+    func finish() -> HTTPResponse {
+        defer { FileIO.close(fd) }
+        if let failure {
+            _ = unlink(path)
+            return failure
+        }
+        if let result = context.commit(stagingPath: path, fd: fd, digest: digest, length: position, computed: hasher.finish(), uploadID: nil) {
+            _ = unlink(path)
+            return result
+        }
+        return .json(201, CreateUploadResponse(status: CreateUploadResponse.present))
+    }
+
+    func abort() {
+        FileIO.close(fd)
+        _ = unlink(path)
+    }
+}

@@ -1,0 +1,69 @@
+import Crypto
+import Protocol
+import Storage
+
+/// A content's manifest against the block store: which of its blocks the workspace
+/// lacks (the upload plan), and the commit that makes a content present. A content
+/// becomes present only in the transaction that finds every non-zero block of it
+/// stored (each verified against its hash at its last tus byte) after its identity
+/// was checked (`Validation.manifest`), so no partial or unverified content is visible.
+extension ServerContext {
+    /// One distinct non-zero block of a content, at its first position.
+    struct NeededBlock: Sendable {
+        let index: Int
+        let digest: SHA256Digest
+        let length: Int64
+    }
+
+    /// The distinct non-zero blocks of `manifest` that the workspace lacks, in file order.
+    /// A stored block whose length is not the one its position needs is a 409
+    /// `size_conflict`; a digest listed twice with two lengths a 400.
+    func absentBlocks(_ manifest: BlockManifest) throws -> [NeededBlock] {
+        var first: [SHA256Digest: NeededBlock] = [:]
+        var distinct: [NeededBlock] = []
+        for i in manifest.blocks.indices where !manifest.isZero(i) {
+            let block = NeededBlock(index: i, digest: manifest.blocks[i], length: Int64(manifest.length(ofBlock: i)))
+            if let seen = first[block.digest] {
+                guard seen.length == block.length else {
+                    throw RequestFailure(400, "bad_request", "blocks.\(i) repeats blocks.\(seen.index) at another length (\(block.length), not \(seen.length) bytes); a block's hash fixes its bytes",
+                                         field: "blocks.\(i)")
+                }
+                continue
+            }
+            first[block.digest] = block
+            distinct.append(block)
+        }
+        let stored = try metadata.blockSizes(distinct.map(\.digest.hex))
+        var absent: [NeededBlock] = []
+        for block in distinct {
+            // A block file without its row (killed between rename and row) is checked and recorded here.
+            guard let size = try stored[block.digest.hex] ?? presentBlockSize(block.digest) else {
+                absent.append(block)
+                continue
+            }
+            guard size == block.length else {
+                throw RequestFailure(409, "size_conflict", "the workspace has block \(block.digest.hex) with \(size) bytes, but position \(block.index) of a \(manifest.size)-byte content needs \(block.length)",
+                                     field: "blocks.\(block.index)")
+            }
+        }
+        return absent
+    }
+
+    /// Inside the caller's transaction: records the manifest unless a block is missing
+    /// (then throws the 409 `missing_blocks` reply listing them).
+    static func insertContent(_ manifest: BlockManifest, in db: Database) throws {
+        var nonZero = Set<String>()
+        for i in manifest.blocks.indices where !manifest.isZero(i) { nonZero.insert(manifest.blocks[i].hex) }
+        let list = "[" + nonZero.sorted().map { "\"\($0)\"" }.joined(separator: ",") + "]"
+        let missing = try db.query("SELECT j.value FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.hash = j.value)", list) { $0.string(0) ?? "" }
+        if !missing.isEmpty { throw missingBlocks(missing) }
+        try db.run("INSERT OR IGNORE INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?)",
+                   manifest.content.hex, manifest.size, Metadata.encodeBlockList(manifest.blocks), now())
+    }
+
+    static func missingBlocks(_ hexes: [String]) -> RequestFailure {
+        RequestFailure(.json(409, ErrorResponse(error: "missing_blocks",
+                                                message: "the workspace lacks \(hexes.count) block(s) of this content; upload them (POST /v1/uploads lists them with URLs), then record the file again",
+                                                field: "blocks", missing: hexes)))
+    }
+}
