@@ -132,8 +132,8 @@ final class BackupWorker {
         return SyncReport(serverWatermark: server, linked: linked, recorded: recorded, pushed: pushed)
     }
 
-    /// Marks every pending or failed item whose content the server already holds as done
-    /// (linked), asking in batches of `batchSize` hashes. This is how a new device, or a
+    /// Marks every settled pending or failed item whose content the server already holds
+    /// as done (linked), asking in batches of `batchSize` content hashes. This is how a new device, or a
     /// reinstall with an empty state, learns what is backed up: by content, not by
     /// sequence (another catalog's sequences do not name the same files).
     func learnFromServer(batchSize: Int = 500) throws -> Int {
@@ -142,7 +142,7 @@ final class BackupWorker {
         while true {
             let hashes = try queue.undoneHashes(limit: batchSize, after: after)
             guard let last = hashes.last else { break }
-            let present = try transport.presentHashes(hashes)
+            let present = try transport.presentContents(hashes)
             linked += try queue.linkPresent(present.intersection(hashes), now: clock())
             after = last.hex
             if hashes.count < batchSize { break }
@@ -158,7 +158,7 @@ final class BackupWorker {
             let batch = try queue.unrecorded(limit: 200)
             if batch.isEmpty { return count }
             for item in batch {
-                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size,
+                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks,
                                                     captureDate: item.captureDate, mtime: item.mtime,
                                                     changeSequence: item.changeSequence))
                 try queue.markRecorded(item.id)
@@ -238,6 +238,13 @@ final class BackupWorker {
         case .uploading, .resting:
             if counts.itemsLeft == 0 {
                 status.state = .idle
+            } else if counts.itemsDue == 0 {
+                // Only versions still being written: nothing to send until they settle.
+                status.state = .waiting
+                status.waitingReason = counts.writing == 1
+                    ? "Waiting for 1 file still being written"
+                    : "Waiting for \(counts.writing) files still being written"
+                status.waitingCode = "writing"
             } else if phase == .uploading {
                 status.state = .backingUp
                 status.currentPath = currentPath

@@ -6,44 +6,36 @@ import Glibc
 
 /// How one item's turn ended.
 public enum UploadOutcome: Sendable, Equatable {
-    /// Bytes were sent and the server confirmed the blob under its hash.
+    /// The server recorded the file after this device sent (some of) its blocks.
     case sent
     /// The server (or an earlier item) already had the content: nothing was sent.
     case linked
     case failed(reason: String)
     /// A transient error: the item is pending again, due at this time.
     case retry(at: Double, error: String)
-    /// A policy held it back between chunks: pending again, due now.
+    /// A policy held it back between blocks: pending again, due now.
     case held(BackupHold)
-    /// Stop was requested (unmount): pending again, due now; the server keeps its offset.
+    /// Stop was requested (unmount): pending again, due now; the server keeps its offsets.
     case stopped
     /// The row left `pending` before its turn (a newer version replaced it): not touched.
     case superseded
 }
 
 public struct UploaderConfiguration: Sendable {
-    /// Bytes per tus PATCH. 8 MiB: large enough that per-request overhead is noise at
-    /// gigabit speeds, small enough that a kill re-sends little and pause reacts quickly.
-    public var chunkSize = 8 << 20
-    /// A stored URL expiring sooner than this is renewed before use.
+    /// An upload plan whose URLs expire sooner than this is renewed before the next block.
     public var urlRenewMargin: Double = 60
     public var retry = RetryPolicy()
 
-    public init(chunkSize: Int = 8 << 20, urlRenewMargin: Double = 60, retry: RetryPolicy = RetryPolicy()) {
-        self.chunkSize = chunkSize; self.urlRenewMargin = urlRenewMargin; self.retry = retry
+    public init(urlRenewMargin: Double = 60, retry: RetryPolicy = RetryPolicy()) {
+        self.urlRenewMargin = urlRenewMargin; self.retry = retry
     }
 }
 
-/// Uploads one item at a time: dedup, presigned URL, resume from the server's offset,
-/// chunked PATCHes read once from the blob, verification, file record, final state.
-///
-/// Reading once: each chunk is read into one reusable buffer with `pread`, fed to the
-/// whole-file hasher and to the chunk hasher, and handed to the transport, so a fresh
-/// upload reads each byte exactly once (1.0 bytes read per byte sent, constant memory).
-/// The whole-file digest is compared BEFORE the last chunk is sent: a corrupt local blob
-/// never completes an upload, so the server can never acknowledge wrong bytes (it checks
-/// the full hash at completion too). A resumed upload re-reads the prefix the server
-/// already has to rebuild the hash: that read costs disk, never network.
+/// Uploads one item at a time, by blocks: whole-file dedup, the server's plan of missing
+/// blocks (block-level dedup and resume offsets in one answer), one PATCH per missing
+/// block read once from the local block store, then the file record, which makes the
+/// content visible on the server once every block is there and the list hashes to the
+/// content hash. Docs/backup.md argues the kill points and the reading-once figure.
 ///
 /// Not thread-safe: one uploader belongs to the engine thread.
 final class ItemUploader {
@@ -55,11 +47,16 @@ final class ItemUploader {
     let random: () -> Double
     /// Cheap check made on every progress tick: false when stop or pause is requested.
     let shouldContinue: () -> Bool
-    /// Full policy evaluation, made between chunks.
+    /// Full policy evaluation, made between blocks.
     let currentHold: () -> BackupHold?
     /// Bytes put on the wire (for the rate) as they go.
     let onBytesSent: (Int64) -> Void
-    private let buffer: UnsafeMutableRawBufferPointer
+    private let sender: BlockSender
+
+    /// A plan refused at record time this many times in one attempt (blocks acknowledged,
+    /// then reported missing) is an integrity failure: the server does not keep what it
+    /// acknowledges. One extra round covers a block collected between plan and record.
+    static let maxRecordRounds = 2
 
     init(queue: BackupQueue, transport: BackupTransport, blobs: BackupBlobSource, configuration: UploaderConfiguration,
          clock: @escaping () -> Double, random: @escaping () -> Double, shouldContinue: @escaping () -> Bool,
@@ -67,10 +64,8 @@ final class ItemUploader {
         self.queue = queue; self.transport = transport; self.blobs = blobs; self.configuration = configuration
         self.clock = clock; self.random = random; self.shouldContinue = shouldContinue
         self.currentHold = currentHold; self.onBytesSent = onBytesSent
-        buffer = .allocate(byteCount: max(configuration.chunkSize, CaptureDate.prefixLength), alignment: 64)
+        sender = BlockSender(transport: transport, blobs: blobs)
     }
-
-    deinit { buffer.deallocate() }
 
     /// Takes a pending item through one attempt and writes its resulting state.
     /// Throws only database errors (the engine backs off and tries again).
@@ -83,7 +78,7 @@ final class ItemUploader {
         } catch let problem as LocalBlobProblem {
             try queue.markFailed(item.id, reason: problem.reason, now: clock())
             return .failed(reason: problem.reason)
-        } catch let hold as HeldBetweenChunks {
+        } catch let hold as HeldBetweenBlocks {
             try queue.release(item.id)
             return .held(hold.hold)
         } catch let error as DatabaseError {
@@ -104,21 +99,23 @@ final class ItemUploader {
             return .failed(reason: "the server refused the upload: \(error.message)")
         case .checksumMismatch:
             return try integrityFailure(item, "the server computed another checksum: \(error.message)")
-        case .transient, .expiredURL, .offsetConflict, .notFound:
+        case .transient, .expiredURL, .offsetConflict, .notFound, .missingBlocks:
             let at = clock() + configuration.retry.delay(afterAttempt: item.attempts, random: random())
             try queue.scheduleRetry(item.id, at: at, error: error.message)
             return .retry(at: at, error: error.message)
         }
     }
 
+    /// The server refused or lost bytes that were intact here: counted apart from transient
+    /// errors, and after `maxIntegrityFailures` the item fails (retrying will not heal a
+    /// broken proxy or disk). The server drops a block that fails its check, so the next
+    /// attempt starts that block afresh.
     private func integrityFailure(_ item: BackupItem, _ message: String) throws -> UploadOutcome {
         if item.integrityFailures + 1 >= configuration.retry.maxIntegrityFailures {
             let reason = "\(message) (\(item.integrityFailures + 1) times; not retrying)"
             try queue.markFailed(item.id, reason: reason, now: clock())
             return .failed(reason: reason)
         }
-        // A fresh upload next time: whatever the server holds for this one is suspect.
-        try queue.saveUpload(item.id, url: nil, expiresAt: nil)
         let at = clock() + configuration.retry.delay(afterAttempt: item.attempts, random: random())
         try queue.scheduleRetry(item.id, at: at, error: message, integrityFailure: true)
         return .retry(at: at, error: message)
@@ -127,189 +124,134 @@ final class ItemUploader {
     // MARK: - One attempt
 
     private func attempt(_ item: BackupItem) throws -> UploadOutcome {
+        // A row whose block list does not name its content (queued by a version before
+        // blocks and not migrated) would be refused by the server: say so here.
+        guard item.manifest.isConsistent else {
+            throw LocalBlobProblem(reason: "the queued block list (\(item.blocks.count) blocks) does not match the content hash \(item.hash.hex) of \(item.size) bytes")
+        }
         // Content already backed up through another name: link, send nothing.
         if try queue.isHashDone(item.hash) { return try finishLinked(item) }
 
-        let fd = try openBlob(item)
-        defer { FileIO.close(fd) }
-
-        var session = try openSession(item)
-        var restarts = 0
+        var captureDate = item.captureDate
+        var recordRounds = 0
+        var renewals = 0
         while true {
-            guard case .upload(let url, let offset) = session else { return try finishLinked(item, fd: fd) }
+            guard case .blocks(let plan, let expiresAt) = try transport.createUpload(item.manifest) else {
+                return try finishLinked(item)
+            }
+            let blocks = try Self.checked(plan, against: item)
+            var held = item.size - blocks.reduce(0) { $0 + $1.length - $1.offset }
+            try queue.saveProgress(item.id, bytesSent: held)
+            // `expiresAt` is the server's clock. Renew ahead of it only when our clock
+            // agrees that the plan is fresh now; a device whose clock is off by more than
+            // the URLs' lifetime relies on the server's "expired" answer instead of
+            // renewing in a loop.
+            let watchExpiry = expiresAt > clock() + configuration.urlRenewMargin
             do {
-                try transfer(item, fd: fd, url: url, from: offset)
-                break
-            } catch let error as BackupTransportError where restarts < 4 {
-                restarts += 1
-                switch error.kind {
-                case .offsetConflict(let serverOffset):
-                    session = .upload(url: url, offset: serverOffset)
-                case .expiredURL, .notFound:
-                    session = try createSession(item)
-                default:
-                    throw error
+                for block in blocks {
+                    guard shouldContinue() else { throw BackupTransportError(.cancelled, "stopped") }
+                    if let hold = currentHold() { throw HeldBetweenBlocks(hold: hold) }
+                    if watchExpiry && clock() + configuration.urlRenewMargin >= expiresAt {
+                        throw BackupTransportError(.expiredURL, "the upload URLs are about to expire")
+                    }
+                    var reported: Int64 = 0
+                    let sent = try sender.send(block, mtime: item.mtime, wantCaptureDate: captureDate == nil) { now in
+                        if now > reported { onBytesSent(now - reported); reported = now }
+                        return shouldContinue()
+                    }
+                    if let date = sent.captureDate {
+                        try queue.saveCaptureDate(item.id, date)
+                        captureDate = date.value
+                    }
+                    held += block.length - block.offset
+                    try queue.saveProgress(item.id, bytesSent: held)
+                    renewals = 0
                 }
+            } catch let error as BackupTransportError where Self.renewsPlan(error) && renewals < 4 {
+                // Expired URLs, an upload the server forgot, another offset than it told us:
+                // a fresh plan carries fresh URLs and the offsets the server holds now.
+                renewals += 1
+                continue
             }
-        }
-
-        // Done only when the server has the blob under the right hash.
-        guard try transport.presentHashes([item.hash]).contains(item.hash) else {
-            return try integrityFailure(item, "the server acknowledged the upload but does not hold \(item.hash.hex)")
-        }
-        try recordAndFinish(item, linked: false)
-        return .sent
-    }
-
-    private enum Session { case present, upload(url: String, offset: Int64) }
-
-    /// The stored URL with the server's offset (HEAD), or a new URL when there is none,
-    /// it is about to expire, or the server no longer knows it.
-    private func openSession(_ item: BackupItem) throws -> Session {
-        if let url = item.uploadURL, let expires = item.urlExpiresAt, expires > clock() + configuration.urlRenewMargin {
+            if captureDate == nil { captureDate = try readCaptureDate(item).value }
             do {
-                return .upload(url: url, offset: try transport.uploadOffset(url: url))
-            } catch let error as BackupTransportError where error.kind == .expiredURL || error.kind == .notFound {
-                // Renewed below.
+                try transport.recordFile(record(item, captureDate: captureDate))
+            } catch let error as BackupTransportError where error.kind == .missingBlocks {
+                recordRounds += 1
+                if recordRounds >= Self.maxRecordRounds {
+                    return try integrityFailure(item, "the server acknowledged blocks it does not hold: \(error.message)")
+                }
+                continue
             }
-        }
-        return try createSession(item)
-    }
-
-    private func createSession(_ item: BackupItem) throws -> Session {
-        switch try transport.createUpload(hash: item.hash, size: item.size) {
-        case .present:
-            return .present
-        case .upload(let url, let offset, let expiresAt):
-            try queue.saveUpload(item.id, url: url, expiresAt: expiresAt)
-            return .upload(url: url, offset: offset)
+            try queue.markDone(item.id, linked: false, recorded: true, now: clock())
+            return .sent
         }
     }
 
-    private func openBlob(_ item: BackupItem) throws -> Int32 {
-        let fd: Int32
-        do {
-            fd = try blobs.openBlob(item.hash)
-        } catch let error as Errno where error == .noSuchFileOrDirectory {
-            throw LocalBlobProblem(reason: "the local copy is missing (blob \(item.hash.hex))")
-        } catch {
-            throw LocalBlobProblem(reason: "the local copy cannot be opened: \(error)")
+    private static func renewsPlan(_ error: BackupTransportError) -> Bool {
+        switch error.kind {
+        case .expiredURL, .notFound, .offsetConflict: return true
+        default: return false
         }
-        let size = (try? FileIO.status(fd)).map { Int64($0.st_size) }
-        guard size == item.size else {
-            FileIO.close(fd)
-            throw LocalBlobProblem(reason: "the local copy has \(size.map(String.init) ?? "unknown") bytes, expected \(item.size)")
-        }
-        return fd
     }
 
-    /// Sends `[offset, size)` in chunks. Rebuilds the whole-file hash over `[0, offset)`
-    /// first, and refuses to send the last chunk unless the whole file hashes to its name.
-    private func transfer(_ item: BackupItem, fd: Int32, url: String, from offset: Int64) throws {
-        guard offset >= 0, offset <= item.size else {
-            throw BackupTransportError(.notFound, "the server reports offset \(offset) for a \(item.size)-byte upload")
-        }
-        let hasher = SHA256Hasher()
-        var at: Int64 = 0
-        // The prefix the server already holds: read for the hash only.
-        while at < offset {
-            let n = try readChunk(item, fd: fd, at: at, limit: offset - at)
-            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            at += Int64(n)
-        }
-        if at == item.size {
-            // Everything reached the server before (a kill after the last PATCH).
-            try verify(item, hasher.finish())
-            return
-        }
-        while at < item.size {
-            guard shouldContinue() else { throw BackupTransportError(.cancelled, "stopped") }
-            if let hold = currentHold() { throw HeldBetweenChunks(hold: hold) }
-            let n = try readChunk(item, fd: fd, at: at, limit: item.size - at)
-            let chunk = UnsafeRawBufferPointer(rebasing: buffer[0..<n])
-            hasher.update(chunk)
-            var chunkDigest: SHA256Digest?
-            if at + Int64(n) == item.size {
-                let whole = hasher.finish()
-                try verify(item, whole)
-                // A file sent in one chunk (most photos): the chunk checksum is the file's
-                // hash, already computed; hashing the same bytes again would double the CPU.
-                if at == 0 { chunkDigest = whole }
+    /// The plan's blocks in file order, each once, after checking that they are blocks of
+    /// this content: a plan that names other blocks (or a zero block, which is never sent)
+    /// is a server fault no retry will fix.
+    static func checked(_ plan: [BlockUpload], against item: BackupItem) throws -> [BlockUpload] {
+        var seen = Set<SHA256Digest>()
+        var out: [BlockUpload] = []
+        for block in plan.sorted(by: { $0.index < $1.index }) {
+            let expectedLength = Int64(Blocks.length(ofBlock: block.index, fileSize: item.size))
+            guard block.index >= 0, block.index < item.blocks.count, item.blocks[block.index] == block.hash,
+                  block.length == expectedLength, block.offset >= 0, block.offset <= block.length,
+                  !Blocks.isZero(block.hash, length: Int(block.length)) else {
+                throw BackupTransportError(.permanent, "the server's upload plan names block \(block.index) (\(block.hash.hex), \(block.length) bytes at \(block.offset)), which is not a block of \(item.hash.hex) to send")
             }
-            let chunkSHA256 = chunkDigest ?? {
-                let chunkHasher = SHA256Hasher()
-                chunkHasher.update(chunk)
-                return chunkHasher.finish()
-            }()
-            var reported: Int64 = 0
-            let newOffset = try transport.patch(url: url, offset: at, chunk: chunk, chunkSHA256: chunkSHA256) { sent in
-                if sent > reported { onBytesSent(sent - reported); reported = sent }
-                return shouldContinue()
-            }
-            guard newOffset == at + Int64(n) else { throw BackupTransportError(.offsetConflict(serverOffset: newOffset), "short PATCH") }
-            at = newOffset
-            try queue.saveProgress(item.id, bytesSent: at)
+            if block.offset < block.length, seen.insert(block.hash).inserted { out.append(block) }
         }
+        return out
     }
 
-    /// Reads up to one chunk at `at`; the first chunk also yields the capture date.
-    private func readChunk(_ item: BackupItem, fd: Int32, at: Int64, limit: Int64) throws -> Int {
-        let want = Int(min(Int64(configuration.chunkSize), limit))
-        let n: Int
-        do {
-            n = try FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: at)
-        } catch {
-            throw LocalBlobProblem(reason: "the local copy cannot be read: \(error)")
-        }
-        guard n == want else { throw LocalBlobProblem(reason: "the local copy ends at \(at + Int64(n)) bytes, expected \(item.size)") }
-        if at == 0 {
-            let prefix = UnsafeRawBufferPointer(rebasing: buffer[0..<min(n, CaptureDate.prefixLength)])
-            try queue.saveCaptureDate(item.id, CaptureDate.from(prefix: prefix, mtime: item.mtime))
-        }
-        return n
-    }
-
-    private func verify(_ item: BackupItem, _ digest: SHA256Digest) throws {
-        guard digest == item.hash else {
-            throw LocalBlobProblem(reason: "the local copy is corrupt: it hashes to \(digest.hex), not \(item.hash.hex)")
-        }
+    private func record(_ item: BackupItem, captureDate: String?) -> FileRecord {
+        FileRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks, captureDate: captureDate,
+                   mtime: item.mtime, changeSequence: item.changeSequence)
     }
 
     // MARK: - Finishing
 
-    /// Done without sending. The capture date still comes from the blob's first bytes
-    /// when the blob is here (one read of at most 128 KiB), else from the mtime.
-    private func finishLinked(_ item: BackupItem, fd: Int32? = nil) throws -> UploadOutcome {
-        if item.captureDate == nil {
-            let ownFd = fd == nil ? try? blobs.openBlob(item.hash) : nil
-            defer { if let ownFd { FileIO.close(ownFd) } }
-            var date = CaptureDate(value: CaptureDate.utcString(item.mtime), source: .mtime)
-            if let readFd = fd ?? ownFd {
-                let want = min(Int(item.size), CaptureDate.prefixLength)
-                let slice = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-                if let n = try? FileIO.pread(readFd, into: slice, at: 0) {
-                    date = CaptureDate.from(prefix: UnsafeRawBufferPointer(rebasing: buffer[0..<n]), mtime: item.mtime)
-                }
-            }
-            try queue.saveCaptureDate(item.id, date)
-        }
-        try recordAndFinish(item, linked: true)
+    /// Done without sending. The capture date still comes from the first block's first
+    /// bytes when that block is here (one read of at most 128 KiB), else from the mtime.
+    private func finishLinked(_ item: BackupItem) throws -> UploadOutcome {
+        var captureDate = item.captureDate
+        if captureDate == nil { captureDate = try readCaptureDate(item).value }
+        // The content is on the server: the item is done whatever happens to the record,
+        // which the sync task retries when this call fails.
+        let recorded = (try? transport.recordFile(record(item, captureDate: captureDate))) != nil
+        try queue.markDone(item.id, linked: true, recorded: recorded, now: clock())
         return .linked
     }
 
-    private func recordAndFinish(_ item: BackupItem, linked: Bool) throws {
-        let captureDate = try queue.item(id: item.id)?.captureDate
-        let record = FileRecord(path: item.path, hash: item.hash, size: item.size, captureDate: captureDate,
-                                mtime: item.mtime, changeSequence: item.changeSequence)
-        // The blob is on the server: the item is done whatever happens to the record,
-        // which is retried by the sync task when this call fails.
-        let recorded = (try? transport.recordFile(record)) != nil
-        try queue.markDone(item.id, linked: linked, recorded: recorded, now: clock())
+    /// Reads the capture date from the start of block 0 (when it was not sent in this
+    /// attempt: already on the server, or resumed past its start), saves and returns it.
+    private func readCaptureDate(_ item: BackupItem) throws -> CaptureDate {
+        var date = CaptureDate(value: CaptureDate.utcString(item.mtime), source: .mtime)
+        if let first = item.blocks.first {
+            let length = Blocks.length(ofBlock: 0, fileSize: item.size)
+            if !Blocks.isZero(first, length: length), let fd = try? blobs.openBlock(first) {
+                defer { FileIO.close(fd) }
+                let want = min(length, CaptureDate.prefixLength)
+                let prefix = UnsafeMutableRawBufferPointer.allocate(byteCount: want, alignment: 16)
+                defer { prefix.deallocate() }
+                if let n = try? FileIO.pread(fd, into: prefix, at: 0) {
+                    date = CaptureDate.from(prefix: UnsafeRawBufferPointer(rebasing: prefix[0..<n]), mtime: item.mtime)
+                }
+            }
+        }
+        try queue.saveCaptureDate(item.id, date)
+        return date
     }
 }
 
-/// The local blob cannot be sent as it is: the item fails with this reason.
-struct LocalBlobProblem: Error { let reason: String }
-
-/// A policy started holding between two chunks.
-struct HeldBetweenChunks: Error { let hold: BackupHold }
+/// A policy started holding between two blocks.
+struct HeldBetweenBlocks: Error { let hold: BackupHold }
