@@ -11,7 +11,7 @@ final class BackupWorker {
     let stateFolder: String
     let settings: () -> BackupSettings
     let policy: BackupPolicy
-    let shouldContinue: () -> Bool
+    let shouldContinue: @Sendable () -> Bool
     let clock: () -> Double
     let monotonic: () -> Double
     private(set) var uploader: ItemUploader!
@@ -25,7 +25,7 @@ final class BackupWorker {
 
     init(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
          uploader configuration: UploaderConfiguration, settings: @escaping () -> BackupSettings, policy: BackupPolicy,
-         shouldContinue: @escaping () -> Bool, clock: @escaping () -> Double = Clock.now,
+         shouldContinue: @escaping @Sendable () -> Bool, clock: @escaping () -> Double = Clock.now,
          monotonic: @escaping () -> Double = Clock.monotonic,
          random: @escaping () -> Double = { Double.random(in: 0..<1) },
          onProgress: @escaping (BackupWorker) -> Void = { _ in }) {
@@ -61,25 +61,11 @@ final class BackupWorker {
         case stopped
     }
 
-    /// Uploads due items, oldest commit first, until none is due, a hold applies, or stop.
-    /// `onItem` is called after each item with its outcome.
+    /// Uploads due items, oldest commit first (several in flight), until none is due, a
+    /// hold applies, or stop. `onItem` is called after each item with its outcome.
     func drain(onItem: (BackupItem, UploadOutcome) -> Void = { _, _ in }) throws -> DrainResult {
         guard try takeLock() else { return .busy }
-        while true {
-            guard shouldContinue() else { return .stopped }
-            if let hold = currentHold() {
-                rate.pause()
-                return .held(hold)
-            }
-            guard let item = try queue.nextDue(now: clock()) else {
-                let nextDue = try queue.earliestDue()
-                if nextDue == nil { runCompleted = 0; lastTransientError = nil }
-                rate.pause()
-                return .empty(nextDue: nextDue)
-            }
-            currentPath = item.path
-            let outcome = try uploader.process(item)
-            currentPath = nil
+        let end = try uploader.run(next: { try queue.nextDue(now: clock()) }) { item, outcome in
             switch outcome {
             case .sent, .linked, .failed:
                 runCompleted += 1
@@ -90,12 +76,23 @@ final class BackupWorker {
                 break
             }
             onItem(item, outcome)
-            if case .held(let hold) = outcome { return .held(hold) }
-            if outcome == .stopped { return .stopped }
+        }
+        switch end {
+        case .idle:
+            let nextDue = try queue.earliestDue()
+            if nextDue == nil { runCompleted = 0; lastTransientError = nil }
+            rate.pause()
+            return .empty(nextDue: nextDue)
+        case .held(let hold):
+            rate.pause()
+            return .held(hold)
+        case .stopped:
+            return .stopped
         }
     }
 
-    private(set) var currentPath: String?
+    /// The path of the oldest item in flight.
+    var currentPath: String? { uploader.currentPath }
 
     /// Takes the cross-process upload lock if we do not hold it; on taking it, rows left
     /// `uploading` by a previous holder (killed, or stopped mid-item) go back to pending.

@@ -69,12 +69,16 @@ final class Harness {
         return Set(commit.blocks).reduce(0) { $0 + (byBlock[$1] ?? 0) }
     }
 
+    /// A worker on this harness. One block in flight by default, so outcomes come in
+    /// queue order and reads happen on the calling thread; tests of the sender pool say so.
     func makeWorker(policy: BackupPolicy = noHoldPolicy,
-                    shouldContinue: @escaping @Sendable () -> Bool = { true }, maxIntegrityFailures: Int = 3) -> BackupWorker {
+                    shouldContinue: @escaping @Sendable () -> Bool = { true }, maxIntegrityFailures: Int = 3,
+                    blocksInFlight: Int = 1, transport: BackupTransport? = nil) -> BackupWorker {
         let settings = self.settings
         let clock = self.clock
-        return BackupWorker(db: db, transport: server, blobs: blobs, stateFolder: stateFolder,
-                            uploader: UploaderConfiguration(retry: RetryPolicy(maxIntegrityFailures: maxIntegrityFailures)),
+        return BackupWorker(db: db, transport: transport ?? server, blobs: blobs, stateFolder: stateFolder,
+                            uploader: UploaderConfiguration(retry: RetryPolicy(maxIntegrityFailures: maxIntegrityFailures),
+                                                            blocksInFlight: blocksInFlight),
                             settings: { settings.value }, policy: policy, shouldContinue: shouldContinue,
                             clock: { clock.now }, monotonic: { clock.now }, random: { 0.5 })
     }
@@ -102,9 +106,10 @@ final class Harness {
 let noHoldPolicy = BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: FixedNetworkProbe(metered: false))
 
 /// A worker with backup on and no hold, for tests that bring their own transport.
-func plainWorker(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String) -> BackupWorker {
+func plainWorker(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
+                 blocksInFlight: Int = 1) -> BackupWorker {
     BackupWorker(db: db, transport: transport, blobs: blobs, stateFolder: stateFolder,
-                 uploader: UploaderConfiguration(), settings: { BackupSettings(cameraBackup: true) },
+                 uploader: UploaderConfiguration(blocksInFlight: blocksInFlight), settings: { BackupSettings(cameraBackup: true) },
                  policy: noHoldPolicy, shouldContinue: { true })
 }
 

@@ -100,3 +100,33 @@ func threadCPUSeconds() -> Double {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
+
+/// Throughput over a modelled home uplink (`LinkTransport`: 100 Mbit/s shared, 50 ms
+/// round trip), as a fraction of what the link alone allows, with one block in flight and
+/// with the default. Run with `VDRIVE_BENCH=1 swift test --filter LinkBenchmark`.
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+struct LinkBenchmark {
+    static let bytesPerSecond = 12.5e6
+    static let rtt = 0.05
+
+    @Test(arguments: [1, UploaderConfiguration().blocksInFlight])
+    func photosAndAVideoOverASlowLink(_ blocksInFlight: Int) throws {
+        for (label, sizes) in [("40 photos of 3 MB", Array(repeating: 3_000_000, count: 40)),
+                               ("one 128 MiB video", [128 * MiB])] {
+            let h = try Harness(label: "link"); defer { h.remove() }
+            for (i, size) in sizes.enumerated() { try h.commit(testBytes(size, seed: UInt64(500 + i)), path: "Camera Roll/\(i).bin") }
+            let link = LinkTransport(DiscardingTransport(), rtt: Self.rtt, bytesPerSecond: Self.bytesPerSecond)
+            let worker = h.makeWorker(blocksInFlight: blocksInFlight, transport: link)
+            let start = Clock.monotonic()
+            #expect(try worker.drain() == .empty(nextDue: nil))
+            let wall = Clock.monotonic() - start
+            let total = Double(sizes.reduce(0, +))
+            print("""
+                link benchmark (\(blocksInFlight) in flight): \(label): \(String(format: "%.2f", wall)) s, \
+                link alone \(String(format: "%.2f", total / Self.bytesPerSecond)) s, \
+                \(String(format: "%.2f", total / Self.bytesPerSecond / wall))× the link's throughput, \
+                \(link.maxPatchesInFlight) PATCHes in flight at most
+                """)
+        }
+    }
+}
