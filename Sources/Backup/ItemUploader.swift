@@ -197,6 +197,8 @@ final class ItemUploader {
             } catch {
                 try finish(t, try outcome(of: error, for: t), report: report)
             }
+            // Its blocks go out now, so the next item's plan is asked for while they travel.
+            dispatch()
         }
     }
 

@@ -10,7 +10,7 @@ import Storage
         let h = try Harness(); defer { h.remove() }
         let photos = (0..<8).map { testBytes(3_000_000, seed: 300 + UInt64($0)) }
         let commits = try photos.enumerated().map { try h.commit($0.element, path: "Camera Roll/\($0.offset).jpg") }
-        let link = LinkTransport(h.server, rtt: 0.02, bytesPerSecond: 200e6)
+        let link = LinkTransport(h.server, rtt: 0.02, bytesPerSecond: 30e6)  // 100 ms per photo on the link
         var outcomes: [UploadOutcome] = []
         #expect(try h.makeWorker(blocksInFlight: 4, transport: link).drain { _, o in outcomes.append(o) } == .empty(nextDue: nil))
         #expect(outcomes == Array(repeating: .sent, count: 8))
