@@ -16,8 +16,8 @@ public enum BackupTask: String, Sendable, CaseIterable {
 /// committed a camera-roll file), a settings change (inotify on the settings folder, or
 /// `settingsChanged()`), the end of a backoff, a held policy's re-check (every
 /// `holdRecheckInterval` while metered/battery holds, never while off or paused), and
-/// the sync interval. `stop()` is quick: the in-flight PATCH is cancelled from its
-/// progress callback, the item goes back to pending, the server keeps its offset.
+/// the sync interval. `stop()` is quick: the PATCHes in flight are cancelled from their
+/// progress callbacks, their items go back to pending, the server keeps their offsets.
 public final class BackupEngine: Sendable {
     public struct Configuration: Sendable {
         /// The drive's catalog database (the engine opens its own connection to it).
@@ -121,8 +121,8 @@ public final class BackupEngine: Sendable {
         signal.signal()
     }
 
-    /// Stops the engine: cancels the in-flight PATCH at its next progress tick, puts the
-    /// item back to pending and returns within `stopTimeout` seconds in any case.
+    /// Stops the engine: cancels the PATCHes in flight at their next progress tick, puts
+    /// their items back to pending and returns within `stopTimeout` seconds in any case.
     /// Returns true when the engine thread has finished (false: it was still inside a
     /// transport call that ignores cancellation; it exits with the process).
     @discardableResult
@@ -195,7 +195,7 @@ public final class BackupEngine: Sendable {
     /// only; the drive keeps its own setting): in WAL mode a commit then skips its fsync.
     /// A power cut may lose the last few backup writes, never consistency, and each lost
     /// write is redone safely (the server's offset and `.present` answer decide), while
-    /// an fsync per 8 MiB chunk would cost more than the chunk's hashing.
+    /// an fsync per 4 MiB block would add a disk flush to every block sent for no safety.
     static func openConnection(_ path: String) throws -> Database {
         let db = try Database(path: path)
         try db.execute("PRAGMA synchronous=NORMAL")

@@ -1,6 +1,7 @@
 import Crypto
 
-/// One entry of a `.backup/<state>/` folder.
+/// One entry of a `.backup/<state>/` folder. A version still being written is listed
+/// under `pending` with `item.isWriting` set (`item.shownState` is "writing").
 public struct BackupListing: Sendable, Equatable {
     /// Readable and unique within its folder: `CameraRollRules.flattenedName` of the path
     /// ("2024∕IMG_1.jpg"); when two items of the same state share it (two versions of
@@ -14,6 +15,11 @@ public struct FileBackupState: Sendable, Equatable {
     public var state: BackupItemState
     public var hash: SHA256Digest
     public var failureReason: String?
+    /// False while the version is still being written (a writable handle is open).
+    public var settled: Bool = true
+
+    /// The word for `user.vdrive.backup`: the state, or "writing" for an unsettled version.
+    public var shownState: String { state == .pending && !settled ? "writing" : state.rawValue }
 }
 
 extension BackupQueue {
@@ -42,13 +48,13 @@ extension BackupQueue {
     /// Done wins over the other states; nil when this content was never queued.
     public func fileState(hash: SHA256Digest) throws -> FileBackupState? {
         try db.queryOne("""
-            SELECT state, failure_reason FROM backup_items WHERE hash = ?
+            SELECT state, failure_reason, settled FROM backup_items WHERE hash = ?
             ORDER BY CASE state WHEN 'done' THEN 0 WHEN 'uploading' THEN 1 WHEN 'pending' THEN 2 ELSE 3 END,
                 change_sequence DESC
             LIMIT 1
             """, hash.hex) { row in
             FileBackupState(state: BackupItemState(rawValue: row.string(0) ?? "") ?? .pending, hash: hash,
-                            failureReason: row.string(1))
+                            failureReason: row.string(1), settled: row.int(2) != 0)
         }
     }
 }

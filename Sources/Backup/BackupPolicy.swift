@@ -5,7 +5,7 @@ import Synchronization
 ///
 /// The settings part is checked on every call (cheap, and pause must bite at once); the
 /// network and power probes (an `nmcli` run, sysfs reads) are cached for `probeInterval`
-/// seconds, because the uploader asks between every two chunks.
+/// seconds, because the uploader asks between every two blocks.
 public final class BackupPolicy: Sendable {
     let power: PowerProbe
     let network: NetworkProbe

@@ -18,25 +18,46 @@ public struct BackupQueue {
 
     /// Queues a camera-roll commit. Call it INSIDE the drive's commit transaction, on the
     /// drive's connection, so a file is never committed without being queued (a rollback
-    /// takes the queue row with it). Cheap: one INSERT, no I/O beyond SQLite, no network.
-    /// Replaying the same change sequence is a no-op. The caller decides whether the
-    /// path qualifies (`CameraRollRules.isInCameraRoll`) and whether backup is on; after
-    /// the transaction commits it calls `BackupEngine.wake()`.
+    /// takes the queue row with it). Cheap: one DELETE and one INSERT, no I/O beyond
+    /// SQLite, no network. Replaying the same change sequence is a no-op. The caller
+    /// decides whether the path qualifies (`CameraRollRules.isInCameraRoll`) and whether
+    /// backup is on; after the transaction commits it calls `BackupEngine.wake()`.
     ///
-    /// An older version of the same path that was never sent (pending or failed) is
-    /// dropped: the file was overwritten before its backup, so that content no longer
-    /// exists in the drive under this name and backing it up would only waste the link.
-    /// A version already done stays done (its blob stays on the server); one in flight
-    /// finishes or fails on its own.
+    /// An older version of the same path that was never sent (pending, failed, or still
+    /// being written) is dropped: the file was overwritten before its backup, so that
+    /// content no longer exists in the drive under this name and backing it up would only
+    /// waste the link. So the intermediate commits of a file written with a handle kept
+    /// open leave one row, the last. A version already done stays done (its content stays
+    /// on the server); one in flight finishes or fails on its own.
+    ///
+    /// `item.settled == false` (a writable handle is still open on the inode) queues the
+    /// version without making it due: `settle(in:inode:)` does, at the last release.
     public static func enqueue(in db: Database, item: CameraRollCommit, now: Double = Clock.now()) throws {
         try db.run("""
             DELETE FROM backup_items
-            WHERE path = ? AND hash != ? AND state IN ('pending', 'failed') AND change_sequence < ?
-            """, item.path, item.hash.hex, item.changeSequence)
+            WHERE path = ? AND state IN ('pending', 'failed') AND change_sequence < ?
+            """, item.path, item.changeSequence)
         try db.run("""
-            INSERT OR IGNORE INTO backup_items (change_sequence, inode, path, hash, size, mtime, queued_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?)
-            """, item.changeSequence, item.inode, item.path, item.hash.hex, item.size, item.mtime, now)
+            INSERT OR IGNORE INTO backup_items (change_sequence, inode, path, hash, size, mtime, blocks, settled, queued_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, item.changeSequence, item.inode, item.path, item.hash.hex, item.size, item.mtime,
+            BlockListJSON.encode(item.blocks), item.settled, now)
+    }
+
+    /// The last writable handle of `inode` was released: its queued versions are final and
+    /// become due. The drive calls this on its connection (in the transaction of the
+    /// release's own commit, if it makes one), then `BackupEngine.wake()`. Returns how
+    /// many items it made due.
+    @discardableResult
+    public static func settle(in db: Database, inode: UInt64) throws -> Int {
+        try db.run("UPDATE backup_items SET settled = 1 WHERE inode = ? AND settled = 0", inode)
+    }
+
+    /// Every item becomes due: at mount, when no handle can be open any more (a killed
+    /// mount leaves its last versions unsettled; they are what the files hold now).
+    @discardableResult
+    public static func settleAll(in db: Database) throws -> Int {
+        try db.run("UPDATE backup_items SET settled = 1 WHERE settled = 0")
     }
 
     // MARK: - Reading
@@ -66,17 +87,18 @@ public struct BackupQueue {
                         inode) { try BackupItem(row: $0) }
     }
 
-    /// The next pending item whose backoff has elapsed, oldest commit first.
+    /// The next settled pending item whose backoff has elapsed, oldest commit first.
     public func nextDue(now: Double) throws -> BackupItem? {
         try db.queryOne("""
             SELECT \(BackupItem.columns) FROM backup_items
-            WHERE state = 'pending' AND next_attempt_at <= ? ORDER BY change_sequence LIMIT 1
+            WHERE state = 'pending' AND settled = 1 AND next_attempt_at <= ? ORDER BY change_sequence LIMIT 1
             """, now) { try BackupItem(row: $0) }
     }
 
-    /// When the earliest waiting item becomes due, or nil when nothing is pending.
+    /// When the earliest settled pending item becomes due, or nil when none is. Items
+    /// still being written have no due time: `settle` wakes the engine for them.
     public func earliestDue() throws -> Double? {
-        try db.queryOne("SELECT MIN(next_attempt_at) FROM backup_items WHERE state = 'pending'") {
+        try db.queryOne("SELECT MIN(next_attempt_at) FROM backup_items WHERE state = 'pending' AND settled = 1") {
             $0.isNull(0) ? nil : $0.double(0)
         } ?? nil
     }
@@ -95,24 +117,37 @@ public struct BackupQueue {
     }
 
     public struct Counts: Sendable, Equatable {
-        public var pending = 0, uploading = 0, done = 0, failed = 0
-        /// Bytes of pending and uploading items not yet acknowledged by the server.
+        /// `pending` counts settled items only; `writing` the pending ones not yet settled.
+        public var pending = 0, uploading = 0, done = 0, failed = 0, writing = 0
+        /// Bytes of pending, writing and uploading items the server does not hold yet
+        /// (blocks it already had, zero blocks included, count as held once known).
         public var bytesLeft: Int64 = 0
-        public var itemsLeft: Int { pending + uploading }
+        /// Everything still to back up, including versions still being written.
+        public var itemsLeft: Int { pending + uploading + writing }
+        /// What the uploader can work on now.
+        public var itemsDue: Int { pending + uploading }
+
+        public init(pending: Int = 0, uploading: Int = 0, done: Int = 0, failed: Int = 0, writing: Int = 0,
+                    bytesLeft: Int64 = 0) {
+            self.pending = pending; self.uploading = uploading; self.done = done; self.failed = failed
+            self.writing = writing; self.bytesLeft = bytesLeft
+        }
     }
 
     public func counts() throws -> Counts {
         var counts = Counts()
         _ = try db.query("""
-            SELECT state, COUNT(*), COALESCE(SUM(CASE WHEN size > bytes_sent THEN size - bytes_sent ELSE 0 END), 0)
-            FROM backup_items GROUP BY state
+            SELECT state, settled, COUNT(*), COALESCE(SUM(CASE WHEN size > bytes_sent THEN size - bytes_sent ELSE 0 END), 0)
+            FROM backup_items GROUP BY state, settled
             """) { row -> Void in
-            let n = row.int(1)
+            let n = row.int(2)
+            let settled = row.int(1) != 0
             switch BackupItemState(rawValue: row.string(0) ?? "") {
-            case .pending: counts.pending = n; counts.bytesLeft += row.int64(2)
-            case .uploading: counts.uploading = n; counts.bytesLeft += row.int64(2)
-            case .done: counts.done = n
-            case .failed: counts.failed = n
+            case .pending where settled: counts.pending += n; counts.bytesLeft += row.int64(3)
+            case .pending: counts.writing += n; counts.bytesLeft += row.int64(3)
+            case .uploading: counts.uploading += n; counts.bytesLeft += row.int64(3)
+            case .done: counts.done += n
+            case .failed: counts.failed += n
             case nil: break
             }
         }
@@ -182,10 +217,6 @@ public struct BackupQueue {
             """)
     }
 
-    public func saveUpload(_ id: Int64, url: String?, expiresAt: Double?) throws {
-        try db.run("UPDATE backup_items SET upload_url = ?, url_expires_at = ? WHERE id = ?", url, expiresAt, id)
-    }
-
     public func saveProgress(_ id: Int64, bytesSent: Int64) throws {
         try db.run("UPDATE backup_items SET bytes_sent = ? WHERE id = ?", bytesSent, id)
     }
@@ -195,8 +226,9 @@ public struct BackupQueue {
                    date.value, date.source.rawValue, id)
     }
 
-    /// Marks as done (linked, not yet recorded) every pending or failed item whose content
-    /// is in `present`. Returns how many changed.
+    /// Marks as done (linked, not yet recorded) every settled pending or failed item whose
+    /// content is in `present`. A version still being written is left alone: its record
+    /// would name a partial file on the server. Returns how many changed.
     @discardableResult
     public func linkPresent(_ present: Set<SHA256Digest>, now: Double = Clock.now()) throws -> Int {
         guard !present.isEmpty else { return 0 }
@@ -206,17 +238,18 @@ public struct BackupQueue {
                 changed += try db.run("""
                     UPDATE backup_items SET state = 'done', linked = 1, recorded = 0, bytes_sent = 0, upload_url = NULL,
                         url_expires_at = NULL, failure_reason = NULL, last_error = NULL, finished_at = ?
-                    WHERE hash = ? AND state IN ('pending', 'failed')
+                    WHERE hash = ? AND state IN ('pending', 'failed') AND settled = 1
                     """, now, hash.hex)
             }
             return changed
         }
     }
 
-    /// Distinct hashes of items not yet done, oldest first, for batch dedup queries.
+    /// Distinct content hashes of settled items not yet done, in hash order (paged by
+    /// `after`), for batch dedup queries.
     public func undoneHashes(limit: Int, after: String = "") throws -> [SHA256Digest] {
         try db.query("""
-            SELECT DISTINCT hash FROM backup_items WHERE state IN ('pending', 'failed') AND hash > ?
+            SELECT DISTINCT hash FROM backup_items WHERE state IN ('pending', 'failed') AND settled = 1 AND hash > ?
             ORDER BY hash LIMIT ?
             """, after, limit) { $0.string(0).flatMap(SHA256Digest.init(hex:)) }.compactMap { $0 }
     }

@@ -36,5 +36,15 @@ public enum BackupSchema {
         CREATE INDEX backup_items_by_inode ON backup_items(inode, change_sequence);
         CREATE TABLE backup_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
         """),
+        // Content in blocks (issue 7) and settled versions (issue 8 §2). `hash` holds the
+        // content hash from here on; `blocks` is its block list as a JSON array of hex
+        // digests (the drive's triggers pin each block through `json_each`). Existing rows
+        // get an empty list and count as settled: the drive's own migration, which runs
+        // after this one, rewrites `hash` and `blocks` of the items not yet done.
+        Migration("backup-2-blocks-settled", """
+        ALTER TABLE backup_items ADD COLUMN blocks TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE backup_items ADD COLUMN settled INTEGER NOT NULL DEFAULT 1;
+        CREATE INDEX backup_items_unsettled ON backup_items(inode) WHERE settled = 0;
+        """),
     ]
 }

@@ -11,7 +11,8 @@ extension BackupSchema {
         let applied = Set(try db.query("SELECT name FROM schema_migrations WHERE name LIKE 'backup-%'") { $0.string(0) ?? "" })
         for migration in migrations where !applied.contains(migration.name) {
             try db.transaction {
-                try db.execute(migration.sql)
+                if !migration.sql.isEmpty { try db.execute(migration.sql) }
+                try migration.code?(db)
                 try db.run("INSERT INTO schema_migrations(name, applied_at) VALUES (?, strftime('%s','now'))", migration.name)
             }
         }

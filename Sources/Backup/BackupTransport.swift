@@ -1,31 +1,38 @@
 import Crypto
 
 /// What the uploader needs from the workspace server. The lead maps the libcurl client
-/// onto it; tests use `InMemoryTransport`. Every call blocks its calling thread (the
-/// engine's own thread), and may throw `BackupTransportError`; any other error thrown
-/// is treated as transient.
+/// onto it; tests use `InMemoryTransport`. Every call blocks its calling thread, and may
+/// throw `BackupTransportError`; any other error thrown is treated as transient.
+///
+/// Content travels in blocks (Crypto's `Blocks`): the server is asked which contents it
+/// has (whole-file dedup), then which blocks of one content it lacks (block-level dedup,
+/// with the offset it holds for each), each missing block is a resumable tus upload of
+/// at most 4 MiB, and the file record makes the content visible once every block is
+/// there and the block list hashes to the content hash.
 public protocol BackupTransport: Sendable {
-    /// The subset of `hashes` the server already holds as complete blobs (batch dedup).
-    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest>
+    /// The subset of `hashes` (content hashes) the server holds as verified contents.
+    func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest>
 
-    /// Starts (or finds) the resumable upload of a blob: `.present` when the server
-    /// already has it (link, send nothing), else a presigned tus URL with its offset.
-    /// A zero-length blob is complete at creation (tus): the answer is `.present`.
-    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket
+    /// Announces a content: `.present` when the server has it (link, send nothing), else
+    /// the non-zero blocks it lacks, each with a presigned tus URL and the offset it holds.
+    /// An empty list is valid: every block is there, record the file.
+    func createUpload(_ manifest: ContentManifest) throws -> UploadPlan
 
-    /// The offset the server holds for an upload (tus HEAD `Upload-Offset`).
+    /// The offset the server holds for a block upload (tus HEAD `Upload-Offset`).
     func uploadOffset(url: String) throws -> Int64
 
-    /// Sends one chunk at `offset` (tus PATCH with `Upload-Checksum: sha256 <chunkSHA256>`)
-    /// and returns the server's new offset. `progress` is called with the bytes of this
-    /// chunk sent so far; returning false cancels the request (throw `.cancelled`).
-    /// The chunk is handed over as bytes the uploader has already read and hashed, so the
-    /// file is read exactly once (see Docs/backup.md, "Reading once").
+    /// Sends bytes of one block at `offset` (tus PATCH with `Upload-Checksum: sha256
+    /// <chunkSHA256>`) and returns the server's new offset. `progress` is called with the
+    /// bytes of this chunk sent so far; returning false cancels the request (throw
+    /// `.cancelled`). The server checks the whole block against its name at its last byte.
+    /// The chunk is bytes the uploader has already read (see Docs/backup.md, "Reading once").
     func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
                progress: (Int64) -> Bool) throws -> Int64
 
-    /// Records a file of this device (its path, content and dates) against a stored blob.
-    /// Idempotent by `changeSequence`.
+    /// Records a file of this device. When the content is not yet present the server checks
+    /// the record's block list against its hash and that every non-zero block is stored,
+    /// then makes the content and the record visible together; a block missing throws
+    /// `.missingBlocks`. Idempotent by `changeSequence`.
     func recordFile(_ record: FileRecord) throws
 
     /// This device's backup watermark as the server knows it; nil when it has none.
@@ -33,24 +40,61 @@ public protocol BackupTransport: Sendable {
     func setWatermark(_ watermark: BackupWatermark) throws
 }
 
-/// The server's answer to `createUpload`.
-public enum UploadTicket: Sendable, Equatable {
-    case present
-    case upload(url: String, offset: Int64, expiresAt: Double)
+/// A content as the server learns it: its hash, size and block list (zero blocks included).
+public struct ContentManifest: Sendable, Equatable {
+    public var content: SHA256Digest
+    public var size: Int64
+    public var blocks: [SHA256Digest]
+
+    public init(content: SHA256Digest, size: Int64, blocks: [SHA256Digest]) {
+        self.content = content; self.size = size; self.blocks = blocks
+    }
+
+    /// True when the block list is one this size has and hashes to `content`: what the
+    /// server checks first. Costs one SHA-256 over 32 bytes per block.
+    public var isConsistent: Bool {
+        blocks.count == Blocks.count(forSize: size) && ContentHash.of(blocks: blocks) == content
+    }
 }
 
-/// One file record pushed to the server once its blob is there.
+/// One block the server lacks: `index` in the file, its digest and length, where to send
+/// it and how much of it the server already holds.
+public struct BlockUpload: Sendable, Equatable {
+    public var index: Int
+    public var hash: SHA256Digest
+    public var length: Int64
+    public var url: String
+    public var offset: Int64
+
+    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64) {
+        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+    }
+}
+
+/// The server's answer to `createUpload`.
+public enum UploadPlan: Sendable, Equatable {
+    /// The content is there already: link, send nothing.
+    case present
+    /// Send these blocks (possibly none), then record the file; the URLs expire at `expiresAt`.
+    case blocks([BlockUpload], expiresAt: Double)
+}
+
+/// One file record pushed to the server once its content is there (or to make it so).
 public struct FileRecord: Sendable, Equatable {
     public var path: String
+    /// The content hash (Crypto's `ContentHash`), not a SHA-256 of the bytes.
     public var hash: SHA256Digest
     public var size: Int64
+    /// The block list the content hash is computed from (zero blocks included).
+    public var blocks: [SHA256Digest]
     /// EXIF DateTimeOriginal as "YYYY-MM-DDTHH:MM:SS" (camera local time), if any.
     public var captureDate: String?
     public var mtime: Int64
     public var changeSequence: Int64
 
-    public init(path: String, hash: SHA256Digest, size: Int64, captureDate: String?, mtime: Int64, changeSequence: Int64) {
-        self.path = path; self.hash = hash; self.size = size
+    public init(path: String, hash: SHA256Digest, size: Int64, blocks: [SHA256Digest], captureDate: String?,
+                mtime: Int64, changeSequence: Int64) {
+        self.path = path; self.hash = hash; self.size = size; self.blocks = blocks
         self.captureDate = captureDate; self.mtime = mtime; self.changeSequence = changeSequence
     }
 }
@@ -75,8 +119,11 @@ public struct BackupTransportError: Error, Sendable, CustomStringConvertible {
         case offsetConflict(serverOffset: Int64)
         /// The upload is unknown to the server (expired and collected): start a new one.
         case notFound
-        /// The server computed another checksum for a chunk or for the whole blob.
+        /// The server computed another checksum for a chunk or for the whole block.
         case checksumMismatch
+        /// The server refused a file record because blocks of its content are missing
+        /// (409 `missing_blocks`): ask `createUpload` again and send them, no backoff.
+        case missingBlocks
         /// The request was cancelled by the progress callback (stop or pause).
         case cancelled
         /// Refused for good (401/403 after renewal, 413, 4xx): the item fails.
@@ -90,7 +137,7 @@ public struct BackupTransportError: Error, Sendable, CustomStringConvertible {
 
     public var isTransient: Bool {
         switch kind {
-        case .transient, .expiredURL, .offsetConflict, .notFound, .cancelled: return true
+        case .transient, .expiredURL, .offsetConflict, .notFound, .missingBlocks, .cancelled: return true
         case .checksumMismatch, .permanent: return false
         }
     }

@@ -11,7 +11,7 @@ final class BackupWorker {
     let stateFolder: String
     let settings: () -> BackupSettings
     let policy: BackupPolicy
-    let shouldContinue: () -> Bool
+    let shouldContinue: @Sendable () -> Bool
     let clock: () -> Double
     let monotonic: () -> Double
     private(set) var uploader: ItemUploader!
@@ -25,7 +25,7 @@ final class BackupWorker {
 
     init(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
          uploader configuration: UploaderConfiguration, settings: @escaping () -> BackupSettings, policy: BackupPolicy,
-         shouldContinue: @escaping () -> Bool, clock: @escaping () -> Double = Clock.now,
+         shouldContinue: @escaping @Sendable () -> Bool, clock: @escaping () -> Double = Clock.now,
          monotonic: @escaping () -> Double = Clock.monotonic,
          random: @escaping () -> Double = { Double.random(in: 0..<1) },
          onProgress: @escaping (BackupWorker) -> Void = { _ in }) {
@@ -61,25 +61,11 @@ final class BackupWorker {
         case stopped
     }
 
-    /// Uploads due items, oldest commit first, until none is due, a hold applies, or stop.
-    /// `onItem` is called after each item with its outcome.
+    /// Uploads due items, oldest commit first (several in flight), until none is due, a
+    /// hold applies, or stop. `onItem` is called after each item with its outcome.
     func drain(onItem: (BackupItem, UploadOutcome) -> Void = { _, _ in }) throws -> DrainResult {
         guard try takeLock() else { return .busy }
-        while true {
-            guard shouldContinue() else { return .stopped }
-            if let hold = currentHold() {
-                rate.pause()
-                return .held(hold)
-            }
-            guard let item = try queue.nextDue(now: clock()) else {
-                let nextDue = try queue.earliestDue()
-                if nextDue == nil { runCompleted = 0; lastTransientError = nil }
-                rate.pause()
-                return .empty(nextDue: nextDue)
-            }
-            currentPath = item.path
-            let outcome = try uploader.process(item)
-            currentPath = nil
+        let end = try uploader.run(next: { try queue.nextDue(now: clock()) }) { item, outcome in
             switch outcome {
             case .sent, .linked, .failed:
                 runCompleted += 1
@@ -90,12 +76,23 @@ final class BackupWorker {
                 break
             }
             onItem(item, outcome)
-            if case .held(let hold) = outcome { return .held(hold) }
-            if outcome == .stopped { return .stopped }
+        }
+        switch end {
+        case .idle:
+            let nextDue = try queue.earliestDue()
+            if nextDue == nil { runCompleted = 0; lastTransientError = nil }
+            rate.pause()
+            return .empty(nextDue: nextDue)
+        case .held(let hold):
+            rate.pause()
+            return .held(hold)
+        case .stopped:
+            return .stopped
         }
     }
 
-    private(set) var currentPath: String?
+    /// The path of the oldest item in flight.
+    var currentPath: String? { uploader.currentPath }
 
     /// Takes the cross-process upload lock if we do not hold it; on taking it, rows left
     /// `uploading` by a previous holder (killed, or stopped mid-item) go back to pending.
@@ -132,8 +129,8 @@ final class BackupWorker {
         return SyncReport(serverWatermark: server, linked: linked, recorded: recorded, pushed: pushed)
     }
 
-    /// Marks every pending or failed item whose content the server already holds as done
-    /// (linked), asking in batches of `batchSize` hashes. This is how a new device, or a
+    /// Marks every settled pending or failed item whose content the server already holds
+    /// as done (linked), asking in batches of `batchSize` content hashes. This is how a new device, or a
     /// reinstall with an empty state, learns what is backed up: by content, not by
     /// sequence (another catalog's sequences do not name the same files).
     func learnFromServer(batchSize: Int = 500) throws -> Int {
@@ -142,7 +139,7 @@ final class BackupWorker {
         while true {
             let hashes = try queue.undoneHashes(limit: batchSize, after: after)
             guard let last = hashes.last else { break }
-            let present = try transport.presentHashes(hashes)
+            let present = try transport.presentContents(hashes)
             linked += try queue.linkPresent(present.intersection(hashes), now: clock())
             after = last.hex
             if hashes.count < batchSize { break }
@@ -158,7 +155,7 @@ final class BackupWorker {
             let batch = try queue.unrecorded(limit: 200)
             if batch.isEmpty { return count }
             for item in batch {
-                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size,
+                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks,
                                                     captureDate: item.captureDate, mtime: item.mtime,
                                                     changeSequence: item.changeSequence))
                 try queue.markRecorded(item.id)
@@ -238,6 +235,13 @@ final class BackupWorker {
         case .uploading, .resting:
             if counts.itemsLeft == 0 {
                 status.state = .idle
+            } else if counts.itemsDue == 0 {
+                // Only versions still being written: nothing to send until they settle.
+                status.state = .waiting
+                status.waitingReason = counts.writing == 1
+                    ? "Waiting for 1 file still being written"
+                    : "Waiting for \(counts.writing) files still being written"
+                status.waitingCode = "writing"
             } else if phase == .uploading {
                 status.state = .backingUp
                 status.currentPath = currentPath

@@ -3,12 +3,15 @@ import Synchronization
 
 /// A workspace server in memory, for fast tests of the uploader and the engine, with
 /// fault injection. A test double, public so that the command line's tests can use it
-/// too; production code never constructs one. It behaves like the real one where the uploader can tell: tus offsets
-/// survive a dropped connection and an expired URL, chunks are checked against their
-/// sha256, a blob is complete only when its bytes hash to its name, URLs expire.
+/// too; production code never constructs one. It behaves like the real one where the
+/// uploader can tell (Docs/protocol.md): blocks are stored by their digest and checked
+/// against it at their last byte; each missing block is a tus upload keyed by its hash,
+/// whose offset survives a dropped connection and an expired URL; chunks are checked
+/// against their sha256; zero blocks are never asked for; a content is recorded only when
+/// its block list hashes to it and every non-zero block is stored; URLs expire.
 public final class InMemoryTransport: BackupTransport, Sendable {
     public enum Operation: Sendable, Equatable {
-        case presentHashes, createUpload, uploadOffset, patch, recordFile, watermark, setWatermark
+        case presentContents, createUpload, uploadOffset, patch, recordFile, watermark, setWatermark
     }
 
     public enum Fault: Sendable, Equatable {
@@ -23,7 +26,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         /// The PATCH body is cut after this many bytes of the chunk (the server keeps them,
         /// as tus servers do), then the connection drops (transient).
         case dropAfter(bytes: Int)
-        /// The upload completes, but the server stores other bytes (a broken proxy or
+        /// The block completes, but the server stores other bytes (a broken proxy or
         /// disk) and acknowledges the offset anyway.
         case acknowledgeWrongBytes
     }
@@ -31,26 +34,29 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     public struct Stats: Sendable, Equatable {
         /// Every byte received in PATCH bodies, including re-sent ones.
         public var bytesReceived: Int64 = 0
-        public var bytesReceivedByHash: [SHA256Digest: Int64] = [:]
+        /// The same, by block digest.
+        public var bytesReceivedByBlock: [SHA256Digest: Int64] = [:]
         public var patches = 0
         public var creates = 0
         public var heads = 0
-        /// PATCHes that carried the last byte of an upload.
+        public var records = 0
+        /// PATCHes that carried the last byte of a block.
         public var completions = 0
     }
 
     struct Upload {
         var hash: SHA256Digest
-        var size: Int64
+        var length: Int64
         var data: [UInt8] = []
     }
 
     struct State {
-        var blobs: [SHA256Digest: [UInt8]] = [:]
-        var uploads: [Int: Upload] = [:]
-        /// URL → (upload id, expiry).
-        var urls: [String: (id: Int, expiresAt: Double)] = [:]
-        var nextID = 1
+        var blocks: [SHA256Digest: [UInt8]] = [:]
+        var contents: [SHA256Digest: ContentManifest] = [:]
+        /// Incomplete block uploads by block digest (the real server's key too).
+        var uploads: [SHA256Digest: Upload] = [:]
+        /// URL → (block digest, expiry).
+        var urls: [String: (block: SHA256Digest, expiresAt: Double)] = [:]
         var records: [Int64: FileRecord] = [:]
         var watermark: BackupWatermark?
         var faults: [(operation: Operation?, fault: Fault)] = []
@@ -60,7 +66,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     }
 
     private let state = Mutex(State())
-    /// Called after each accepted PATCH with the upload's new offset (tests pause from here).
+    /// Called after each accepted PATCH with the block's new offset (tests pause from here).
     private let afterPatch: Mutex<(@Sendable (Int64) -> Void)?> = Mutex(nil)
     /// Bytes per progress callback inside a PATCH.
     public let progressStep: Int
@@ -82,51 +88,81 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     /// Every URL handed out so far stops working (as after their expiry time).
     public func expireAllURLs() { state.withLock { s in for key in s.urls.keys { s.urls[key]!.expiresAt = -1 } } }
 
-    /// Puts a blob on the server directly (another device uploaded it).
-    public func store(_ bytes: [UInt8]) { state.withLock { $0.blobs[SHA256Hasher.digest(bytes)] = bytes } }
+    /// Puts a whole content on the server directly (another device uploaded it).
+    public func store(_ bytes: [UInt8]) {
+        let manifest = Self.manifest(of: bytes)
+        state.withLock { s in
+            Self.forEachBlock(of: bytes) { digest, block in if !Self.isZero(block) { s.blocks[digest] = block } }
+            s.contents[manifest.content] = manifest
+        }
+    }
+
+    /// Puts one block on the server directly (part of another device's file).
+    public func storeBlock(_ bytes: [UInt8]) { state.withLock { $0.blocks[SHA256Hasher.digest(bytes)] = bytes } }
+
+    /// Loses a stored block (a server-side collection racing an upload, a lost disk).
+    public func forgetBlock(_ hash: SHA256Digest) { state.withLock { _ = $0.blocks.removeValue(forKey: hash) } }
+
     public func setServerWatermark(_ w: BackupWatermark?) { state.withLock { $0.watermark = w } }
 
     public var stats: Stats { state.withLock { $0.stats } }
-    public var blobs: [SHA256Digest: [UInt8]] { state.withLock { $0.blobs } }
+    public var storedBlocks: [SHA256Digest: [UInt8]] { state.withLock { $0.blocks } }
     public var records: [Int64: FileRecord] { state.withLock { $0.records } }
     public var storedWatermark: BackupWatermark? { state.withLock { $0.watermark } }
-    /// The offset the server holds for the incomplete upload of `hash`, if any.
-    public func pendingOffset(of hash: SHA256Digest) -> Int64? {
-        state.withLock { s in s.uploads.values.first { $0.hash == hash }.map { Int64($0.data.count) } }
+
+    /// A recorded content's bytes, assembled from its blocks (zeros for zero blocks), or
+    /// nil when the server holds no such content (or lost a block of it).
+    public func content(_ hash: SHA256Digest) -> [UInt8]? {
+        state.withLock { s in
+            guard let manifest = s.contents[hash] else { return nil }
+            var out: [UInt8] = []
+            for (i, digest) in manifest.blocks.enumerated() {
+                let length = Blocks.length(ofBlock: i, fileSize: manifest.size)
+                if Blocks.isZero(digest, length: length) {
+                    out += [UInt8](repeating: 0, count: length)
+                } else {
+                    guard let block = s.blocks[digest] else { return nil }
+                    out += block
+                }
+            }
+            return out
+        }
+    }
+
+    /// The offset the server holds for the incomplete upload of block `hash`, if any.
+    public func pendingOffset(ofBlock hash: SHA256Digest) -> Int64? {
+        state.withLock { s in s.uploads[hash].map { Int64($0.data.count) } }
     }
 
     // MARK: - BackupTransport
 
-    public func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
+    public func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
         try state.withLock { s in
-            try Self.takeFault(&s, .presentHashes)
-            return Set(hashes.filter { s.blobs[$0] != nil })
+            try Self.takeFault(&s, .presentContents)
+            return Set(hashes.filter { s.contents[$0] != nil })
         }
     }
 
-    public func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket {
+    public func createUpload(_ manifest: ContentManifest) throws -> UploadPlan {
         try state.withLock { s in
             try Self.takeFault(&s, .createUpload)
             s.stats.creates += 1
-            if s.blobs[hash] != nil { return .present }
-            if size == 0 {
-                // tus: an upload of length 0 is complete when created.
-                guard hash == SHA256Hasher.digest([UInt8]()) else { throw BackupTransportError(.checksumMismatch, "460 empty upload") }
-                s.blobs[hash] = []
-                return .present
-            }
-            let id: Int
-            if let existing = s.uploads.first(where: { $0.value.hash == hash && $0.value.size == size })?.key {
-                id = existing
-            } else {
-                id = s.nextID
-                s.nextID += 1
-                s.uploads[id] = Upload(hash: hash, size: size)
-            }
+            guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks do not hash to content") }
+            if s.contents[manifest.content] != nil { return .present }
             let expiresAt = s.now + s.urlLifetime
-            let url = "mem://uploads/\(id)?expires=\(Int(expiresAt))&n=\(s.urls.count)"
-            s.urls[url] = (id, expiresAt)
-            return .upload(url: url, offset: Int64(s.uploads[id]!.data.count), expiresAt: expiresAt)
+            var plan: [BlockUpload] = []
+            var listed = Set<SHA256Digest>()
+            for (index, digest) in manifest.blocks.enumerated() {
+                let length = Int64(Blocks.length(ofBlock: index, fileSize: manifest.size))
+                guard !Blocks.isZero(digest, length: Int(length)), s.blocks[digest] == nil,
+                      listed.insert(digest).inserted else { continue }
+                if s.uploads[digest] == nil { s.uploads[digest] = Upload(hash: digest, length: length) }
+                let url = "mem://blocks/\(digest.hex)?expires=\(Int(expiresAt))&n=\(s.urls.count)"
+                s.urls[url] = (digest, expiresAt)
+                plan.append(BlockUpload(index: index, hash: digest, length: length, url: url,
+                                        offset: Int64(s.uploads[digest]!.data.count)))
+            }
+            return .blocks(plan, expiresAt: expiresAt)
         }
     }
 
@@ -134,8 +170,8 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         try state.withLock { s in
             try Self.takeFault(&s, .uploadOffset)
             s.stats.heads += 1
-            let id = try Self.resolve(&s, url)
-            return Int64(s.uploads[id]!.data.count)
+            let block = try Self.resolve(&s, url)
+            return Int64(s.uploads[block]!.data.count)
         }
     }
 
@@ -143,18 +179,18 @@ public final class InMemoryTransport: BackupTransport, Sendable {
                       progress: (Int64) -> Bool) throws -> Int64 {
         // Faults and checks first, under the lock; the "transfer" with its progress
         // callbacks runs outside it, as a real request would.
-        let (id, fault) = try state.withLock { s -> (Int, Fault?) in
+        let (block, fault) = try state.withLock { s -> (SHA256Digest, Fault?) in
             let fault = try Self.takeFault(&s, .patch)
             s.stats.patches += 1
-            let id = try Self.resolve(&s, url)
-            let upload = s.uploads[id]!
+            let block = try Self.resolve(&s, url)
+            let upload = s.uploads[block]!
             if offset != Int64(upload.data.count) {
                 throw BackupTransportError(.offsetConflict(serverOffset: Int64(upload.data.count)), "409 offset mismatch")
             }
-            if offset + Int64(chunk.count) > upload.size {
+            if offset + Int64(chunk.count) > upload.length {
                 throw BackupTransportError(.permanent, "413 chunk runs past Upload-Length")
             }
-            return (id, fault)
+            return (block, fault)
         }
         var limit = chunk.count
         if case .dropAfter(let bytes) = fault { limit = min(bytes, chunk.count) }
@@ -168,25 +204,25 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         let received = Array(UnsafeRawBufferPointer(rebasing: chunk[0..<accepted]))
         let newOffset = try state.withLock { s -> Int64 in
             s.stats.bytesReceived += Int64(accepted)
-            guard var upload = s.uploads[id] else { throw BackupTransportError(.notFound, "404 upload gone") }
-            s.stats.bytesReceivedByHash[upload.hash, default: 0] += Int64(accepted)
+            s.stats.bytesReceivedByBlock[block, default: 0] += Int64(accepted)
+            guard var upload = s.uploads[block] else { throw BackupTransportError(.notFound, "404 upload gone") }
             if accepted == chunk.count && SHA256Hasher.digest(received) != chunkSHA256 {
                 throw BackupTransportError(.checksumMismatch, "460 chunk checksum mismatch")
             }
             upload.data += received
-            s.uploads[id] = upload
-            if Int64(upload.data.count) == upload.size {
+            s.uploads[block] = upload
+            if Int64(upload.data.count) == upload.length {
                 s.stats.completions += 1
                 var stored = upload.data
                 if fault == .acknowledgeWrongBytes, !stored.isEmpty { stored[stored.count / 2] ^= 0xFF }
                 let actual = SHA256Hasher.digest(stored)
-                s.uploads[id] = nil
+                s.uploads[block] = nil
                 if fault == .acknowledgeWrongBytes {
-                    s.blobs[actual] = stored  // filed under what it really is: not the right hash
-                } else if actual != upload.hash {
-                    throw BackupTransportError(.checksumMismatch, "460 upload does not hash to \(upload.hash.hex)")
+                    s.blocks[actual] = stored  // filed under what it really is: not the block asked for
+                } else if actual != block {
+                    throw BackupTransportError(.checksumMismatch, "460 block does not hash to \(block.hex)")
                 } else {
-                    s.blobs[upload.hash] = stored
+                    s.blocks[block] = stored
                 }
             }
             return Int64(upload.data.count)
@@ -200,7 +236,18 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     public func recordFile(_ record: FileRecord) throws {
         try state.withLock { s in
             try Self.takeFault(&s, .recordFile)
-            guard s.blobs[record.hash] != nil else { throw BackupTransportError(.permanent, "409 no such blob") }
+            s.stats.records += 1
+            if s.contents[record.hash] == nil {
+                let manifest = ContentManifest(content: record.hash, size: record.size, blocks: record.blocks)
+                guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks do not hash to content") }
+                let missing = record.blocks.enumerated().filter { index, digest in
+                    !Blocks.isZero(digest, length: Blocks.length(ofBlock: index, fileSize: record.size)) && s.blocks[digest] == nil
+                }
+                if !missing.isEmpty {
+                    throw BackupTransportError(.missingBlocks, "409 missing_blocks: \(missing.map(\.element.hex).joined(separator: ","))")
+                }
+                s.contents[record.hash] = manifest
+            }
             s.records[record.changeSequence] = record
         }
     }
@@ -221,6 +268,24 @@ public final class InMemoryTransport: BackupTransport, Sendable {
 
     // MARK: - Internals
 
+    /// The manifest of bytes held in memory.
+    public static func manifest(of bytes: [UInt8]) -> ContentManifest {
+        var blocks: [SHA256Digest] = []
+        forEachBlock(of: bytes) { digest, _ in blocks.append(digest) }
+        return ContentManifest(content: ContentHash.of(blocks: blocks), size: Int64(bytes.count), blocks: blocks)
+    }
+
+    static func forEachBlock(of bytes: [UInt8], _ body: (SHA256Digest, [UInt8]) -> Void) {
+        var start = 0
+        while start < bytes.count {
+            let block = Array(bytes[start..<min(start + Blocks.size, bytes.count)])
+            body(SHA256Hasher.digest(block), block)
+            start += Blocks.size
+        }
+    }
+
+    static func isZero(_ block: [UInt8]) -> Bool { block.allSatisfy { $0 == 0 } }
+
     /// Removes and applies the first fault for `operation`: throws it, or returns the
     /// PATCH-only faults for `patch` to act on.
     @discardableResult
@@ -238,10 +303,10 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         }
     }
 
-    private static func resolve(_ s: inout State, _ url: String) throws -> Int {
+    private static func resolve(_ s: inout State, _ url: String) throws -> SHA256Digest {
         guard let entry = s.urls[url] else { throw BackupTransportError(.notFound, "404 unknown upload URL") }
         guard entry.expiresAt > s.now else { throw BackupTransportError(.expiredURL, "403 upload URL expired") }
-        guard s.uploads[entry.id] != nil else { throw BackupTransportError(.notFound, "404 upload gone") }
-        return entry.id
+        guard s.uploads[entry.block] != nil else { throw BackupTransportError(.notFound, "404 upload gone") }
+        return entry.block
     }
 }

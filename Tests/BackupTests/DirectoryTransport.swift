@@ -4,10 +4,12 @@ import Storage
 @testable import Backup
 
 /// A fake server whose whole state is a folder, so it outlives a client killed with
-/// SIGKILL: `blobs/<hash>` complete blobs, `uploads/<hash>` the bytes received so far
-/// (appended as they arrive, as a tus server streams a PATCH body to disk), and
-/// `received.log`, one line per piece of PATCH body, written before the piece is stored
-/// (a kill in between over-counts: the re-send figure is never flattered).
+/// SIGKILL: `blocks/<hash>` complete blocks, `uploads/<hash>` the bytes of a block
+/// received so far (appended as they arrive, as a tus server streams a PATCH body to
+/// disk) with `uploads/<hash>.length`, `contents/<hash>` one line per block digest of a
+/// recorded content, and `received.log`, one line per piece of PATCH body, written
+/// before the piece is stored (a kill in between over-counts: the re-send figure is
+/// never flattered).
 struct DirectoryTransport: BackupTransport {
     let root: String
     /// Sleep per 64 KiB piece, so a test can kill the client mid-upload.
@@ -16,12 +18,12 @@ struct DirectoryTransport: BackupTransport {
     init(root: String, pieceDelayMicroseconds: UInt32 = 0) throws {
         self.root = root
         self.pieceDelayMicroseconds = pieceDelayMicroseconds
-        try FileIO.makeDirectories(root + "/blobs")
-        try FileIO.makeDirectories(root + "/uploads")
+        for folder in ["blocks", "uploads", "contents"] { try FileIO.makeDirectories(root + "/" + folder) }
     }
 
-    func blobPath(_ hash: SHA256Digest) -> String { root + "/blobs/" + hash.hex }
+    func blockPath(_ hash: SHA256Digest) -> String { root + "/blocks/" + hash.hex }
     func uploadPath(_ hash: SHA256Digest) -> String { root + "/uploads/" + hash.hex }
+    func contentPath(_ hash: SHA256Digest) -> String { root + "/contents/" + hash.hex }
 
     /// Bytes of PATCH bodies received over all runs, by any process.
     var bytesReceived: Int64 {
@@ -29,16 +31,48 @@ struct DirectoryTransport: BackupTransport {
         return text.split(separator: "\n").reduce(0) { $0 + (Int64($1) ?? 0) }
     }
 
-    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
-        Set(hashes.filter { FileIO.exists(blobPath($0)) })
+    /// A recorded content's bytes, assembled from its blocks.
+    func content(_ hash: SHA256Digest, size: Int64) throws -> [UInt8]? {
+        guard let text = try? String(contentsOfFile: contentPath(hash), encoding: .utf8) else { return nil }
+        var out: [UInt8] = []
+        for (index, line) in text.split(separator: "\n").enumerated() {
+            let digest = try #require(SHA256Digest(hex: String(line)))
+            let length = Blocks.length(ofBlock: index, fileSize: size)
+            if Blocks.isZero(digest, length: length) {
+                out += [UInt8](repeating: 0, count: length)
+            } else {
+                out += try #require(FileManager.default.contents(atPath: blockPath(digest)))
+            }
+        }
+        return out
     }
 
-    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket {
-        if FileIO.exists(blobPath(hash)) { return .present }
-        let fd = try FileIO.open(uploadPath(hash), O_WRONLY | O_CREAT, 0o600)
-        FileIO.close(fd)
-        try Data(String(size).utf8).write(to: URL(fileURLWithPath: uploadPath(hash) + ".length"))
-        return .upload(url: "dir://" + hash.hex, offset: try offset(hash), expiresAt: .infinity)
+    func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
+        Set(hashes.filter { FileIO.exists(contentPath($0)) })
+    }
+
+    func createUpload(_ manifest: ContentManifest) throws -> UploadPlan {
+        guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks") }
+        if FileIO.exists(contentPath(manifest.content)) { return .present }
+        var plan: [BlockUpload] = []
+        for (index, hash) in manifest.blocks.enumerated() {
+            let length = Int64(Blocks.length(ofBlock: index, fileSize: manifest.size))
+            guard !Blocks.isZero(hash, length: Int(length)), !FileIO.exists(blockPath(hash)),
+                  !plan.contains(where: { $0.hash == hash }) else { continue }
+            if !FileIO.exists(uploadPath(hash)) {
+                let fd = try FileIO.open(uploadPath(hash), O_WRONLY | O_CREAT, 0o600)
+                FileIO.close(fd)
+                try Data(String(length).utf8).write(to: URL(fileURLWithPath: uploadPath(hash) + ".length"))
+            }
+            let offset = try offset(hash)
+            if offset == length {
+                // All bytes arrived but the client (this process) died before the check.
+                try complete(hash)
+                continue
+            }
+            plan.append(BlockUpload(index: index, hash: hash, length: length, url: "dir://" + hash.hex, offset: offset))
+        }
+        return .blocks(plan, expiresAt: .infinity)
     }
 
     func uploadOffset(url: String) throws -> Int64 { try offset(try hash(of: url)) }
@@ -67,20 +101,36 @@ struct DirectoryTransport: BackupTransport {
             if !progress(Int64(done)) { throw BackupTransportError(.cancelled, "cancelled") }
         }
         let end = offset + Int64(chunk.count)
-        if end == (try length(hash)) {
-            let check = try FileIO.open(uploadPath(hash), O_RDONLY)
-            let actual = try BlobStore.hash(fd: check)
-            FileIO.close(check)
-            guard actual == hash else { throw BackupTransportError(.checksumMismatch, "460 upload hash") }
-            try FileIO.rename(uploadPath(hash), blobPath(hash))
-            try? FileIO.unlink(uploadPath(hash) + ".length")
-        }
+        if end == (try length(hash)) { try complete(hash) }
         return end
     }
 
-    func recordFile(_ record: FileRecord) throws {}
+    func recordFile(_ record: FileRecord) throws {
+        if FileIO.exists(contentPath(record.hash)) { return }
+        let manifest = ContentManifest(content: record.hash, size: record.size, blocks: record.blocks)
+        guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks") }
+        let missing = record.blocks.enumerated().filter { index, hash in
+            !Blocks.isZero(hash, length: Blocks.length(ofBlock: index, fileSize: record.size)) && !FileIO.exists(blockPath(hash))
+        }
+        guard missing.isEmpty else { throw BackupTransportError(.missingBlocks, "409 missing_blocks") }
+        try Data(record.blocks.map { $0.hex + "\n" }.joined().utf8).write(to: URL(fileURLWithPath: contentPath(record.hash)))
+    }
+
     func watermark() throws -> BackupWatermark? { nil }
     func setWatermark(_ watermark: BackupWatermark) throws {}
+
+    /// The whole block is here: keep it under its name if it hashes to it, else drop it.
+    private func complete(_ hash: SHA256Digest) throws {
+        let check = try FileIO.open(uploadPath(hash), O_RDONLY)
+        let actual = try BlobStore.hash(fd: check)
+        FileIO.close(check)
+        try? FileIO.unlink(uploadPath(hash) + ".length")
+        guard actual == hash else {
+            try? FileIO.unlink(uploadPath(hash))
+            throw BackupTransportError(.checksumMismatch, "460 block hash")
+        }
+        try FileIO.rename(uploadPath(hash), blockPath(hash))
+    }
 
     private func hash(of url: String) throws -> SHA256Digest {
         guard let hash = SHA256Digest(hex: String(url.dropFirst("dir://".count))) else {
@@ -99,3 +149,5 @@ struct DirectoryTransport: BackupTransport {
         return Int64(text) ?? -1
     }
 }
+
+import Testing

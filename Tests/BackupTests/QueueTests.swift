@@ -13,14 +13,22 @@ import Storage
         #expect(item.hash == c.hash)
         #expect(item.size == 1000)
         #expect(item.path == "Camera Roll/a.jpg")
+        #expect(item.blocks == c.blocks)
+        #expect(item.commit.settled)
         #expect(try h.queue.counts() == BackupQueue.Counts(pending: 1, bytesLeft: 1000))
+        // The block list is stored as JSON text, so the drive's triggers can read it with json_each.
+        let pinned = try h.db.query("SELECT value FROM backup_items, json_each(backup_items.blocks) WHERE backup_items.id = ?", item.id) {
+            $0.string(0) ?? ""
+        }
+        #expect(pinned == c.blocks.map(\.hex))
     }
 
     @Test func enqueueInRolledBackTransactionLeavesNothing() throws {
         let h = try Harness(); defer { h.remove() }
         struct DiskFull: Error {}
+        let manifest = InMemoryTransport.manifest(of: Array("x".utf8))
         let commit = CameraRollCommit(changeSequence: 7, inode: 70, path: "Camera Roll/b.jpg",
-                                      hash: SHA256Hasher.digest("x"), size: 1, mtime: 0)
+                                      hash: manifest.content, size: 1, mtime: 0, blocks: manifest.blocks, settled: true)
         #expect(throws: DiskFull.self) {
             try h.db.transaction {
                 try h.db.run("INSERT INTO files(inode, path) VALUES (70, 'Camera Roll/b.jpg')")
@@ -56,7 +64,7 @@ import Storage
         #expect(try h.state(old) == .done)
         #expect(try h.state(new) == .pending)
         _ = try h.makeWorker().drain()
-        #expect(h.server.blobs[old.hash] != nil && h.server.blobs[new.hash] != nil)
+        #expect(h.server.content(old.hash) != nil && h.server.content(new.hash) != nil)
     }
 
     @Test func stateMachineTransitions() throws {
@@ -108,7 +116,32 @@ import Storage
         try BackupSchema.apply(to: h.db)
         let names = try h.db.appliedMigrations()
         #expect(names.contains("backup-1-items"))
+        #expect(names.contains("backup-2-blocks-settled"))
         #expect(BackupSchema.migrations.allSatisfy { $0.name.hasPrefix("backup-") })
+    }
+
+    /// A catalog made before blocks: its rows gain an empty block list and count as
+    /// settled (the drive's own migration rewrites hash and blocks of the undone ones).
+    @Test func rowsQueuedBeforeBlocksMigrateAsSettledWithNoBlocks() throws {
+        let root = FileManager.default.temporaryDirectory.path + "/vdrive-backup-mig-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let db = try Database(path: root + "/catalog.db")
+        try db.migrate([BackupSchema.migrations[0]])
+        let oldHash = SHA256Hasher.digest("a whole-file SHA-256, as before blocks")
+        try db.run("""
+            INSERT INTO backup_items (change_sequence, inode, path, hash, size, mtime, queued_at)
+            VALUES (5, 50, 'Camera Roll/old.jpg', ?, 123, 0, 0)
+            """, oldHash.hex)
+        try BackupSchema.apply(to: db)
+        let queue = BackupQueue(db: db)
+        let item = try #require(try queue.allItems().first)
+        #expect(item.hash == oldHash)
+        #expect(item.blocks.isEmpty)
+        #expect(item.commit.settled)
+        #expect(try queue.nextDue(now: 1)?.id == item.id)
+        try BackupSchema.apply(to: db)  // a second run changes nothing
+        #expect(try db.appliedMigrations() == BackupSchema.migrations.map(\.name))
     }
 
     @Test func listingNamesAreFlatReadableAndUnique() throws {

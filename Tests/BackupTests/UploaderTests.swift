@@ -5,20 +5,25 @@ import Storage
 @testable import Backup
 
 @Suite struct UploaderTests {
-    @Test func uploadsInChunksAndMarksDoneOnlyWhenServerHasTheBlob() throws {
-        let h = try Harness(chunkSize: 64 * 1024); defer { h.remove() }
-        let bytes = testBytes(200_000, seed: 10)  // 4 chunks: 3 full + 1 partial
+    @Test func uploadsBlockByBlockAndIsDoneOnlyOnceRecorded() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(10 * MiB + 1234, seed: 10)  // 3 blocks: 4 + 4 + 2 MiB and a bit
         let c = try h.commit(bytes, path: "Camera Roll/big.jpg")
+        #expect(c.blocks.count == 3)
         let worker = h.makeWorker()
         #expect(try worker.drain() == .empty(nextDue: nil))
         let item = try h.item(c)
         #expect(item.state == .done)
         #expect(!item.linked)
         #expect(item.recorded)
-        #expect(h.server.blobs[c.hash] == bytes)
-        #expect(h.server.stats.patches == 4)
+        #expect(item.bytesSent == Int64(bytes.count))
+        #expect(h.server.content(c.hash) == bytes)
+        #expect(h.server.stats.patches == 3)  // one PATCH per block
         #expect(h.server.stats.bytesReceived == Int64(bytes.count))
-        #expect(h.server.records[c.changeSequence]?.path == "Camera Roll/big.jpg")
+        let record = try #require(h.server.records[c.changeSequence])
+        #expect(record.path == "Camera Roll/big.jpg")
+        #expect(record.hash == c.hash)
+        #expect(record.blocks == c.blocks)
     }
 
     @Test func sameContentTwiceIsSentOnce() throws {
@@ -47,79 +52,105 @@ import Storage
         #expect(outcomes == [.linked])
         #expect(h.server.stats.bytesReceived == 0)
         #expect(try h.item(c).linked)
+        #expect(h.server.records[c.changeSequence]?.hash == c.hash)
     }
 
-    @Test func resumeAfterKillAsksServerOffsetAndResendsAtMostOneChunk() throws {
-        let chunk = 64 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
-        let bytes = testBytes(10 * chunk + 1234, seed: 12)
+    /// A PATCH cut in the middle of block 1; the process then dies (the row is left
+    /// `uploading` with a stale progress). The next run asks the server for its plan,
+    /// which carries the offset it kept, and sends only the rest of that block: nothing
+    /// is re-sent, and only the bytes sent are read (plus the capture date's prefix of
+    /// block 0, which is not sent again).
+    @Test func resumeMidBlockAfterAnInterruptedPatchSendsOnlyTheRest() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(10 * MiB, seed: 12)
         let c = try h.commit(bytes, path: "Camera Roll/video.mov")
-        // The connection dies in the middle of the 4th chunk.
+        let cut = MiB + 7
         let server = h.server
         server.setAfterPatch { offset in
-            if offset == Int64(3 * chunk) { server.inject(.dropAfter(bytes: chunk / 3), on: .patch) }
+            if offset == Int64(Blocks.size) { server.inject(.dropAfter(bytes: cut), on: .patch) }
         }
         let first = h.makeWorker()
         let result = try first.drain()
         guard case .empty(let nextDue?) = result else { Issue.record("expected a backoff, got \(result)"); return }
-        let serverOffset = try #require(h.server.pendingOffset(of: c.hash))
-        #expect(serverOffset == Int64(3 * chunk + chunk / 3))
+        #expect(h.server.pendingOffset(ofBlock: c.blocks[1]) == Int64(cut))
+        #expect(try h.item(c).bytesSent == Int64(Blocks.size))  // block 0 acknowledged, block 1 not whole
         first.releaseLock()
         server.setAfterPatch(nil)
 
-        // Simulate the kill: the process died with the row `uploading` and a stale local
-        // record of progress (0); a new engine instance opens the same database.
         try h.db.run("UPDATE backup_items SET state = 'uploading', bytes_sent = 0 WHERE change_sequence = ?", c.changeSequence)
         h.clock.advance(nextDue - h.clock.now)
         let second = h.makeWorker()
+        let receivedBefore = h.server.stats.bytesReceived
+        let readBefore = try threadReadBytes()
         #expect(try second.drain() == .empty(nextDue: nil))
+        let read = try threadReadBytes() - readBefore
+        let sent = h.server.stats.bytesReceived - receivedBefore
         #expect(try h.state(c) == .done)
-        #expect(h.server.blobs[c.hash] == bytes)
-        #expect(h.server.stats.heads >= 1)  // asked the server, did not trust the local record
-        let resent = h.server.stats.bytesReceivedByHash[c.hash]! - Int64(bytes.count)
-        #expect(resent <= Int64(chunk))
-        #expect(resent == 0)  // tus keeps the partial PATCH: nothing re-sent at all here
+        #expect(h.server.content(c.hash) == bytes)
+        #expect(sent == Int64(bytes.count - Blocks.size - cut))  // the rest of block 1, then block 2
+        #expect(h.server.stats.bytesReceived == Int64(bytes.count))  // nothing re-sent
+        #expect(Double(read) <= Double(sent) * 1.05 + Double(CaptureDate.prefixLength), "read \(read) to send \(sent)")
     }
 
-    @Test func killMidFileResumesMidFile() throws {
-        let chunk = 64 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
-        let bytes = testBytes(8 * chunk, seed: 13)
+    @Test func stopBetweenBlocksResumesAtTheNextBlock() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(12 * MiB, seed: 13)
         let c = try h.commit(bytes, path: "Camera Roll/clip.mp4")
-        // First run: stopped (as by unmount) after the 5th chunk is acknowledged.
-        #expect(try h.drainStopping(atServerOffset: Int64(5 * chunk)) == .stopped)
+        // First run: stopped (as by unmount) once block 0 is acknowledged.
+        #expect(try h.drainStopping(atServerOffset: Int64(Blocks.size)) == .stopped)
         #expect(try h.state(c) == .pending)
-        #expect(h.server.pendingOffset(of: c.hash) == Int64(5 * chunk))
+        #expect(h.server.storedBlocks[c.blocks[0]] != nil)
+        #expect(h.server.stats.bytesReceived == Int64(Blocks.size))
 
         let second = h.makeWorker()
         #expect(try second.drain() == .empty(nextDue: nil))
-        #expect(h.server.blobs[c.hash] == bytes)
-        #expect(h.server.stats.bytesReceivedByHash[c.hash] == Int64(bytes.count))
+        #expect(h.server.content(c.hash) == bytes)
+        #expect(h.server.stats.bytesReceived == Int64(bytes.count))
     }
 
-    @Test func expiredURLIsRenewedBeforeTheNextAttempt() throws {
-        let chunk = 64 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
-        let bytes = testBytes(3 * chunk, seed: 14)
-        let c = try h.commit(bytes, path: "Camera Roll/e.jpg")
-        #expect(try h.drainStopping(atServerOffset: Int64(chunk)) == .stopped)
-        #expect(try h.item(c).uploadURL != nil)
-        h.server.expireAllURLs()
-
-        #expect(try h.makeWorker().drain() == .empty(nextDue: nil))
-        #expect(try h.state(c) == .done)
-        #expect(h.server.stats.creates == 2)  // one URL at first, one renewal
-        #expect(h.server.stats.bytesReceivedByHash[c.hash] == Int64(bytes.count))
-        #expect(try h.item(c).uploadURL == nil)
-    }
-
-    @Test func urlAboutToExpireLocallyIsRenewedWithoutAsking() throws {
+    @Test func urlsExpiredMidTransferAreRenewedAndTheTransferGoesOn() throws {
         let h = try Harness(); defer { h.remove() }
-        let c = try h.commit(testBytes(1000, seed: 15), path: "Camera Roll/f.jpg")
-        try h.queue.saveUpload(try h.item(c).id, url: "mem://stale", expiresAt: h.clock.now + 10)
+        let bytes = testBytes(12 * MiB, seed: 14)
+        let c = try h.commit(bytes, path: "Camera Roll/e.jpg")
+        let server = h.server
+        let once = Counter()
+        server.setAfterPatch { _ in if once.increment() == 0 { server.expireAllURLs() } }  // after block 0
+        var outcomes: [UploadOutcome] = []
+        #expect(try h.makeWorker().drain { _, o in outcomes.append(o) } == .empty(nextDue: nil))
+        #expect(outcomes == [.sent])  // in the same attempt, without a backoff
+        #expect(try h.state(c) == .done)
+        #expect(h.server.stats.creates == 2)  // one plan at first, one renewal
+        #expect(h.server.stats.bytesReceived == Int64(bytes.count))
+    }
+
+    /// URLs about to expire by the device's clock are renewed before the next block,
+    /// without a PATCH being refused first.
+    @Test func urlsAboutToExpireAreRenewedBeforeUse() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(12 * MiB, seed: 15)
+        let c = try h.commit(bytes, path: "Camera Roll/f.jpg")
+        let clock = h.clock
+        // The transfer of block 0 takes (for the device's clock) most of the URLs' hour.
+        let once = Counter()
+        h.server.setAfterPatch { _ in if once.increment() == 0 { clock.advance(3600 - 30) } }
+        var outcomes: [UploadOutcome] = []
+        #expect(try h.makeWorker().drain { _, o in outcomes.append(o) } == .empty(nextDue: nil))
+        #expect(outcomes == [.sent])
+        #expect(h.server.stats.creates == 2)  // renewed ahead: the server never had to refuse
+        #expect(h.server.stats.patches == 3)
+        #expect(try h.state(c) == .done)
+    }
+
+    /// A device clock far from the server's (the URLs look expired on arrival) must not
+    /// renew in a loop: the server's own answer decides.
+    @Test(arguments: [-86_400.0, 86_400.0])
+    func aSkewedClockStillUploads(_ skew: Double) throws {
+        let h = try Harness(); defer { h.remove() }
+        h.server.setNow(h.clock.now + skew)
+        let c = try h.commit(testBytes(6 * MiB, seed: 16), path: "Camera Roll/skew.jpg")
         #expect(try h.makeWorker().drain() == .empty(nextDue: nil))
         #expect(try h.state(c) == .done)
-        #expect(h.server.stats.heads == 0)
+        #expect(h.server.stats.creates == 1)
     }
 
     @Test(arguments: [InMemoryTransport.Fault.refuse, .serverError, .hang])
@@ -165,7 +196,9 @@ import Storage
         #expect(try h.state(c) == .done)
     }
 
-    @Test func wrongHashAcknowledgedIsNeverMarkedDone() throws {
+    /// The server acknowledges every byte but files the block under another digest (a
+    /// broken proxy or disk): the record is refused for a missing block, each time.
+    @Test func blocksAcknowledgedButNotHeldAreNeverMarkedDone() throws {
         let h = try Harness(); defer { h.remove() }
         let bytes = testBytes(150_000, seed: 18)
         let c = try h.commit(bytes, path: "Camera Roll/i.jpg")
@@ -181,39 +214,64 @@ import Storage
         let item = try h.item(c)
         #expect(item.state == .failed)
         #expect(item.failureReason?.contains("does not hold") == true)
-        #expect(h.server.blobs[c.hash] == nil)
+        #expect(h.server.content(c.hash) == nil)
+        #expect(h.server.records.isEmpty)
         #expect(outcomes.count == 3)
         #expect(!outcomes.contains(.sent))
     }
 
-    @Test func corruptLocalBlobFailsAndNothingWrongCompletes() throws {
-        let chunk = 64 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
+    /// A block that the server loses between its PATCH and the record (409 missing_blocks)
+    /// is sent again in the same attempt: no backoff, no attempt counted.
+    @Test func missingBlocksAtRecordTimeAreSentAgainWithoutBackoff() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(6 * MiB, seed: 28)
+        let c = try h.commit(bytes, path: "Camera Roll/lost.jpg")
+        let server = h.server
+        let lost = c.blocks[1]
+        let once = Counter()
+        server.setAfterPatch { _ in
+            if server.storedBlocks[lost] != nil, once.increment() == 0 { server.forgetBlock(lost) }
+        }
+        var outcomes: [UploadOutcome] = []
+        #expect(try h.makeWorker().drain { _, o in outcomes.append(o) } == .empty(nextDue: nil))
+        #expect(outcomes == [.sent])
+        #expect(try h.item(c).attempts == 0)
+        #expect(h.server.content(c.hash) == bytes)
+        #expect(h.server.stats.bytesReceivedByBlock[lost] == 2 * Int64(Blocks.length(ofBlock: 1, fileSize: c.size)))
+        #expect(h.server.stats.bytesReceivedByBlock[c.blocks[0]] == Int64(Blocks.size))  // only the lost one again
+    }
+
+    /// A damaged local block: the server refuses it (its checksum is the block's digest,
+    /// which the damaged bytes do not have), the uploader re-reads it to tell a damaged
+    /// copy from damage on the way, and the item fails. Nothing wrong is ever stored.
+    @Test func damagedLocalBlockFailsAndNothingWrongIsStored() throws {
+        let h = try Harness(); defer { h.remove() }
         let small = testBytes(1000, seed: 19)
-        let large = testBytes(3 * chunk + 5, seed: 20)
+        let large = testBytes(3 * Blocks.size + 5, seed: 20)
         let s = try h.commit(small, path: "Camera Roll/small.jpg")
         let l = try h.commit(large, path: "Camera Roll/large.jpg")
-        try corrupt(h.blobs.path(for: s.hash), at: 10)
-        try corrupt(h.blobs.path(for: l.hash), at: Int64(large.count - 2))
+        try corrupt(h.blobs.path(for: s.blocks[0]), at: 10)
+        try corrupt(h.blobs.path(for: l.blocks[1]), at: 123_456)
         _ = try h.makeWorker().drain()
         for commit in [s, l] {
             let item = try h.item(commit)
             #expect(item.state == .failed)
             #expect(item.failureReason?.contains("corrupt") == true)
+            #expect(h.server.content(commit.hash) == nil)
         }
-        // The one-chunk file sent nothing; the large one never sent its last chunk, so the
-        // server never completed (and so never stored) either upload.
-        #expect(h.server.stats.bytesReceivedByHash[s.hash] == nil)
-        #expect(h.server.stats.bytesReceivedByHash[l.hash] == Int64(3 * chunk))
-        #expect(h.server.stats.completions == 0)
-        #expect(h.server.blobs.isEmpty)
+        #expect(try h.item(l).failureReason?.contains("block 1") == true)
+        #expect(h.server.records.isEmpty)
+        #expect(h.server.storedBlocks[s.blocks[0]] == nil)
+        #expect(h.server.storedBlocks[l.blocks[1]] == nil)
+        // Whatever the server keeps is filed under its own digest.
+        for (digest, block) in h.server.storedBlocks { #expect(SHA256Hasher.digest(block) == digest) }
     }
 
-    @Test func missingLocalBlobFailsWithReason() throws {
+    @Test func missingLocalBlockFailsWithReason() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(testBytes(1000, seed: 21), path: "Camera Roll/gone.jpg")
-        chmod(h.blobs.path(for: c.hash), 0o600)
-        try FileIO.unlink(h.blobs.path(for: c.hash))
+        chmod(h.blobs.path(for: c.blocks[0]), 0o600)
+        try FileIO.unlink(h.blobs.path(for: c.blocks[0]))
         _ = try h.makeWorker().drain()
         let item = try h.item(c)
         #expect(item.state == .failed)
@@ -221,18 +279,17 @@ import Storage
         #expect(h.server.stats.patches == 0)
     }
 
-    @Test func pauseMidUploadStopsWithinOneChunkAndSendsNothingWhileHeld() throws {
-        let chunk = 64 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
-        let bytes = testBytes(10 * chunk, seed: 22)
+    @Test func pauseMidUploadStopsWithinOneBlockAndSendsNothingWhileHeld() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(12 * MiB, seed: 22)
         let c = try h.commit(bytes, path: "Camera Roll/long.mov")
         let settings = h.settings
-        // The user pauses just as the 1st chunk is acknowledged.
-        h.server.setAfterPatch { offset in if offset == Int64(chunk) { settings.update { $0.paused = true } } }
+        // The user pauses just as block 0 is acknowledged.
+        h.server.setAfterPatch { offset in if offset == Int64(Blocks.size) { settings.update { $0.paused = true } } }
         let worker = h.makeWorker()
         #expect(try worker.drain() == .held(.paused))
         let sent = h.server.stats.bytesReceived
-        #expect(sent == Int64(chunk))  // not one byte after the pause
+        #expect(sent == Int64(Blocks.size))  // not one byte after the pause
         #expect(try h.state(c) == .pending)
 
         // While held, draining sends nothing.
@@ -242,19 +299,21 @@ import Storage
         h.server.setAfterPatch(nil)
         settings.update { $0.paused = false }
         #expect(try worker.drain() == .empty(nextDue: nil))
-        #expect(h.server.blobs[c.hash] == bytes)
+        #expect(h.server.content(c.hash) == bytes)
+        #expect(h.server.stats.bytesReceived == Int64(bytes.count))
     }
 
-    @Test func cancelMidChunkKeepsServerOffsetAndLeavesItemPending() throws {
-        let chunk = 256 * 1024
-        let h = try Harness(chunkSize: chunk); defer { h.remove() }
-        let c = try h.commit(testBytes(2 * chunk, seed: 23), path: "Camera Roll/j.jpg")
+    @Test func cancelMidBlockKeepsServerOffsetAndLeavesItemPending() throws {
+        let h = try Harness(); defer { h.remove() }
+        let c = try h.commit(testBytes(8 * MiB, seed: 23), path: "Camera Roll/j.jpg")
         let calls = Counter()
-        // Stop requested after the first progress tick of the first chunk.
+        // Stop requested at the first progress tick of block 0 (after the drain's and the
+        // uploader's own checks).
         let worker = h.makeWorker(shouldContinue: { calls.increment() < 2 })
         #expect(try worker.drain() == .stopped)
         #expect(try h.state(c) == .pending)
-        #expect(h.server.stats.bytesReceived < Int64(chunk))
+        #expect(h.server.stats.bytesReceived < Int64(Blocks.size))
+        #expect(h.server.pendingOffset(ofBlock: c.blocks[0]) == h.server.stats.bytesReceived)
         #expect(try h.item(c).attempts == 0)  // a stop is not a failure
     }
 
@@ -271,14 +330,15 @@ import Storage
     /// /proc/thread-self/io: every read and pread, SQLite's included). The drain runs
     /// synchronously on the test's thread.
     @Test func eachByteIsReadOnce() throws {
-        let h = try Harness(chunkSize: 1 << 20); defer { h.remove() }
-        let bytes = testBytes(8 << 20, seed: 25)
-        let c = try h.commit(bytes, path: "Camera Roll/8MiB.mov")
+        let h = try Harness(); defer { h.remove() }
+        let bytes = testBytes(9 * MiB, seed: 25)
+        let c = try h.commit(bytes, path: "Camera Roll/9MiB.mov")
         let worker = h.makeWorker()
         let before = try threadReadBytes()
         _ = try worker.drain()
         let read = try threadReadBytes() - before
         #expect(try h.state(c) == .done)
+        #expect(h.server.stats.bytesReceived == Int64(bytes.count))
         let ratio = Double(read) / Double(bytes.count)
         #expect(ratio >= 1.0 && ratio <= 1.05, "read \(read) bytes to upload \(bytes.count)")
     }
@@ -297,13 +357,27 @@ import Storage
     @Test func emptyFileIsBackedUpWithoutAPatch() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit([], path: "Camera Roll/empty.jpg")
+        #expect(c.blocks.isEmpty)
         _ = try h.makeWorker().drain()
         #expect(try h.state(c) == .done)
-        #expect(h.server.blobs[c.hash] == [])
+        #expect(h.server.content(c.hash) == [])
+        #expect(h.server.records[c.changeSequence] != nil)
         #expect(h.server.stats.patches == 0)
     }
 
-    @Test func captureDateIsReadFromTheFirstChunk() throws {
+    @Test func aRowWhoseBlocksDoNotNameItsContentFailsWithoutAsking() throws {
+        let h = try Harness(); defer { h.remove() }
+        let c = try h.commit(testBytes(1000, seed: 29), path: "Camera Roll/old.jpg")
+        // As a row queued before blocks and never migrated: no block list.
+        try h.db.run("UPDATE backup_items SET blocks = '[]' WHERE change_sequence = ?", c.changeSequence)
+        _ = try h.makeWorker().drain()
+        let item = try h.item(c)
+        #expect(item.state == .failed)
+        #expect(item.failureReason?.contains("block list") == true)
+        #expect(h.server.stats.creates == 0)
+    }
+
+    @Test func captureDateIsReadFromTheFirstBlock() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(try Fixtures.bytes("DSC_1999.jpg"), path: "Camera Roll/DSC_1999.jpg")
         _ = try h.makeWorker().drain()
@@ -311,6 +385,16 @@ import Storage
         #expect(item.captureDate == "2015-03-01T12:00:00")
         #expect(item.captureSource == "exif")
         #expect(h.server.records[c.changeSequence]?.captureDate == "2015-03-01T12:00:00")
+    }
+
+    @Test func captureDateOfALinkedItemIsReadFromItsFirstBlock() throws {
+        let h = try Harness(); defer { h.remove() }
+        let bytes = try Fixtures.bytes("DSC_1999.jpg")
+        h.server.store(bytes)
+        let c = try h.commit(bytes, path: "Camera Roll/DSC_1999.jpg")
+        _ = try h.makeWorker().drain()
+        #expect(try h.item(c).linked)
+        #expect(try h.item(c).captureDate == "2015-03-01T12:00:00")
     }
 }
 
