@@ -18,12 +18,12 @@ final class BackupHook: CameraRollObserver {
         guard CameraRollRules.isInCameraRoll(change.path) else { return }
         try BackupQueue.enqueue(in: database, item: CameraRollCommit(
             changeSequence: change.sequence, inode: change.ino, path: change.path, hash: change.hash,
-            size: change.size, mtime: change.mtimeNanoseconds / 1_000_000_000))
+            size: change.size, mtime: change.mtimeNanoseconds / 1_000_000_000,
+            blocks: change.blocks, settled: change.settled))
     }
 
     func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool {
-        // Interim until the queue learns settled versions (merged with the backup branch).
-        false
+        try BackupQueue.settle(in: database, inode: inode) > 0
     }
 
     func cameraRollCommitted() {
@@ -31,9 +31,9 @@ final class BackupHook: CameraRollObserver {
     }
 }
 
-/// Tables that tie the drive's blobs to the backup queue, in the catalog database.
-/// A queued item that is not done yet pins its blob: deleting the photo before its
-/// upload must not delete the bytes the upload needs.
+/// Tables that tie the drive's blocks to the backup queue, in the catalog database.
+/// A queued item that is not done yet pins the blocks of its version: deleting or
+/// overwriting the photo before its upload must not delete the bytes the upload needs.
 enum WiringSchema {
     static let migrations: [Migration] = [
         Migration("wiring-1-backup-pins-blobs", """
@@ -46,6 +46,38 @@ enum WiringSchema {
         END;
         CREATE TRIGGER backup_pin_delete AFTER DELETE ON backup_items WHEN OLD.state != 'done'
         BEGIN UPDATE blobs SET refs = refs - 1 WHERE hash = OLD.hash; END;
+        """),
+        // Content in blocks (drive-002): queued items move from the old blob hash to the
+        // content hash and block list (`legacy_blobs`, made by the drive's migration), and
+        // pins move from the whole blob to each distinct block of the version (json_each
+        // over the item's list; the same block twice in one file is pinned once, and
+        // unpinned once). Then the emptied `blobs` table goes.
+        Migration("wiring-2-backup-pins-blocks", """
+        DROP TRIGGER IF EXISTS backup_pin_insert;
+        DROP TRIGGER IF EXISTS backup_pin_update;
+        DROP TRIGGER IF EXISTS backup_pin_delete;
+        DROP TABLE IF EXISTS blobs;
+        UPDATE backup_items
+            SET blocks = (SELECT l.blocks FROM legacy_blobs l WHERE l.hash = backup_items.hash),
+                hash = (SELECT l.content FROM legacy_blobs l WHERE l.hash = backup_items.hash)
+            WHERE hash IN (SELECT hash FROM legacy_blobs);
+        UPDATE blocks SET refs = refs + (
+            SELECT count(*) FROM backup_items i
+            WHERE i.state != 'done' AND EXISTS (SELECT 1 FROM json_each(i.blocks) j WHERE j.value = blocks.hash));
+        CREATE TRIGGER backup_pin_insert AFTER INSERT ON backup_items WHEN NEW.state != 'done'
+        BEGIN
+            UPDATE blocks SET refs = refs + 1 WHERE hash IN (SELECT value FROM json_each(NEW.blocks));
+        END;
+        CREATE TRIGGER backup_pin_update AFTER UPDATE OF state ON backup_items
+            WHEN (OLD.state = 'done') != (NEW.state = 'done')
+        BEGIN
+            UPDATE blocks SET refs = refs + (CASE WHEN NEW.state = 'done' THEN -1 ELSE 1 END)
+            WHERE hash IN (SELECT value FROM json_each(NEW.blocks));
+        END;
+        CREATE TRIGGER backup_pin_delete AFTER DELETE ON backup_items WHEN OLD.state != 'done'
+        BEGIN
+            UPDATE blocks SET refs = refs - 1 WHERE hash IN (SELECT value FROM json_each(OLD.blocks));
+        END;
         """),
     ]
 

@@ -14,6 +14,9 @@ final class BackupWiring {
 
     init(fs: DriveFileSystem, state: String, remote: RemoteConfig?) throws {
         self.fs = fs
+        // Before the mount serves, no handle can be open: versions a killed mount left
+        // unsettled are what their files hold now, so they may go.
+        try BackupQueue.settleAll(in: try Database(path: fs.catalogPath))
         engine = BackupEngine(configuration: Self.configuration(catalogPath: fs.catalogPath, state: state),
                               transport: try Self.transport(remote), blobs: fs.blobStore, policy: Self.policy())
         fs.cameraRollObserver = hook
@@ -67,8 +70,8 @@ struct UnconfiguredTransport: BackupTransport {
     static let reason = "no workspace server is configured: run ./mount, or pass --server URL --token-file FILE"
 
     private func fail<T>() throws -> T { throw BackupTransportError(.transient, Self.reason) }
-    func presentHashes(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> { try fail() }
-    func createUpload(hash: SHA256Digest, size: Int64) throws -> UploadTicket { try fail() }
+    func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> { try fail() }
+    func createUpload(_ manifest: ContentManifest) throws -> UploadPlan { try fail() }
     func uploadOffset(url: String) throws -> Int64 { try fail() }
     func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest, progress: (Int64) -> Bool) throws -> Int64 { try fail() }
     func recordFile(_ record: FileRecord) throws { throw BackupTransportError(.transient, Self.reason) }
