@@ -52,6 +52,8 @@ public struct BackupItem: Sendable, Equatable {
     public var integrityFailures: Int
     public var nextAttemptAt: Double
     public var lastError: String?
+    /// Written by versions before blocks only (one URL per whole-file upload): every
+    /// attempt now starts from the server's plan, which carries a URL per block.
     public var uploadURL: String?
     public var urlExpiresAt: Double?
     public var bytesSent: Int64

@@ -109,11 +109,27 @@ final class ItemUploader {
         /// The first error that ends this attempt; the other blocks are cancelled.
         var failure: (any Error)?
 
-        init(_ item: BackupItem) { self.item = item; captureDate = item.captureDate }
+        /// The blocks this item may send (zero blocks never are).
+        let sendable: Set<SHA256Digest>
 
-        /// Content hashes and blocks another item must not send at the same time.
+        init(_ item: BackupItem) {
+            self.item = item
+            captureDate = item.captureDate
+            sendable = Self.sendableBlocks(of: item)
+        }
+
+        /// Content or a block another item must not send at the same time.
         func shares(with other: BackupItem) -> Bool {
-            item.hash == other.hash || !Set(item.blocks).isDisjoint(with: other.blocks)
+            item.hash == other.hash || !sendable.isDisjoint(with: Self.sendableBlocks(of: other))
+        }
+
+        static func sendableBlocks(of item: BackupItem) -> Set<SHA256Digest> {
+            var out = Set<SHA256Digest>()
+            for (index, digest) in item.blocks.enumerated()
+            where !Blocks.isZero(digest, length: Blocks.length(ofBlock: index, fileSize: item.size)) {
+                out.insert(digest)
+            }
+            return out
         }
     }
 

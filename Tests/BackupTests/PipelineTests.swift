@@ -49,6 +49,19 @@ import Storage
         #expect(h.server.stats.bytesReceived == Int64(10 * MiB + MiB))
     }
 
+    /// Holes are not shared content: two sparse files travel together.
+    @Test func filesSharingOnlyZeroBlocksTravelTogether() throws {
+        let h = try Harness(); defer { h.remove() }
+        let hole = [UInt8](repeating: 0, count: Blocks.size)
+        try h.commit(hole + testBytes(3 * MiB, seed: 325), path: "Camera Roll/s1.raw")
+        try h.commit(hole + testBytes(3 * MiB, seed: 326), path: "Camera Roll/s2.raw")
+        let link = LinkTransport(h.server, rtt: 0.02, bytesPerSecond: 30e6)
+        _ = try h.makeWorker(blocksInFlight: 4, transport: link).drain()
+        #expect(h.server.records.count == 2)
+        #expect(h.server.stats.bytesReceived == Int64(6 * MiB))
+        #expect(link.maxPatchesInFlight == 2)
+    }
+
     /// One block fails for good (a damaged local copy): its siblings in flight are
     /// cancelled, the item fails, and the items around it go on.
     @Test func aBadBlockFailsItsItemOnlyWithOthersInFlight() throws {
