@@ -51,7 +51,7 @@ import CLinux
         for i in 0..<200 {
             // Every tenth photo is a byte-identical copy of the one before (dedup).
             let bytes = try Self.photo(i % 10 == 9 ? i - 1 : i)
-            expected.insert(SHA256Hasher.digest(bytes).hex)
+            expected.insert(ContentHash.of(bytes: bytes).hex)
             let folder = i % 2 == 0 ? roll : roll + "/2024"
             let name = "P\(i).jpg"
             if i % 7 == 0 {
@@ -68,7 +68,7 @@ import CLinux
             }
         }
         try Self.waitForBackup(drive, done: 200)
-        #expect(server.blobHashes() == expected, "the server holds exactly the unique blobs")
+        #expect(server.contentHashes() == expected, "the server holds exactly the unique contents")
         let done = Self.list(drive.path(".backup/done"))
         #expect(done.count == 200)
         #expect(!done.contains { $0.hasPrefix(".") || $0.hasSuffix(".part") }, "temporary names are never backed up")
@@ -86,13 +86,13 @@ import CLinux
         try FileManager.default.removeItem(atPath: roll + "/P6.jpg")
         try Self.waitForBackup(drive, done: 201)
         #expect(server.bytesWritten() - before < 64 * 1024, "a rename records a path, it sends no photo bytes")
-        #expect(server.blobHashes() == expected, "deleting or moving a photo never deletes its backup")
+        #expect(server.contentHashes() == expected, "deleting or moving a photo never deletes its backup")
 
         // An edit backs up the new version; the old one stays on the server.
         let edited = try Self.photo(1000)
         try writeFile(roll + "/P8.jpg", edited)
         try Self.waitForBackup(drive, done: 202)
-        #expect(server.blobHashes() == expected.union([SHA256Hasher.digest(edited).hex]))
+        #expect(server.contentHashes() == expected.union([ContentHash.of(bytes: edited).hex]))
     }
 
     @Test func killDuringALargeUploadResumesMidFile() throws {
@@ -123,7 +123,56 @@ import CLinux
         let resent = total - Int64(size)
         print("kill mid-upload: \(sentBeforeKill >> 20) MiB on the server at the kill; re-sent \(resent) bytes after the restart")
         #expect(resent <= Int64(8 << 20) + (1 << 20), "re-sent at most one chunk (8 MiB) plus metadata, got \(resent)")
-        #expect(server.blobHashes() == [SHA256Hasher.digest(bytes).hex])
+        #expect(server.contentHashes() == [ContentHash.of(bytes: bytes).hex])
+    }
+
+    /// Issue 8 §2: a writer whose children close inherited descriptors commits five
+    /// partial versions; only the settled one (no writable handle left) is sent, once.
+    @Test func aPhotoWrittenByChildProcessesIsSentOnceWhenSettled() throws {
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let drive = try MountedDrive(label: "vdrive-e2e-settle", arguments: server.mountArguments + ["--camera-backup"])
+        defer { drive.stop() }
+        let written0 = server.bytesWritten()
+        let script = """
+            exec 3> "$1"
+            for i in 1 2 3 4 5; do head -c 2000000 /dev/urandom >&3; sleep 0.4; done
+            exec 3>&-
+            """
+        let result = try runCommand("/bin/sh", ["-c", script, "sh", drive.path("Camera Roll/partial.jpg")])
+        #expect(result.status == 0, "\(result.stderr)")
+        try Self.waitForBackup(drive, done: 1)
+        let bytes = try readFile(drive.path("Camera Roll/partial.jpg"))
+        #expect(bytes.count == 10_000_000)
+        #expect(server.contentHashes() == [ContentHash.of(bytes: bytes).hex], "only the settled version reaches the server")
+        let sent = server.bytesWritten() - written0
+        #expect(sent < 10_000_000 + (1 << 20), "10 MB sent once, not 30 MB in five partial versions (sent \(sent))")
+        #expect(Self.list(drive.path(".backup/done")) == ["partial.jpg"])
+    }
+
+    /// Issue 7: a 4 KiB change in a big backed-up file sends only the block it touched.
+    @Test func aChangedBigFileSendsOnlyItsChangedBlock() throws {
+        let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
+        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let drive = try MountedDrive(label: "vdrive-e2e-change", arguments: server.mountArguments + ["--camera-backup"])
+        defer { drive.stop() }
+        var bytes = pseudoRandomBytes(200 << 20, seed: 91)
+        try writeFile(drive.path("Camera Roll/clip.mov"), bytes)
+        try Self.waitForBackup(drive, done: 1, seconds: 300)
+        let before = server.bytesWritten()
+        let patch = [UInt8](repeating: 0x5A, count: 4096)
+        let fd = open(drive.path("Camera Roll/clip.mov"), O_WRONLY)
+        #expect(fd >= 0)
+        let offset = (100 << 20) + 12_345
+        _ = patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, off_t(offset)) }
+        close(fd)
+        bytes.replaceSubrange(offset..<(offset + 4096), with: patch)
+        try Self.waitForBackup(drive, done: 2, seconds: 300)
+        let sent = server.bytesWritten() - before
+        print("a 4 KiB change in a 200 MiB file sent \(sent) bytes")
+        #expect(sent <= Int64(8 << 20), "one 4 MiB block and metadata, not the file (sent \(sent))")
+        #expect(server.contentHashes().contains(ContentHash.of(bytes: bytes).hex))
+        #expect(server.contentHashes().count == 2, "the old version stays on the server")
     }
 
     @Test func pauseHoldsEveryByteAndResumeSends() throws {
@@ -136,10 +185,10 @@ import CLinux
         usleep(1_500_000)
         #expect(Self.status(drive).hasPrefix("Paused"), "status: \(Self.status(drive))")
         #expect(Self.list(drive.path(".backup/pending")) == ["a.jpg"])
-        #expect(server.blobHashes().isEmpty, "no byte is sent while paused")
+        #expect(server.contentHashes().isEmpty, "no byte is sent while paused")
         #expect(try drive.vdrive(["resume"]).status == 0)
         try Self.waitForBackup(drive, done: 1)
-        #expect(server.blobHashes().count == 1)
+        #expect(server.contentHashes().count == 1)
     }
 
     /// A fake system root: a battery at 15% discharging, and a default route over a
@@ -173,13 +222,13 @@ import CLinux
         try writeFile(drive.path("Camera Roll/held.jpg"), try Self.photo(2))
         usleep(1_500_000)
         #expect(Self.status(drive).hasPrefix(reason), "status: \(Self.status(drive))")
-        #expect(server.blobHashes().isEmpty, "no byte is sent while a policy holds backup")
+        #expect(server.contentHashes().isEmpty, "no byte is sent while a policy holds backup")
         // The user lifts the hold from the settings; backup proceeds at once.
         let lift = name == "metered" ? ["settings", "allow-metered", "on"] : ["settings", "battery-threshold", "10"]
         let r = try drive.vdrive(lift)
         #expect(r.status == 0, "\(r.stderr)")
         try Self.waitForBackup(drive, done: 1)
-        #expect(server.blobHashes().count == 1)
+        #expect(server.contentHashes().count == 1)
     }
 
     @Test func serverDownThenUpAndMountWorksMeanwhile() throws {
@@ -221,7 +270,7 @@ import CLinux
             try String(contentsOfFile: fresh.path(".backup/done/" + $0), encoding: .utf8).contains("linked")
         }
         #expect(linked.count == 20)
-        #expect(server.blobHashes().count == 20)
+        #expect(server.contentHashes().count == 20)
     }
 }
 

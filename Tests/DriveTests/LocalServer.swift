@@ -70,15 +70,20 @@ final class LocalServer {
     }
 
     /// The complete blobs the server holds (its blob store: `blobs/ab/<sha256>`).
-    func blobHashes() -> Set<String> {
+    /// The content hashes the server holds (verified manifests), read from its database.
+    func contentHashes() -> Set<String> {
+        guard let db = try? Database(path: data + "/server.db") else { return [] }
+        return Set((try? db.query("SELECT hash FROM contents") { $0.string(0) ?? "" }) ?? [])
+    }
+
+    /// How many block files the server stores.
+    func blockCount() -> Int {
         let root = data + "/blobs"
-        var out = Set<String>()
+        var count = 0
         for folder in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where folder.count == 2 {
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? [] where name.count == 64 {
-                out.insert(name)
-            }
+            count += ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? []).filter { $0.count == 64 }.count
         }
-        return out
+        return count
     }
 
     var mountArguments: [String] { ["--server", url, "--token-file", tokenFile] }
