@@ -31,7 +31,7 @@ let package = Package(
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
-        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "TestSupport"], exclude: ["Fixtures"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
     ]

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Backup
+import Crypto
 import Drive
 import Storage
 
@@ -78,8 +79,24 @@ enum WiringSchema {
         BEGIN
             UPDATE blocks SET refs = refs - 1 WHERE hash IN (SELECT value FROM json_each(OLD.blocks));
         END;
-        """),
+        """, code: movePastItemsToContentHashes),
     ]
+
+    /// Done items whose blob the drive no longer had (the photo deleted after its backup)
+    /// are not in `legacy_blobs`. A blob of at most 4 MiB was its own single block, so its
+    /// content hash is known without the bytes; a bigger one keeps its old hash (it is
+    /// history: the server moved it forward itself).
+    @Sendable static func movePastItemsToContentHashes(_ db: Database) throws {
+        let rows = try db.query("""
+            SELECT id, hash FROM backup_items
+            WHERE blocks = '[]' AND size > 0 AND size <= ? AND hash NOT IN (SELECT content FROM legacy_blobs)
+            """, Blocks.size) { ($0.int64(0), $0.string(1) ?? "") }
+        for (id, hex) in rows {
+            guard let old = SHA256Digest(hex: hex) else { continue }
+            try db.run("UPDATE backup_items SET hash = ?, blocks = ? WHERE id = ?",
+                       ContentHash.of(blocks: [old]).hex, "[\"\(old.hex)\"]", id)
+        }
+    }
 
     /// Every migration of the catalog database, in order: drive (built in), backup, wiring.
     static var catalogExtras: [Migration] { BackupSchema.migrations + migrations }
