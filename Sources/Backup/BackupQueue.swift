@@ -134,6 +134,15 @@ public struct BackupQueue {
         }
     }
 
+    /// What is backed up: distinct contents whose upload is done, and their bytes (the
+    /// same photo under two names counts once, as it is stored once).
+    public func backedUp() throws -> (files: Int, bytes: Int64) {
+        try db.queryOne("""
+            SELECT COUNT(*), COALESCE(SUM(size), 0)
+            FROM (SELECT hash, MAX(size) AS size FROM backup_items WHERE state = 'done' GROUP BY hash)
+            """) { ($0.int(0), $0.int64(1)) } ?? (0, 0)
+    }
+
     public func counts() throws -> Counts {
         var counts = Counts()
         _ = try db.query("""

@@ -21,6 +21,10 @@ public struct BackupStatus: Codable, Sendable, Equatable {
     public var bytesLeft: Int64
     public var itemsFailed: Int
     public var itemsDone: Int
+    /// Distinct photos and videos backed up, and their bytes (nil in a status written
+    /// before these were counted).
+    public var backedUpFiles: Int?
+    public var backedUpBytes: Int64?
     public var rateBytesPerSecond: Double?
     public var etaSeconds: Double?
     public var etaText: String?
@@ -55,6 +59,10 @@ public struct BackupStatus: Codable, Sendable, Equatable {
             parts = ["Camera backup is off"]
         case .idle:
             parts = ["Up to date"]
+            if let files = backedUpFiles, let bytes = backedUpBytes {
+                parts.append(files == 0 ? "nothing backed up yet"
+                             : "\(Self.grouped(files)) \(files == 1 ? "photo or video" : "photos and videos"), \(ByteCountText.format(bytes))")
+            }
         case .backingUp:
             parts = ["Backing up \(itemNumber) of \(itemsTotal)", "\(ByteCountText.format(bytesLeft)) left"]
             if let rate = rateBytesPerSecond, let etaText {
@@ -70,6 +78,17 @@ public struct BackupStatus: Codable, Sendable, Equatable {
         }
         if itemsFailed > 0 { parts.append("\(itemsFailed) failed (vdrive backup retry)") }
         return parts.joined(separator: " · ")
+    }
+
+    /// 1234 → "1,234".
+    static func grouped(_ n: Int) -> String {
+        let digits = Array(String(n))
+        var out = ""
+        for (i, d) in digits.enumerated() {
+            if i > 0 && (digits.count - i) % 3 == 0 { out.append(",") }
+            out.append(d)
+        }
+        return out
     }
 
     /// The same fields as JSON (`status.json`), keys sorted, one object.

@@ -214,6 +214,7 @@ final class BackupWorker {
                                   itemsFailed: counts.failed, itemsDone: counts.done, cursor: cursor, updatedAt: clock())
         status.itemsTotal = runCompleted + counts.itemsLeft
         status.itemNumber = min(runCompleted + 1, status.itemsTotal)
+        (status.backedUpFiles, status.backedUpBytes) = try queue.backedUp()
         switch phase {
         case .held(.off):
             status.state = .off

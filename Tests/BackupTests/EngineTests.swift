@@ -65,7 +65,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         // The files follow the in-memory status (written just after it).
         try eventually("status files idle") {
             (try StatusFile(stateFolder: h.stateFolder).read())?.state == .idle
-                && (try? String(contentsOfFile: h.stateFolder + "/status", encoding: .utf8)) == "Up to date\n"
+                && (try? String(contentsOfFile: h.stateFolder + "/status", encoding: .utf8))?.hasPrefix("Up to date · 2 photos and videos, ") == true
         }
         #expect(try h.item(b).captureDate == "2025-12-24T20:30:00")
         try eventually("watermark pushed") { h.server.storedWatermark?.sequence == b.changeSequence }
