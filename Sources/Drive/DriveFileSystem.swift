@@ -138,7 +138,11 @@ public final class DriveFileSystem: @unchecked Sendable {
     func withLiveContent(_ a: NodeAttributes) -> NodeAttributes {
         guard a.isRegularFile, let node = tables.withLock({ openNodes[a.ino] }) else { return a }
         return node.lock.withLock {
-            var a = a
+            // Read the row again under the node's lock: a commit (a flush, or a release on
+            // another thread) may have landed since `a` was read, and taken its draft with
+            // it; the old row and no draft would hand the kernel a stale size for the whole
+            // attribute timeout (found by StressTests, seed 44, four writers).
+            var a = (try? catalog.attributes(a.ino)) ?? a
             if let d = node.draft, d.changed {
                 a.size = d.size
                 a.stored = Set(d.stored.keys).union(d.dirty.keys).reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: d.size)) }
