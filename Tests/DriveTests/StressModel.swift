@@ -162,6 +162,23 @@ final class StressRun {
         return results[0]
     }
 
+    /// open(2) on both sides; on a disagreement the descriptor that did open is closed
+    /// (an open one on the mount would keep it busy) before the failure is thrown.
+    func openBoth(_ what: String, _ rel: String, _ flags: Int32, _ mode: mode_t = 0) throws -> (Int32, [Int32]) {
+        var fds: [Int32] = []
+        do {
+            let r = try both(what) { i in
+                let fd = open(path(i, rel), flags, mode)
+                fds.append(fd)
+                return rc(fd)
+            }
+            return (r, fds)
+        } catch {
+            for fd in fds where fd >= 0 { close(fd) }
+            throw error
+        }
+    }
+
     func name(_ e: Int32) -> String { e == 0 ? "ok" : "errno \(e) (\(String(cString: strerror(e))))" }
     /// 0 for a call that worked (0, a descriptor, a count), else its errno.
     func rc(_ r: Int32) -> Int32 { r >= 0 ? 0 : errno }
@@ -215,12 +232,7 @@ final class StressRun {
         let dir = dirs[int(0..<dirs.count)]
         let rel = newName(in: dir, prefix: "f")
         let mode: mode_t = [0o644, 0o600, 0o640, 0o755][int(0..<4)]
-        var fds: [Int32] = []
-        let r = try both("create \(rel) \(String(mode, radix: 8))") { i in
-            let fd = open(path(i, rel), O_CREAT | O_EXCL | O_RDWR, mode)
-            fds.append(fd)
-            return rc(fd)
-        }
+        let (r, fds) = try openBoth("create \(rel) \(String(mode, radix: 8))", rel, O_CREAT | O_EXCL | O_RDWR, mode)
         guard r == 0 else { return }
         inodes[nextInode] = ModelFile(mode: UInt32(mode))
         entries[rel] = .file(nextInode)
@@ -308,12 +320,9 @@ final class StressRun {
             let rel = all[int(0..<all.count)]
             guard case .file(let i) = entries[rel]! else { return }
             ino = i
-            fds = []
-            try both("open \(rel) for reading") { i in
-                let fd = open(path(i, rel), O_RDONLY)
-                fds.append(fd)
-                return rc(fd)
-            }
+            let (r, opened2) = try openBoth("open \(rel) for reading", rel, O_RDONLY)
+            guard r == 0 else { return }
+            fds = opened2
             opened = true
         }
         defer { if opened { for fd in fds { close(fd) } } }
@@ -438,12 +447,7 @@ final class StressRun {
         guard !all.isEmpty, handles.count < 8 else { return }
         let rel = all[int(0..<all.count)]
         guard case .file(let ino) = entries[rel]! else { return }
-        var fds: [Int32] = []
-        let r = try both("open \(rel)") { i in
-            let fd = open(path(i, rel), O_RDWR)
-            fds.append(fd)
-            return rc(fd)
-        }
+        let (r, fds) = try openBoth("open \(rel)", rel, O_RDWR)
         if r == 0 { handles.append(Handle(inode: ino, fds: fds)) }
     }
 
