@@ -143,7 +143,7 @@ final class StressRun {
     }
 
     func note(_ s: String) {
-        log.append("\(step): \(s)"); if ProcessInfo.processInfo.environment["VDRIVE_STRESS_TRACE"] != nil { print("\(step): \(s)") }
+        log.append("\(step): \(s)"); if ProcessInfo.processInfo.environment["VDRIVE_STRESS_TRACE"] != nil { print("\((roots[1] as NSString).lastPathComponent) \(step): \(s)") }
         if log.count > 64 { log.removeFirst(32) }
         counts[String(s.prefix { $0 != " " }), default: 0] += 1
     }
@@ -466,7 +466,17 @@ final class StressRun {
             if lstat(path(i, rel), &st) != 0 { throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): errno \(errno)") }
             let got = "size \(st.st_size) mode \(String(st.st_mode & 0o7777, radix: 8)) nlink \(st.st_nlink)"
             let want = "size \(f.size) mode \(String(f.mode, radix: 8)) nlink \(f.nlink)"
-            if got != want { throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): \(got), the model has \(want)") }
+            if got != want {
+                var later = ""
+                if i == 1 {
+                    // Stale kernel attributes, or lost content? The mount's attributes are
+                    // cached for 1 s: ask again once they have expired.
+                    usleep(1_500_000)
+                    var again = stat()
+                    if lstat(path(i, rel), &again) == 0 { later = "; 1.5 s later: size \(again.st_size) mode \(String(again.st_mode & 0o7777, radix: 8)) nlink \(again.st_nlink)" }
+                }
+                throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): \(got), the model has \(want)\(later)")
+            }
         }
     }
 
