@@ -15,6 +15,7 @@ enum DriveBenchmark {
         usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N] [--tree DIR] [--rounds N]
                                   [--libfuse DIR] [--fsstress PATH] [--fsstress-procs N] [--fsstress-ops N] [--seed N]
                                   [--timeout S] [--fsstress-timeout S] [--only plain,bindfs,hp,ll,vdrive]
+                                  [--rows copy,small,sparse,many,list,tar,fsstress]
         """
 
     struct Options {
@@ -26,6 +27,7 @@ enum DriveBenchmark {
         var fsstressProcs = 4, fsstressOps = 1000, seed = 42
         var timeout = 120.0, fsstressTimeout = 300.0
         var only: Set<String>? = nil
+        var rows: Set<String>? = nil
     }
 
     enum Kind: String { case plain, bindfs, hp, ll, vdrive }
@@ -69,6 +71,11 @@ enum DriveBenchmark {
             case "--timeout": o.timeout = Double(try number(try value()))
             case "--fsstress-timeout": o.fsstressTimeout = Double(try number(try value()))
             case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
+            case "--rows":
+                let known: Set<String> = ["copy", "small", "sparse", "many", "list", "tar", "fsstress"]
+                let r = Set(try value().split(separator: ",").map(String.init))
+                guard r.isSubset(of: known) else { throw Bench.Failure(description: "--rows takes some of \(known.sorted().joined(separator: ","))") }
+                o.rows = r
             case "--help", "-h": say(usage); return
             default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
             }
@@ -120,14 +127,15 @@ enum DriveBenchmark {
             say("Targets: " + targets.map(\.name).joined(separator: ", "))
 
             // In the order the rows are run; printed in issue 7's order below.
-            bigCopy()
-            coldRead()
-            smallChanges()
-            sparse()
-            manyCopy()
-            listing()
-            tarRounds()
-            fsstress()
+            func want(_ row: String) -> Bool { o.rows.map { $0.contains(row) } ?? true }
+            if want("copy") || want("small") { bigCopy() }   // the small changes are made to the copied file
+            if want("copy") { coldRead() }
+            if want("small") { smallChanges() }
+            if want("sparse") { sparse() }
+            if want("many") { manyCopy() }
+            if want("list") { listing() }
+            if want("tar") { tarRounds() }
+            if want("fsstress") { fsstress() }
 
             say("")
             say(Bench.table(["drive benchmark"] + targets.map(\.name), rows.sorted { $0[0] < $1[0] }.map { row in
