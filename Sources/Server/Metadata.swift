@@ -6,7 +6,8 @@ import Synchronization
 /// The server's SQLite database: devices, blocks, contents, uploads, files, settings.
 /// One connection (WAL, synchronous=NORMAL: a commit survives a kill of the process,
 /// and a power loss keeps a consistent prefix), used under a mutex by every
-/// connection thread. Calls are short (no I/O on blobs under the lock).
+/// connection thread. Calls are short (no I/O on block files under the lock; the one
+/// exception is the migration to blocks, run once when the database is opened).
 final class Metadata: Sendable {
     private let db: Mutex<Database>
     let path: String
