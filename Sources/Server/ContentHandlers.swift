@@ -19,7 +19,7 @@ enum ContentHandlers {
             hexes.append(d.hex)
         }
         do {
-            let present = try context.metadata.present(hexes, in: .contents)
+            let present = try context.metadata.presentContents(hexes)
             return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: .bytes(WireJSON.hashList("present", present)))
         } catch {
             return ServerContext.failure(error)

@@ -55,6 +55,9 @@ enum UploadHandlers {
                                  "a block upload has 1 to \(Blocks.size) bytes (4 MiB), not \(size): cut the file into 4 MiB blocks (Docs/protocol.md); an empty file needs no upload",
                                  field: field)
         }
+        guard !Blocks.isZero(digest, length: Int(size)) else {
+            throw RequestFailure(400, "bad_request", "block \(digest.hex) is \(size) zero bytes: zero blocks are never stored or sent, they count as present", field: field)
+        }
         var present = false
         if let existing = try context.presentBlockSize(digest) {
             guard existing == size else {
