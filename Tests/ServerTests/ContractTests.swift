@@ -1,0 +1,62 @@
+import Foundation
+import Server
+import Testing
+
+/// The OpenAPI document (`GET /v1/openapi.json`) is exact, and stays so: schemathesis,
+/// a property-based fuzzer, drives every operation from the document against a real
+/// `vdrive serve`, with and without a device token, and fails on a 5xx, a status code
+/// or header or body the document does not declare, a schema-valid request refused, a
+/// schema-invalid one accepted, an undeclared method not answered 405 with `Allow`, and
+/// an operation that ignores its authentication. The rules a schema cannot state (a
+/// block list that must hash to its content hash, …) are in `schemathesis.toml`.
+///
+/// The seed and the number of examples are fixed, so a run is repeatable; a failure
+/// prints schemathesis's report with a `curl` line per case. Tests/run installs
+/// schemathesis; without it this test fails (it is part of the suite, not optional).
+@Suite(.serialized) struct ContractTests {
+    /// Examples per operation and phase: enough to reach every parameter's bounds (the
+    /// coverage phase tries each boundary regardless), few enough for ~20 s a run.
+    static let examples = 25
+    static let seed = 20261130
+
+    @Test(arguments: [true, false])
+    func everyOperationKeepsTheDocument(withToken: Bool) throws {
+        let schemathesis = try Self.schemathesis()
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let data = dir.path + "/data"
+        let token = try DeviceRegistry(dataDirectory: data).add("contract")
+        let server = try ServerProcess(data: data)
+        defer { server.kill(SIGTERM) }
+
+        var arguments = ["run", server.base + "/v1/openapi.json", "--checks", "all", "--workers", "1",
+                         "--seed", String(Self.seed), "--max-examples", String(Self.examples),
+                         "--request-timeout", "10", "--no-color"]
+        if withToken { arguments += ["--header", "Authorization: Bearer \(token)"] }
+        let result = try runCommand(schemathesis, arguments, directory: Self.repositoryRoot)
+        #expect(result.status == 0, """
+            schemathesis found the server and its OpenAPI document disagreeing (\(withToken ? "with" : "without") a token), exit status \(result.status). \
+            Reproduce by hand: see Docs/protocol.md, "The contract test".
+            \(result.stdout)
+            \(result.stderr)
+            """)
+        #expect(server.process.isRunning, "vdrive serve died during the run")
+    }
+
+    /// The folder with Package.swift and schemathesis.toml (schemathesis reads its
+    /// configuration, and the hooks it names, from the current folder).
+    static var repositoryRoot: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    }
+
+    /// The `schemathesis` program on PATH (or where `pip install --user` puts it).
+    static func schemathesis() throws -> String {
+        let env = ProcessInfo.processInfo.environment
+        var folders = (env["PATH"] ?? "/usr/local/bin:/usr/bin").split(separator: ":").map(String.init)
+        if let home = env["HOME"] { folders.append(home + "/.local/bin") }
+        for folder in folders where FileManager.default.isExecutableFile(atPath: folder + "/schemathesis") {
+            return folder + "/schemathesis"
+        }
+        throw TestFailure("schemathesis is not installed, and the contract test needs it: run Tests/run (it installs it), or 'python3 -m pip install schemathesis'")
+    }
+}
