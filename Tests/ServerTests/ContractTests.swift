@@ -1,4 +1,6 @@
+import Client
 import Foundation
+import Protocol
 import Server
 import Testing
 
@@ -28,12 +30,13 @@ import Testing
         let token = try DeviceRegistry(dataDirectory: data).add("contract")
         let server = try ServerProcess(data: data)
         defer { server.kill(SIGTERM) }
+        let stored = try Self.store(server: server, token: token, in: dir.path)
 
         var arguments = ["run", server.base + "/v1/openapi.json", "--checks", "all", "--workers", "1",
                          "--seed", String(Self.seed), "--max-examples", String(Self.examples),
                          "--request-timeout", "10", "--no-color"]
         if withToken { arguments += ["--header", "Authorization: Bearer \(token)"] }
-        let result = try runCommand(schemathesis, arguments, directory: Self.repositoryRoot)
+        let result = try runCommand(schemathesis, arguments, environment: stored, directory: Self.repositoryRoot)
         #expect(result.status == 0, """
             schemathesis found the server and its OpenAPI document disagreeing (\(withToken ? "with" : "without") a token), exit status \(result.status). \
             Reproduce by hand: see Docs/protocol.md, "The contract test".
@@ -41,6 +44,28 @@ import Testing
             \(result.stderr)
             """)
         #expect(server.process.isRunning, "vdrive serve died during the run")
+    }
+
+    /// Something for the fuzzer to find (Tests/contract/hooks.py pins it into half the
+    /// valid cases): a stored block, a recorded content of it, and a presigned upload of
+    /// another block. Returned as the environment the hooks read.
+    static func store(server: ServerProcess, token: String, in folder: String) throws -> [String: String] {
+        let client = WorkspaceClient(baseURL: server.base, token: token)
+        let stored = TestFile(in: folder, name: "stored", bytes: Array("hello\n".utf8))
+        let fd = stored.open()
+        defer { close(fd) }
+        try client.uploadFile(fd: fd, size: stored.size)
+        try client.recordFile(FileRecord(path: "Camera Roll/stored.txt", hash: stored.content.hex, size: stored.size,
+                                         blocks: stored.manifest.blocks.map(\.hex), captureDate: nil, mtime: 1, deviceSequence: 1))
+        let pending = TestFile(in: folder, size: 1000, seed: 5)
+        guard case .blocks(let tickets, _) = try client.createUpload(content: pending.content, size: pending.size, blocks: pending.manifest.blocks),
+              let ticket = tickets.first, let url = URLComponents(string: ticket.url) else {
+            throw TestFailure("expected a presigned upload for a new block")
+        }
+        let query = Dictionary((url.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
+        let upload = [url.path.split(separator: "/").last.map(String.init) ?? ""] + ["hash", "size", "expires", "sig"].map { query[$0] ?? "" }
+        return ["VDRIVE_CONTRACT_BLOCK": stored.digest.hex, "VDRIVE_CONTRACT_CONTENT": stored.content.hex,
+                "VDRIVE_CONTRACT_UPLOAD": upload.joined(separator: " ")]
     }
 
     /// The folder with Package.swift and schemathesis.toml (schemathesis reads its
