@@ -1,4 +1,5 @@
 import Client
+import Crypto
 import Foundation
 import Protocol
 import Server
@@ -44,6 +45,26 @@ import Testing
             \(result.stderr)
             """)
         #expect(server.process.isRunning, "vdrive serve died during the run")
+    }
+
+    /// The document states the path rule as a regular expression; the server checks it in
+    /// code (`Validation.path`). The two agree on the cases a fuzzer rarely draws.
+    @Test func thePathPatternIsWhatTheServerChecks() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let doc = try JSONSerialization.jsonObject(with: Data(s.send("GET", "/v1/openapi.json", auth: false).body)) as? [String: Any]
+        let schemas = (doc?["components"] as? [String: Any])?["schemas"] as? [String: Any]
+        guard let pattern = (schemas?["Path"] as? [String: Any])?["pattern"] as? String else { throw TestFailure("no Path pattern in the document") }
+        let regex = try NSRegularExpression(pattern: pattern)
+        let paths = ["a", "a/b", ".a", "..a", "...", "a.", "a/.b/c..", "Camera Roll/IMG 1.jpg", "é/日本",
+                     "", "/a", "a/", "a//b", ".", "..", "a/./b", "a/../b", "./a", "a/..", "a\u{0}b"]
+        for path in paths {
+            let documented = regex.firstMatch(in: path, range: NSRange(path.startIndex..., in: path)) != nil
+            let body = WireJSON.encode(FileRecord(path: path, hash: SHA256Hasher.digest("x").hex, size: 1, captureDate: nil, mtime: 1, deviceSequence: 1))
+            let r = try s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(body))
+            let refused = r.status == 400 && r.error?.field == "path"
+            #expect(documented == !refused, "path '\(path)': the document says \(documented ? "valid" : "invalid"), the server answered \(r.status) \(r.text)")
+        }
     }
 
     /// Something for the fuzzer to find (Tests/contract/hooks.py pins it into half the
