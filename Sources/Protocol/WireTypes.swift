@@ -62,14 +62,6 @@ public struct HealthResponse: Codable, Sendable, Equatable {
 public struct PresentRequest: Codable, Sendable {
     public var hashes: [String]
     public init(hashes: [String]) { self.hashes = hashes }
-
-    private enum CodingKeys: String, CodingKey, CaseIterable { case hashes }
-
-    /// Unknown fields are refused, as for every request body (`additionalProperties: false`).
-    public init(from decoder: any Decoder) throws {
-        try WireJSON.refuseUnknownFields(decoder, known: CodingKeys.allCases.map(\.rawValue))
-        hashes = try decoder.container(keyedBy: CodingKeys.self).decode([String].self, forKey: .hashes)
-    }
 }
 
 public struct PresentResponse: Codable, Sendable {
@@ -163,24 +155,6 @@ public struct FileRecord: Codable, Sendable, Equatable, Hashable {
         self.path = path; self.hash = hash; self.size = size; self.blocks = blocks; self.captureDate = captureDate
         self.mtime = mtime; self.deviceSequence = deviceSequence; self.device = device; self.sequence = sequence
     }
-
-    private enum CodingKeys: String, CodingKey, CaseIterable { case path, hash, size, blocks, captureDate, mtime, deviceSequence, device, sequence }
-
-    /// Unknown fields are refused (`additionalProperties: false`). `device` and `sequence`
-    /// are known: the server sets them, and ignores them in a request.
-    public init(from decoder: any Decoder) throws {
-        try WireJSON.refuseUnknownFields(decoder, known: CodingKeys.allCases.map(\.rawValue))
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        path = try c.decode(String.self, forKey: .path)
-        hash = try c.decode(String.self, forKey: .hash)
-        size = try c.decode(Int64.self, forKey: .size)
-        blocks = try c.decodeIfPresent([String].self, forKey: .blocks)
-        captureDate = try c.decodeIfPresent(Int64.self, forKey: .captureDate)
-        mtime = try c.decode(Int64.self, forKey: .mtime)
-        deviceSequence = try c.decode(Int64.self, forKey: .deviceSequence)
-        device = try c.decodeIfPresent(String.self, forKey: .device)
-        sequence = try c.decodeIfPresent(Int64.self, forKey: .sequence)
-    }
 }
 
 /// `GET /v1/files?prefix=&after=&limit=`
@@ -205,16 +179,6 @@ public struct Watermark: Codable, Sendable, Equatable {
     public var sequence: Int64
     public var newestCaptureDate: Int64?
     public init(sequence: Int64, newestCaptureDate: Int64?) { self.sequence = sequence; self.newestCaptureDate = newestCaptureDate }
-
-    private enum CodingKeys: String, CodingKey, CaseIterable { case sequence, newestCaptureDate }
-
-    /// Unknown fields are refused (`additionalProperties: false`).
-    public init(from decoder: any Decoder) throws {
-        try WireJSON.refuseUnknownFields(decoder, known: CodingKeys.allCases.map(\.rawValue))
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        sequence = try c.decode(Int64.self, forKey: .sequence)
-        newestCaptureDate = try c.decodeIfPresent(Int64.self, forKey: .newestCaptureDate)
-    }
 }
 
 /// `GET /v1/watermark`: `watermark` is null until the device first sets one.

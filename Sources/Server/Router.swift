@@ -32,14 +32,14 @@ final class Router: HTTPHandler {
 
         switch (method, path) {
         case ("POST", API.presentContents):
-            return authenticated(request) { _ in json(request, PresentRequest.self) { ContentHandlers.present($0, context: self.context) } }
+            return authenticated(request) { _ in json(request, Declared<PresentRequest>.self) { ContentHandlers.present($0.value, context: self.context) } }
         case ("POST", API.uploads):
             return authenticated(request) { device in
                 json(request, CreateUploadRequest.self, limit: API.maxManifestBody) { UploadHandlers.create($0, request: request, device: device, context: self.context) }
             }
         case ("POST", API.files):
             return authenticated(request) { device in
-                json(request, FileRecord.self, limit: API.maxManifestBody) { FileHandlers.record($0, device: device, context: self.context) }
+                json(request, Declared<FileRecord>.self, limit: API.maxManifestBody) { FileHandlers.record($0.value, device: device, context: self.context) }
             }
         case ("GET", API.files):
             return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
@@ -48,7 +48,7 @@ final class Router: HTTPHandler {
         case ("GET", API.watermark):
             return authenticated(request) { device in .respond(FileHandlers.watermark(device: device, context: self.context)) }
         case ("PUT", API.watermark):
-            return authenticated(request) { device in json(request, Watermark.self) { FileHandlers.setWatermark($0, device: device, context: self.context) } }
+            return authenticated(request) { device in json(request, Declared<Watermark>.self) { FileHandlers.setWatermark($0.value, device: device, context: self.context) } }
         default: break
         }
 
