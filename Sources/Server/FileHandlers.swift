@@ -13,14 +13,14 @@ enum FileHandlers {
         do {
             let path = try Validation.path(body.path)
             let digest = try Validation.hash(body.hash)
-            _ = try Validation.nonNegative(body.size, field: "size")
+            _ = try Validation.contentSize(body.size)
             let sent = try body.blocks.map { blocks throws(ValidationError) in
                 try Validation.manifest(content: body.hash, size: body.size, blocks: blocks, contentField: "hash")
             }
             var newContent: BlockManifest?
             if let known = try context.metadata.manifest(digest) {
                 guard known.size == body.size else {
-                    return .error(400, "bad_request", "size \(body.size) does not match the content's \(known.size) bytes", field: "size")
+                    return .error(409, "size_conflict", "size \(body.size) does not match the workspace's content \(digest.hex) of \(known.size) bytes; check the size you send", field: "size")
                 }
             } else {
                 guard let sent else {
@@ -59,14 +59,10 @@ enum FileHandlers {
     /// `GET /v1/files?prefix=&after=&limit=`: records whose path starts with the prefix,
     /// by path, a page at a time (`next` names the `after` of the next page).
     static func list(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
-        let limitText = request.query["limit"] ?? String(API.maxListPage)
-        guard let limit = Int64(limitText), limit > 0 else {
-            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
-        }
         do {
+            let limit = try request.integer("limit", default: Int64(API.maxListPage), in: 1...Int64(API.maxListPage))
             let prefix = try Validation.prefix(request.query["prefix"] ?? "")
             let after = request.query["after"] ?? ""
-            let page = min(limit, Int64(API.maxListPage))
             let records = try context.metadata.withDatabase { db in
                 // A range scan on the primary key: from the prefix up to the prefix followed by
                 // the highest code point; substr() keeps exactly the paths that start with it.
@@ -74,9 +70,9 @@ enum FileHandlers {
                     SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id
                     WHERE f.path >= ?1 AND f.path < ?2 AND f.path > ?3 AND substr(f.path, 1, length(?1)) = ?1
                     ORDER BY f.path LIMIT ?4
-                    """, prefix, prefix + "\u{10FFFF}", after, page, row: Metadata.fileRecord)
+                    """, prefix, prefix + "\u{10FFFF}", after, limit, row: Metadata.fileRecord)
             }
-            return .json(200, FileListResponse(files: records, next: records.count == Int(page) ? records.last?.path : nil))
+            return .json(200, FileListResponse(files: records, next: records.count == Int(limit) ? records.last?.path : nil))
         } catch {
             return ServerContext.failure(error)
         }
@@ -84,18 +80,12 @@ enum FileHandlers {
 
     /// `GET /v1/changes?since=N&limit=M`: records changed after server sequence N, in order.
     static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
-        let sinceText = request.query["since"] ?? "0"
-        guard let since = Int64(sinceText), since >= 0 else {
-            return .error(400, "bad_request", "'since' must be a server sequence (an integer ≥ 0), got '\(sinceText)'", field: "since")
-        }
-        let limitText = request.query["limit"] ?? String(API.maxChangesPage)
-        guard let limit = Int64(limitText), limit > 0 else {
-            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
-        }
         do {
+            let since = try request.integer("since", default: 0, in: 0...Int64.max)
+            let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
             let records = try context.metadata.withDatabase { db in
                 try db.query("SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.sequence > ? ORDER BY f.sequence LIMIT ?",
-                             since, min(limit, Int64(API.maxChangesPage)), row: Metadata.fileRecord)
+                             since, limit, row: Metadata.fileRecord)
             }
             return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
         } catch {

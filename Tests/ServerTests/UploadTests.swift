@@ -103,7 +103,9 @@ extension TestServer {
         #expect(r.status == 403)
         #expect(try s.client.uploadOffset(url: t.url) == 0)
         let noSig = String(t.url.prefix { $0 != "&" }) // drops size, expires, sig
-        #expect(try s.head(noSig).status == 403)
+        #expect(try s.head(noSig).status == 400)  // a required query argument is missing
+        let badSig = t.url.replacingOccurrences(of: "sig=", with: "sig=0")
+        #expect(try s.head(badSig).status == 403)  // a malformed signature is a refusal
         #expect(throws: ClientError.expired) { try s.client.uploadOffset(url: tampered) }
 
         let expiring = try TestServer(uploadExpiry: -10)
