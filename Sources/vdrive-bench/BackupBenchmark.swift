@@ -24,6 +24,8 @@ enum BackupBenchmark {
         var cpuPhotos = 300, rounds = 3
         /// `perf record` of the mount during one extra drive run of the cpu section.
         var perf: String?
+        /// Another `vdrive` build (e.g. of the commit before a change) run beside this one.
+        var baselineVdrive: String?
     }
 
     static func run(_ args: [String]) throws {
@@ -43,6 +45,7 @@ enum BackupBenchmark {
             case "--cpu-photos": o.cpuPhotos = Int(v)!
             case "--rounds": o.rounds = Int(v)!
             case "--perf": o.perf = v
+            case "--baseline-vdrive": o.baselineVdrive = v
             default: throw Bench.Failure(description: "unknown option \(args[i])")
             }
             i += 2

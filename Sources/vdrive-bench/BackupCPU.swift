@@ -16,10 +16,13 @@ import Foundation
 /// `perf report --no-children --sort dso,sym` of it written to `FILE.txt`.
 extension BackupBenchmark {
     struct CPURound {
-        var peerCP = 0.0, peerCurl = 0.0, peerServer = 0.0, peerWall = 0.0, hash = 0.0
+        var peerCP = 0.0, peerCurl = 0.0, peerServer = 0.0, peerWall = 0.0, hash = 0.0, hashOpenSSL = 0.0
         var driveCP = 0.0, driveMount = 0.0, driveServer = 0.0, driveWall = 0.0
+        /// The same drive run with `--baseline-vdrive` (another build, e.g. before a change).
+        var baseCP = 0.0, baseMount = 0.0, baseServer = 0.0, baseWall = 0.0
         var peer: Double { peerCP + peerCurl + peerServer }
         var drive: Double { driveCP + driveMount + driveServer }
+        var base: Double { baseCP + baseMount + baseServer }
     }
 
     static func cpuSection(_ o: Options, vdrive: String) throws {
@@ -58,22 +61,18 @@ extension BackupBenchmark {
             c0 = Bench.childrenCPUSeconds()
             try Bench.sh("sha256sum \(d)/plain/* > /dev/null")
             x.hash = Bench.childrenCPUSeconds() - c0
+            c0 = Bench.childrenCPUSeconds()
+            try Bench.sh("openssl dgst -sha256 \(d)/plain/* > /dev/null")
+            x.hashOpenSSL = Bench.childrenCPUSeconds() - c0
             try Bench.sh("rm -rf \(d)/plain \(d)/peer-server \(d)/peer-token")
 
-            // The drive.
-            let m = try DriveRun(vdrive: vdrive, dir: "\(d)/drive")
-            c0 = Bench.childrenCPUSeconds()
-            let m0 = Bench.cpuSeconds(pid: m.mount.pid)
-            s0 = m.server.cpuSeconds()
-            t0 = Bench.now()
-            try Bench.sh("cp \(d)/src-cpu/* '\(d)/drive/mnt/Camera Roll/'")
-            x.driveCP = Bench.childrenCPUSeconds() - c0
-            try m.mount.waitUntilBackedUp(done: n)
-            x.driveWall = Bench.now() - t0
-            x.driveMount = Bench.cpuSeconds(pid: m.mount.pid) - m0
-            x.driveServer = m.server.cpuSeconds() - s0
-            m.stop()
+            // The drive (and the baseline build's drive, when given).
+            (x.driveCP, x.driveMount, x.driveServer, x.driveWall) = try driveRound(vdrive: vdrive, dir: d, photos: n)
+            if let baseline = o.baselineVdrive {
+                (x.baseCP, x.baseMount, x.baseServer, x.baseWall) = try driveRound(vdrive: baseline, dir: d, photos: n)
+            }
             rounds.append(x)
+            if o.baselineVdrive != nil { print("cpu round \(r): baseline drive \(Bench.f(x.base)) s (cp \(Bench.f(x.baseCP)), mount \(Bench.f(x.baseMount)), server \(Bench.f(x.baseServer))); ratio \(Bench.f(x.base / x.peer))x") }
             print("cpu round \(r): peer \(Bench.f(x.peer)) s (cp \(Bench.f(x.peerCP)), curl \(Bench.f(x.peerCurl)), server \(Bench.f(x.peerServer))); drive \(Bench.f(x.drive)) s (cp \(Bench.f(x.driveCP)), mount \(Bench.f(x.driveMount)), server \(Bench.f(x.driveServer))); ratio \(Bench.f(x.drive / x.peer))x")
         }
 
@@ -104,8 +103,8 @@ extension BackupBenchmark {
         func perGB(_ f: @escaping (CPURound) -> Double) -> String {
             rounds.map { Bench.f(f($0) / gb) }.joined(separator: " / ")
         }
-        print("")
-        print(Bench.table(["CPU per GB backed up, \(n) photos of \(o.photoMB) MB (s per GB; rounds \(rounds.count))", "peer: cp into a plain folder + curl (block protocol)", "drive: cp into Camera Roll until backed up"], [
+        var header = ["CPU per GB backed up, \(n) photos of \(o.photoMB) MB (s per GB; rounds \(rounds.count))", "peer: cp into a plain folder + curl (block protocol)", "drive: cp into Camera Roll until backed up"]
+        var rows: [[String]] = [
             ["cp", perGB(\.peerCP), perGB(\.driveCP)],
             ["curl / the mount", perGB(\.peerCurl), perGB(\.driveMount)],
             ["server", perGB(\.peerServer), perGB(\.driveServer)],
@@ -113,8 +112,35 @@ extension BackupBenchmark {
             ["all processes, ratio drive / peer (per round)", "1.00", rounds.map { Bench.f($0.drive / $0.peer) }.joined(separator: " / ")],
             ["median ratio", "", Bench.f(median { $0.drive / $0.peer })],
             ["sha256sum of the same files, for scale", perGB(\.hash), "-"],
+            ["openssl dgst -sha256 of the same files (SHA-NI), for scale", perGB(\.hashOpenSSL), "-"],
+            ["ratio drive / (peer + openssl dgst): the peer made to hash, median", "", Bench.f(median { $0.drive / ($0.peer + $0.hashOpenSSL) })],
             ["wall time (s)", rounds.map { Bench.f($0.peerWall) }.joined(separator: " / "), rounds.map { Bench.f($0.driveWall) }.joined(separator: " / ")],
-        ]))
+        ]
+        if let baseline = o.baselineVdrive {
+            header.append("baseline drive (\(baseline))")
+            let cells = [perGB(\.baseCP), perGB(\.baseMount), perGB(\.baseServer), perGB(\.base),
+                         rounds.map { Bench.f($0.base / $0.peer) }.joined(separator: " / "), Bench.f(median { $0.base / $0.peer }),
+                         "-", "-", Bench.f(median { $0.base / ($0.peer + $0.hashOpenSSL) }),
+                         rounds.map { Bench.f($0.baseWall) }.joined(separator: " / ")]
+            for i in rows.indices { rows[i].append(cells[i]) }
+        }
+        print("")
+        print(Bench.table(header, rows))
+    }
+
+    /// One drive run of the cpu section: cp of the photos into a fresh mount's Camera Roll
+    /// until backed up to a fresh server; CPU of cp, the mount and the server, and wall time.
+    static func driveRound(vdrive: String, dir d: String, photos n: Int) throws -> (Double, Double, Double, Double) {
+        let m = try DriveRun(vdrive: vdrive, dir: "\(d)/drive")
+        defer { m.stop() }
+        let c0 = Bench.childrenCPUSeconds()
+        let m0 = Bench.cpuSeconds(pid: m.mount.pid)
+        let s0 = m.server.cpuSeconds()
+        let t0 = Bench.now()
+        try Bench.sh("cp \(d)/src-cpu/* '\(d)/drive/mnt/Camera Roll/'")
+        let cp = Bench.childrenCPUSeconds() - c0
+        try m.mount.waitUntilBackedUp(done: n)
+        return (cp, Bench.cpuSeconds(pid: m.mount.pid) - m0, m.server.cpuSeconds() - s0, Bench.now() - t0)
     }
 
     /// A fresh server and a fresh mount (state, config) in `dir`, backing up to it.
