@@ -1,7 +1,7 @@
 import Foundation
 import TestSupport
 
-/// `vdrive-bench link [--dir DIR] [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video]`
+/// `vdrive-bench link [--dir DIR] [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video] [--skip-photos] [--baseline-vdrive PATH]`
 ///
 /// Issue 8 §6, backup over a real link. A `LinkProxy` (TestSupport: one-way delay each way,
 /// one rate cap shared by all connections) sits between the uploader and a real
@@ -18,12 +18,14 @@ import TestSupport
 /// Workloads: `--photos` photos of `--photo-bytes` bytes (40 of 3,000,000: the issue's
 /// case), and one video of `--video-mb` MB (1000).
 enum LinkBenchmark {
-    static let usage = "       vdrive-bench link [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video] [--dir DIR]"
+    static let usage = "       vdrive-bench link [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video] [--skip-photos] [--baseline-vdrive PATH] [--dir DIR]"
 
     struct Options {
         var dir = "/var/tmp/vdrive-bench-link"
         var photos = 40, photoBytes = 3_000_000, videoMB = 1000, delayMs = 25.0, mbit = 100.0, rounds = 1
         var video = true, photosOn = true
+        /// Another `vdrive` build (e.g. of the commit before a change) run beside this one.
+        var baselineVdrive: String?
     }
 
     static func run(_ args: [String]) throws {
@@ -39,6 +41,7 @@ enum LinkBenchmark {
             case "--delay-ms": o.delayMs = Double(v)!
             case "--mbit": o.mbit = Double(v)!
             case "--rounds": o.rounds = Int(v)!
+            case "--baseline-vdrive": o.baselineVdrive = v
             case "--skip-video": o.video = false; i -= 1
             case "--skip-photos": o.photosOn = false; i -= 1
             default: throw Bench.Failure(description: "unknown option \(args[i])")
@@ -69,6 +72,7 @@ enum LinkBenchmark {
             let files = try names.map { try PeerFile.prepare(path: "\(d)/\(folder)/\($0)", name: $0, blockDir: "\(d)/blocks-\(folder)") }
             let alone = Double(bytes) / rate
             var curlTimes: [Double] = [], driveTimes: [Double] = [], driveAfterCP: [Double] = []
+            var baseTimes: [Double] = [], baseAfterCP: [Double] = []
             for r in 1...o.rounds {
                 // curl, 4 at a time, through the proxy.
                 let s = try BackupBenchmark.startServer(vdrive, data: "\(d)/peer-server", tokenFile: "\(d)/peer-token")
@@ -86,31 +90,45 @@ enum LinkBenchmark {
                 s.stop()
                 try Bench.sh("rm -rf \(d)/peer-server \(d)/peer-token")
 
-                // The drive, through the proxy.
-                var proxy2: LinkProxy?
-                let m = try BackupBenchmark.DriveRun(vdrive: vdrive, dir: "\(d)/drive") { server in
-                    let p = try LinkProxy(targetPort: port(of: server.base), oneWayDelay: o.delayMs / 1000, bytesPerSecond: rate)
-                    proxy2 = p
-                    return "http://127.0.0.1:\(p.port)"
+                // The drive, through the proxy (and the baseline build's, when given).
+                func driveRun(_ binary: String) throws -> (Double, Double) {
+                    var proxy2: LinkProxy?
+                    let m = try BackupBenchmark.DriveRun(vdrive: binary, dir: "\(d)/drive") { server in
+                        let p = try LinkProxy(targetPort: port(of: server.base), oneWayDelay: o.delayMs / 1000, bytesPerSecond: rate)
+                        proxy2 = p
+                        return "http://127.0.0.1:\(p.port)"
+                    }
+                    defer { m.stop(); proxy2?.stop() }
+                    let t1 = Bench.now()
+                    try Bench.sh("cp \(d)/\(folder)/* '\(d)/drive/mnt/Camera Roll/'")
+                    let copied = Bench.now()
+                    try m.mount.waitUntilBackedUp(done: files.count, seconds: 3600)
+                    let t2 = Bench.now()
+                    return (t2 - t1, t2 - copied)
                 }
-                defer { m.stop(); proxy2?.stop() }
-                let t1 = Bench.now()
-                try Bench.sh("cp \(d)/\(folder)/* '\(d)/drive/mnt/Camera Roll/'")
-                let copied = Bench.now()
-                try m.mount.waitUntilBackedUp(done: files.count, seconds: 3600)
-                let t2 = Bench.now()
-                driveTimes.append(t2 - t1)
-                driveAfterCP.append(t2 - copied)
-                print("link \(label) round \(r): link alone \(Bench.f(alone)) s, curl --parallel-max 4 \(Bench.f(curlTimes.last!)) s, drive \(Bench.f(t2 - t1)) s (\(Bench.f(t2 - copied)) s after cp)")
+                let (whole, afterCP) = try driveRun(vdrive)
+                driveTimes.append(whole)
+                driveAfterCP.append(afterCP)
+                print("link \(label) round \(r): link alone \(Bench.f(alone)) s, curl --parallel-max 4 \(Bench.f(curlTimes.last!)) s, drive \(Bench.f(whole)) s (\(Bench.f(afterCP)) s after cp)")
+                if let baseline = o.baselineVdrive {
+                    let (bw, ba) = try driveRun(baseline)
+                    baseTimes.append(bw)
+                    baseAfterCP.append(ba)
+                    print("link \(label) round \(r): baseline drive \(Bench.f(bw)) s (\(Bench.f(ba)) s after cp)")
+                }
             }
             func cells(_ v: [Double]) -> String {
                 v.map { "\(Bench.f($0)) s (\(Bench.f(alone / $0))x)" }.joined(separator: " / ")
             }
-            rows.append([label, "\(Bench.f(alone)) s", cells(curlTimes), cells(driveTimes), cells(driveAfterCP)])
+            var row = [label, "\(Bench.f(alone)) s", cells(curlTimes), cells(driveTimes), cells(driveAfterCP)]
+            if o.baselineVdrive != nil { row += [cells(baseTimes), cells(baseAfterCP)] }
+            rows.append(row)
         }
         print("")
         print("Link: \(Bench.f(o.delayMs, 0)) ms each way (RTT \(Bench.f(2 * o.delayMs, 0)) ms), \(Bench.f(o.mbit, 0)) Mbit/s shared; cells: time (link throughput share = link alone / time)")
-        print(Bench.table(["workload", "link alone (bytes / rate)", "curl --parallel --parallel-max 4, block protocol", "drive: cp into Camera Roll until backed up", "drive, from the end of cp"], rows))
+        var header = ["workload", "link alone (bytes / rate)", "curl --parallel --parallel-max 4, block protocol", "drive: cp into Camera Roll until backed up", "drive, from the end of cp"]
+        if let baseline = o.baselineVdrive { header += ["baseline drive (\(baseline))", "baseline, from the end of cp"] }
+        print(Bench.table(header, rows))
         try? Bench.sh("rm -rf \(d)/photos \(d)/video \(d)/blocks-photos \(d)/blocks-video")
     }
 
