@@ -18,6 +18,14 @@ enum BackupBenchmark {
     struct Options {
         var dir = "/var/tmp/vdrive-bench-backup"
         var photos = 1000, photoMB = 3, idleSeconds = 600, killMiB = 500, rssGiB = 4, entries = 100_000
+        /// `cpu` (issue 8 §5: the drive against cp + curl, all processes' CPU) and
+        /// `classic` (the five measurements of issue 4).
+        var sections: Set<String> = ["cpu", "classic"]
+        var cpuPhotos = 300, rounds = 3
+        /// `perf record` of the mount during one extra drive run of the cpu section.
+        var perf: String?
+        /// Another `vdrive` build (e.g. of the commit before a change) run beside this one.
+        var baselineVdrive: String?
     }
 
     static func run(_ args: [String]) throws {
@@ -33,6 +41,11 @@ enum BackupBenchmark {
             case "--kill-mib": o.killMiB = Int(v)!
             case "--rss-gib": o.rssGiB = Int(v)!
             case "--entries": o.entries = Int(v)!
+            case "--sections": o.sections = Set(v.split(separator: ",").map(String.init))
+            case "--cpu-photos": o.cpuPhotos = Int(v)!
+            case "--rounds": o.rounds = Int(v)!
+            case "--perf": o.perf = v
+            case "--baseline-vdrive": o.baselineVdrive = v
             default: throw Bench.Failure(description: "unknown option \(args[i])")
             }
             i += 2
@@ -41,6 +54,8 @@ enum BackupBenchmark {
         let d = o.dir
         try? Bench.sh("fusermount3 -u -z \(d)/mnt 2>/dev/null; true")
         try Bench.sh("rm -rf \(d) && mkdir -p \(d)/src \(d)/mnt \(d)/config")
+        if o.sections.contains("cpu") { try cpuSection(o, vdrive: vdrive) }
+        guard o.sections.contains("classic") else { return }
         print("Preparing \(o.photos) photos of \(o.photoMB) MB in \(d)/src ...")
         try Bench.sh("head -c \(o.photoMB)M /dev/urandom > \(d)/one && for i in $(seq 1 \(o.photos)); do cp \(d)/one \(d)/src/IMG_$i.jpg; printf %016d $i | dd of=\(d)/src/IMG_$i.jpg bs=1 seek=0 conv=notrunc status=none; done && rm \(d)/one")
         let totalBytes = Int64(o.photos) * Int64(o.photoMB) << 20
@@ -74,7 +89,7 @@ enum BackupBenchmark {
         for n in 1...o.photos {
             let hash = try Bench.sh("sha256sum \(d)/src/IMG_\(n).jpg").prefix(64)
             try "IMG_\(n).jpg".write(toFile: "\(d)/names/\(hash)", atomically: false, encoding: .utf8)
-            config += "upload-file = \"\(d)/src/IMG_\(n).jpg\"\nurl = \"\(server2.base)/v1/blobs/\(hash)\"\noutput = \"/dev/null\"\n"
+            config += "upload-file = \"\(d)/src/IMG_\(n).jpg\"\nurl = \"\(server2.base)/v1/blocks/\(hash)\"\noutput = \"/dev/null\"\n"
         }
         try config.write(toFile: "\(d)/curl.conf", atomically: true, encoding: .utf8)
         let curlChildren0 = Bench.childrenCPUSeconds(), server2CPU0 = server2.cpuSeconds()

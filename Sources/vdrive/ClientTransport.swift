@@ -78,20 +78,40 @@ struct ClientTransport: BackupTransport {
 /// queue (EXIF has no time zone: the camera's local time is carried as if it were UTC,
 /// so the date a user sees is the date the camera showed).
 enum CaptureDateText {
+    /// "YYYY-MM-DDTHH:MM:SS" read as UTC, nil when it is not that. Parsed by hand: a
+    /// `DateFormatter` made per record showed in the mount's profile (ICU setup on the
+    /// engine thread for every photo, issue 8 §5).
+    /// A trailing "Z" (the queue writes mtime-derived dates so) is accepted: it says UTC.
     static func seconds(_ text: String) -> Int64? {
-        let f = formatter()
-        return f.date(from: text).map { Int64($0.timeIntervalSince1970) }
+        var b = Array(text.utf8)
+        if b.count == 20, b[19] == UInt8(ascii: "Z") { b.removeLast() }
+        guard b.count == 19, b[4] == UInt8(ascii: "-"), b[7] == UInt8(ascii: "-"), b[10] == UInt8(ascii: "T"),
+              b[13] == UInt8(ascii: ":"), b[16] == UInt8(ascii: ":") else { return nil }
+        func number(_ from: Int, _ count: Int) -> Int32? {
+            var n: Int32 = 0
+            for c in b[from..<from + count] {
+                guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+                n = n * 10 + Int32(c - UInt8(ascii: "0"))
+            }
+            return n
+        }
+        guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        var t = tm()
+        t.tm_year = year - 1900; t.tm_mon = month - 1; t.tm_mday = day
+        t.tm_hour = hour; t.tm_min = minute; t.tm_sec = second
+        let seconds = Int64(timegm(&t))
+        // timegm normalises out-of-range days (Feb 31 → Mar 3): refuse those, as the formatter did.
+        guard t.tm_mday == day, t.tm_mon == month - 1 else { return nil }
+        return seconds
     }
 
     static func text(_ seconds: Int64) -> String {
-        formatter().string(from: Date(timeIntervalSince1970: Double(seconds)))
-    }
-
-    private static func formatter() -> DateFormatter {
-        let f = DateFormatter()
-        f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "UTC")
-        f.dateFormat = "yyyy-MM-dd'T'HH:mm:ss"
-        return f
+        var time = time_t(seconds)
+        var t = tm()
+        gmtime_r(&time, &t)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d", Int(t.tm_year) + 1900, Int(t.tm_mon) + 1, Int(t.tm_mday),
+                      Int(t.tm_hour), Int(t.tm_min), Int(t.tm_sec))
     }
 }
