@@ -204,21 +204,27 @@ public final class WorkspaceClient: Sendable {
     /// The blocks and content hash of `size` bytes of `fd`, read once in 1 MiB pieces.
     public static func manifest(fd: Int32, size: Int64) throws(ClientError) -> BlockManifest {
         let hasher = ContentHasher()
+        try readOnce(fd: fd, offset: 0, length: size) { hasher.update($0) }
+        let (content, blocks) = hasher.finish()
+        return BlockManifest(content: content, size: size, blocks: blocks)
+    }
+
+    /// Feeds `length` bytes of `fd` from `offset` to `body` in 1 MiB pieces, read once.
+    private static func readOnce(fd: Int32, offset: Int64, length: Int64,
+                                 _ body: (UnsafeRawBufferPointer) -> Void) throws(ClientError) {
         let chunk = 1 << 20
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
         defer { buffer.deallocate() }
         var done: Int64 = 0
-        while done < size {
-            let want = Int(min(Int64(chunk), size - done))
-            let n = pread(fd, buffer.baseAddress, want, off_t(done))
+        while done < length {
+            let want = Int(min(Int64(chunk), length - done))
+            let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
             if n < 0 && errno == EINTR { continue }
             if n < 0 { throw .localIO("reading the file to hash it failed: \(String(cString: strerror(errno)))") }
-            if n == 0 { throw .localIO("the file is shorter than \(size) bytes (it changed while it was read?)") }
-            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
+            if n == 0 { throw .localIO("the file is shorter than \(offset + length) bytes (it changed while it was read?)") }
+            body(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
             done += Int64(n)
         }
-        let (content, blocks) = hasher.finish()
-        return BlockManifest(content: content, size: size, blocks: blocks)
     }
 
     /// Records `path → content` (idempotent); returns the stored record with its server
@@ -373,19 +379,7 @@ public final class WorkspaceClient: Sendable {
 
     static func hash(fd: Int32, offset: Int64, length: Int64) throws(ClientError) -> SHA256Digest {
         let hasher = SHA256Hasher()
-        let chunk = 1 << 20
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 16)
-        defer { buffer.deallocate() }
-        var done: Int64 = 0
-        while done < length {
-            let want = Int(min(Int64(chunk), length - done))
-            let n = pread(fd, buffer.baseAddress, want, off_t(offset + done))
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw .localIO("reading the file to hash it failed: \(String(cString: strerror(errno)))") }
-            if n == 0 { throw .localIO("the file is shorter than \(offset + length) bytes (it changed since it was queued?)") }
-            hasher.update(UnsafeRawBufferPointer(rebasing: buffer[0..<n]))
-            done += Int64(n)
-        }
+        try readOnce(fd: fd, offset: offset, length: length) { hasher.update($0) }
         return hasher.finish()
     }
 
