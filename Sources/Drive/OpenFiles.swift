@@ -105,7 +105,7 @@ final class OpenNode: @unchecked Sendable {
     /// dropped at every commit).
     var committed: [Int: SHA256Digest]?
     var committedSize: Int64 = 0
-    /// Open descriptors of stored blocks, by digest (a few per open file).
+    /// Open descriptors of stored blocks, by digest (at most 8 per open file).
     var readers: [SHA256Digest: SharedDescriptor] = [:]
     /// Where the last read ended (a read starting there is sequential), and the block
     /// last asked of the disk ahead of the reader.
@@ -117,7 +117,7 @@ final class OpenNode: @unchecked Sendable {
     /// A stored block's descriptor, opened once per open file.
     func reader(_ digest: SHA256Digest, open: (SHA256Digest) throws -> Int32) throws -> SharedDescriptor {
         if let d = readers[digest] { return d }
-        if readers.count >= 64 { readers.removeAll(keepingCapacity: true) }
+        if readers.count >= 8 { readers.removeAll(keepingCapacity: true) }   // a sequential reader needs two
         let d = SharedDescriptor(try open(digest))
         readers[digest] = d
         return d

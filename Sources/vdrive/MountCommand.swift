@@ -98,7 +98,8 @@ enum MountCommand {
         } catch let error as Errno {
             throw CLIError("cannot use the state folder \(state): \(error)", code: ExitCode.cantCreate)
         }
-        MemoryTuning.forDaemon()
+        DaemonTuning.memory()
+        DaemonTuning.openFiles()
         let lost = try fs.recover()
         if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
         let backup = try BackupWiring(fs: fs, state: state, remote: remote)
