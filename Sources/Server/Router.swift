@@ -43,6 +43,9 @@ final class Router: HTTPHandler {
             }
         case ("GET", API.files):
             return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
+        // Per-device versions (restore-server branch).
+        case ("GET", API.fileVersions):
+            return authenticated(request) { _ in .respond(FileHandlers.versions(request, context: self.context)) }
         case ("GET", API.changes):
             return authenticated(request) { _ in .respond(FileHandlers.changes(request, context: self.context)) }
         case ("GET", API.watermark):
@@ -74,7 +77,7 @@ final class Router: HTTPHandler {
                 return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD, PUT"))
             }
         }
-        let known = [API.health, API.openAPI, API.uploads, API.files, API.changes, API.watermark]
+        let known = [API.health, API.openAPI, API.uploads, API.files, API.fileVersions, API.changes, API.watermark]
         if known.contains(path) { return .respond(methodNotAllowed(method, path, allowed: nil)) }
         return .respond(.error(404, "not_found", "no such endpoint: \(method) \(path); see GET /v1/openapi.json"))
     }
