@@ -6,7 +6,8 @@
 /// of its block digests, `Crypto.ContentHash`) and described by its *manifest*
 /// (size and block list); an *upload* is a tus resource that becomes a block once
 /// its last byte lands and the bytes hash to the block's hash; a *file record* maps
-/// a workspace path to a content; the *server sequence* orders file records for the
+/// a device's workspace path to a content, and each content recorded for a (device,
+/// path) is a *version* of it (all kept); the *server sequence* orders file records for the
 /// change feed; a device's *watermark* is its backup cursor.
 /// Thread safety: every type here is a value type and `Sendable`.
 /// Imports: Crypto (for HMAC in `Presign`), Foundation (JSON coding only).
