@@ -54,25 +54,18 @@ public struct BackupAdmin: Sendable {
     }
 
     /// Deletes those versions in one transaction and returns them. When the current
-    /// version goes and older ones stay, the newest remaining one becomes current.
+    /// version goes and older ones stay, the newest remaining one is current (it is
+    /// the one with the highest sequence).
     /// The deletion is not in the change feed (a follower learns it by listing again).
     @discardableResult
     public func delete(device: String, path: String, version: String? = nil) throws -> [Version] {
         try metadata.withDatabase { db in
             try db.transaction {
                 let doomed = try select(device: device, path: path, version: version, in: db)
-                guard let deviceID = try db.queryOne("SELECT id FROM devices WHERE name = ?", device, row: { $0.int64(0) }) else {
-                    throw Failure.unknownDevice(device)
-                }
+                // Sequences are never reused: a feed reader may be past the highest one.
+                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES (?, ?)", FileVersions.sequenceFloorKey,
+                           try FileVersions.nextSequence(in: db) - 1)
                 for v in doomed { try db.run("DELETE FROM file_versions WHERE sequence = ?", v.sequence) }
-                let newest = try db.queryOne("SELECT MAX(sequence) FROM file_versions WHERE device_id = ? AND path = ?", deviceID, doomed[0].path) {
-                    $0.isNull(0) ? nil : Optional($0.int64(0))
-                } ?? nil
-                if let newest {
-                    try db.run("UPDATE files SET sequence = ? WHERE device_id = ? AND path = ?", newest, deviceID, doomed[0].path)
-                } else {
-                    try db.run("DELETE FROM files WHERE device_id = ? AND path = ?", deviceID, doomed[0].path)
-                }
                 return doomed
             }
         }
@@ -91,13 +84,17 @@ public struct BackupAdmin: Sendable {
     private func select(device: String, path rawPath: String, version: String?, in db: Database) throws -> [Version] {
         let (path, hash) = try Self.checked(path: rawPath, version: version).get()
         guard try db.queryOne("SELECT 1 FROM devices WHERE name = ?", device, row: { _ in true }) != nil else { throw Failure.unknownDevice(device) }
-        let all = try db.query("""
-            SELECT d.name, v.path, v.hash, v.size, v.sequence, v.recorded_at, f.sequence IS NOT NULL
-            FROM file_versions v JOIN devices d ON d.id = v.device_id LEFT JOIN files f ON f.sequence = v.sequence
+        let rows = try db.query("""
+            SELECT d.name, v.path, v.hash, v.size, v.sequence, v.recorded_at
+            FROM file_versions v JOIN devices d ON d.id = v.device_id
             WHERE d.name = ? AND v.path = ? ORDER BY v.sequence
             """, device, path) {
             Version(device: $0.string(0) ?? "", path: $0.string(1) ?? "", hash: $0.string(2) ?? "", size: $0.int64(3), sequence: $0.int64(4),
-                    recordedAt: $0.isNull(5) ? nil : $0.int64(5), isCurrent: $0.int(6) != 0)
+                    recordedAt: $0.isNull(5) ? nil : $0.int64(5), isCurrent: false)
+        }
+        // The current version is the newest (the last by sequence).
+        let all = rows.enumerated().map { i, v in
+            Version(device: v.device, path: v.path, hash: v.hash, size: v.size, sequence: v.sequence, recordedAt: v.recordedAt, isCurrent: i == rows.count - 1)
         }
         if all.isEmpty { throw Failure.noSuchPath(device: device, path: path) }
         guard let hash else { return all }

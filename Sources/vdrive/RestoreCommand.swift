@@ -67,7 +67,7 @@ enum RestoreCommand {
         for record in chosen {
             if unreachable {
                 // The server is gone: the rest would each wait for a timeout to say the same.
-                failures.append((record, .transient("'\(record.path)': not tried, the server was unreachable")))
+                failures.append((record, .serverGone("'\(record.path)': not tried, the server was unreachable")))
                 continue
             }
             var restorer = FileRestorer(client: client, destination: destination)
@@ -79,7 +79,7 @@ enum RestoreCommand {
                 }
             } catch {
                 failures.append((record, error))
-                if case .transient = error { unreachable = true }
+                if case .serverGone = error { unreachable = true }
             }
             progress.finished(size: record.size)
         }

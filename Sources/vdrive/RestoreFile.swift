@@ -8,8 +8,11 @@ import Glibc
 
 /// Why one file was not restored. `transient`: running the restore again can help.
 enum RestoreFailure: Error, Equatable {
-    /// The server was unreachable, timed out or answered 5xx.
+    /// The server answered 5xx, 408 or 429, or the transfer broke off.
     case transient(String)
+    /// The server could not be reached (refused, timed out): the files after this one
+    /// are not tried, as each would wait for the same timeout.
+    case serverGone(String)
     /// The server does not hold the content, or sent bytes that are not it.
     case server(String)
     /// DEST could not be written, or holds another file under that name.
@@ -17,7 +20,7 @@ enum RestoreFailure: Error, Equatable {
 
     var message: String {
         switch self {
-        case .transient(let m), .server(let m), .local(let m): return m
+        case .transient(let m), .serverGone(let m), .server(let m), .local(let m): return m
         }
     }
 }
@@ -116,6 +119,7 @@ struct FileRestorer {
         case .notFound: return .server("the server no longer holds the content of '\(record.path)' (\(record.hash))")
         case .contentMismatch(let m): return .server("'\(record.path)': \(m)")
         case .localIO(let m): return .local("'\(record.path)': \(m)")
+        case .unreachable, .timedOut: return .serverGone("'\(record.path)': \(error)")
         default:
             return error.isTransient ? .transient("'\(record.path)': \(error)") : .server("'\(record.path)': \(error)")
         }

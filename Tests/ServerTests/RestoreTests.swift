@@ -201,4 +201,46 @@ import Testing
             #expect(FileManager.default.contents(atPath: dest + "/Camera Roll/IMG_\(1000 + i).jpg") == Data(f.bytes))
         }
     }
+
+    /// The server dies mid-restore: the restore stops trying (one line per file not
+    /// restored), exits 75; with the server back, running it again finishes the job.
+    @Test func serverGoneMidRestoreExits75ThenFinishes() throws {
+        let fx = try Fixture()
+        defer { fx.stop() }
+        let count = 12
+        var files: [TestFile] = []
+        for i in 0..<count {
+            let f = TestFile(in: fx.dir.path, size: 1 << 20, seed: 400 + UInt64(i))
+            try fx.backUp(fx.phone, f, "Camera Roll/IMG_\(2000 + i).jpg", capture: Self.day("2023-01-01"), sequence: Int64(i + 1))
+            files.append(f)
+        }
+        let proxy = try LinkProxy(targetPort: fx.server.port, oneWayDelay: 0.001, bytesPerSecond: 4_000_000)
+        defer { proxy.stop() }
+        let dest = fx.dir.path + "/restored"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: vdriveBinary())
+        process.arguments = ["restore", "phone", dest, "--server", "http://127.0.0.1:\(proxy.port)", "--token-file", fx.phoneTokenFile]
+        let errors = Pipe()
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = errors
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Self.restoredFiles(dest).filter({ !$0.hasSuffix(".vdrive-restore") }).count < 2 && Date() < deadline { usleep(5_000) }
+        fx.server.kill(SIGKILL)
+        let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 75, "\(stderr)")
+        #expect(stderr.contains("not restored: "), "\(stderr)")
+        #expect(stderr.contains("not tried, the server was unreachable"), "\(stderr)")
+
+        let again = try ServerProcess(data: fx.server.data)
+        defer { again.kill(SIGTERM) }
+        let (status, out, err) = try fx.restore(["phone", dest], base: again.base)
+        #expect(status == 0, "\(err)")
+        #expect(out.contains("already there"), "\(out)")
+        #expect(Self.restoredFiles(dest).count == count)
+        for (i, f) in files.enumerated() {
+            #expect(FileManager.default.contents(atPath: dest + "/Camera Roll/IMG_\(2000 + i).jpg") == Data(f.bytes))
+        }
+    }
 }

@@ -84,7 +84,9 @@ import Testing
         versions = try s.client.fileVersions(device: "test-device", path: path)
         #expect(versions.map(\.hash) == [v1.content.hex, v2.content.hex, v1.content.hex])
         // The same content again with a new mtime: the same version, moved to the end of the feed.
+        let third = versions.last!.sequence!
         let touched = try s.client.recordFile(Self.record(v1, path, sequence: 4, mtime: 1_700_000_300))
+        #expect(touched.sequence == third + 1)  // the newest, moved: its old sequence is not reused
         versions = try s.client.fileVersions(device: "test-device", path: path)
         #expect(versions.count == 3)
         #expect(versions.last?.mtime == 1_700_000_300)
