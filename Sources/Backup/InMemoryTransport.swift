@@ -147,7 +147,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         try state.withLock { s in
             try Self.takeFault(&s, .createUpload)
             s.stats.creates += 1
-            guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks do not hash to content") }
+            guard manifest.isConsistent else { throw BackupTransportError(.permanent, "422 blocks do not hash to content") }
             if s.contents[manifest.content] != nil { return .present }
             let expiresAt = s.now + s.urlLifetime
             var plan: [BlockUpload] = []
@@ -239,7 +239,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
             s.stats.records += 1
             if s.contents[record.hash] == nil {
                 let manifest = ContentManifest(content: record.hash, size: record.size, blocks: record.blocks)
-                guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks do not hash to content") }
+                guard manifest.isConsistent else { throw BackupTransportError(.permanent, "422 blocks do not hash to content") }
                 let missing = record.blocks.enumerated().filter { index, digest in
                     !Blocks.isZero(digest, length: Blocks.length(ofBlock: index, fileSize: record.size)) && s.blocks[digest] == nil
                 }

@@ -49,16 +49,6 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
     conn->congestion_threshold = 48;
 }
 
-/* Replies to a read with `size` bytes of `fd` from `pos`: libfuse splices them from the
-   file into /dev/fuse where it can, so the bytes never pass through our memory. */
-static inline int vd_fuse_reply_fd(fuse_req_t req, int fd, size_t size, off_t pos) {
-    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
-    buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
-    buf.buf[0].fd = fd;
-    buf.buf[0].pos = pos;
-    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
-}
-
 /* Replies to a read with pieces of several files and zeros (a file stored in blocks,
    holes included), in one reply. Piece i is `lens[i]` bytes of `fds[i]` from `pos[i]`,
    or zeros when `fds[i]` is -1, taken from `zeros` (a read-only region of `zeros_len`
@@ -113,7 +103,9 @@ static inline int vd_fuse_reply_pieces(fuse_req_t req, int count, const int *fds
     vec->count = (size_t)n;
     vec->idx = 0;
     vec->off = 0;
-    int rc = fuse_reply_data(req, vec, FUSE_BUF_SPLICE_MOVE);
+    /* No SPLICE_MOVE: moving would steal the pages from the block file's page cache (and
+       charge and uncharge them), slower than the one copy into the request (measured). */
+    int rc = fuse_reply_data(req, vec, (enum fuse_buf_copy_flags)0);
     free(vec);
     return rc;
 }

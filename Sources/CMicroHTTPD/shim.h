@@ -26,11 +26,13 @@ static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
 static inline struct MHD_Response *vd_mhd_response_copy(size_t size, const void *data) {
     return MHD_create_response_from_buffer(size, (void *)data, MHD_RESPMEM_MUST_COPY);
 }
-static inline int vd_mhd_headers(struct MHD_Connection *c, MHD_KeyValueIterator it, void *cls) {
-    return MHD_get_connection_values(c, MHD_HEADER_KIND, it, cls);
+/* The _n variants pass each value's length: a value with a NUL byte (a query argument's
+   %00) is seen whole, so it can be refused, not silently cut at the NUL. */
+static inline int vd_mhd_headers(struct MHD_Connection *c, MHD_KeyValueIteratorN it, void *cls) {
+    return MHD_get_connection_values_n(c, MHD_HEADER_KIND, it, cls);
 }
-static inline int vd_mhd_query(struct MHD_Connection *c, MHD_KeyValueIterator it, void *cls) {
-    return MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, it, cls);
+static inline int vd_mhd_query(struct MHD_Connection *c, MHD_KeyValueIteratorN it, void *cls) {
+    return MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, it, cls);
 }
 
 /* A stream body's read failed: libmicrohttpd closes the connection (a cast macro). */

@@ -21,7 +21,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case http(status: Int, message: String)
     /// 403 on a presigned URL: it expired or was altered. Ask `createUpload` again for a fresh URL.
     case expired
-    /// 404: the upload (terminated, expired and swept) or blob does not exist.
+    /// 404: the upload (terminated, expired and swept), content or block does not exist.
     case notFound
     /// 409 on PATCH: the server's offset differs (or another request is writing this
     /// upload). Resume from `serverOffset` (or `uploadOffset(url:)` when nil). Transient.

@@ -20,7 +20,8 @@ public enum Blocks {
 
     /// How many blocks a file of `fileSize` bytes has.
     public static func count(forSize fileSize: Int64) -> Int {
-        fileSize <= 0 ? 0 : Int((fileSize + Int64(size) - 1) / Int64(size))
+        // Divided first: `fileSize + size - 1` overflows for sizes near Int64.max.
+        fileSize <= 0 ? 0 : Int(fileSize / Int64(size) + (fileSize % Int64(size) == 0 ? 0 : 1))
     }
 
     /// The length of block `index` in a file of `fileSize` bytes (0 past the end).

@@ -40,11 +40,16 @@ enum FuseFileOps {
             let ctx = FuseContext.of(req)
             replying(req) {
                 guard let fi else { throw Errno.invalidArgument }
-                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 4096)
-                defer { buffer.deallocate() }
-                switch try ctx.fs.readSource(vd_fi_fh(fi), into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<size]), at: Int64(offset)) {
+                var buffer: UnsafeMutableRawBufferPointer?
+                defer { buffer?.deallocate() }
+                let source = try ctx.fs.readSource(vd_fi_fh(fi), count: size, at: Int64(offset)) {
+                    let b = UnsafeMutableRawBufferPointer.allocate(byteCount: max(size, 1), alignment: 4096)
+                    buffer = b
+                    return UnsafeMutableRawBufferPointer(rebasing: b[0..<size])
+                }
+                switch source {
                 case .bytes(let n):
-                    fuse_reply_buf(req, buffer.baseAddress!.assumingMemoryBound(to: CChar.self), n)
+                    fuse_reply_buf(req, buffer?.baseAddress?.assumingMemoryBound(to: CChar.self), n)
                 case .pieces(let pieces):
                     // The descriptors stay open until the reply is sent (they are held here).
                     replyPieces(req, pieces)

@@ -101,10 +101,16 @@ final class OpenNode: @unchecked Sendable {
     /// Handles opened for writing (guarded by the file system's tables lock, not `lock`).
     var writers = 0
     var draft: Draft?
-    /// The committed block list, cached for reads (nil until the first read; dropped at commit).
+    /// The committed block list and size, cached for reads (nil until the first read;
+    /// dropped at every commit).
     var committed: [Int: SHA256Digest]?
+    var committedSize: Int64 = 0
     /// Open descriptors of stored blocks, by digest (a few per open file).
     var readers: [SHA256Digest: SharedDescriptor] = [:]
+    /// Where the last read ended (a read starting there is sequential), and the block
+    /// last asked of the disk ahead of the reader.
+    var sequentialEnd: Int64 = 0
+    var prefetched: SHA256Digest?
 
     init(ino: UInt64) { self.ino = ino }
 

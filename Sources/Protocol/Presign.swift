@@ -51,9 +51,27 @@ public struct Presigner: Sendable {
         public var message: String {
             switch self {
             case .missing(let q): return "the presigned URL lacks '\(q)'; ask for a fresh URL with POST /v1/uploads"
-            case .malformed(let q): return "the presigned URL's '\(q)' is malformed; ask for a fresh URL with POST /v1/uploads"
+            case .malformed(let q): return "the presigned URL's '\(q)' is malformed (\(Self.expected(q))); ask for a fresh URL with POST /v1/uploads"
             case .badSignature: return "the presigned URL's signature does not match (was it altered?); ask for a fresh URL with POST /v1/uploads"
             case .expired(let at): return "the presigned URL expired at \(at) (Unix time); ask for a fresh URL with POST /v1/uploads"
+            }
+        }
+
+        /// What a well-formed query argument looks like, for error messages.
+        static func expected(_ argument: String) -> String {
+            switch argument {
+            case "hash": return "a block hash: 64 hex digits"
+            case "size": return "the block's length: 1 to \(Blocks.size)"
+            case "expires": return "Unix seconds, 0 or more"
+            default: return "64 hex digits"
+            }
+        }
+
+        /// The query argument a failure is about, when it is one (for the `field` of a 400).
+        public var argument: String? {
+            switch self {
+            case .missing(let q), .malformed(let q): return q
+            case .badSignature, .expired: return nil
             }
         }
     }
@@ -64,9 +82,12 @@ public struct Presigner: Sendable {
         guard let sizeText = query("size") else { throw .missing("size") }
         guard let expiresText = query("expires") else { throw .missing("expires") }
         guard let sig = query("sig") else { throw .missing("sig") }
-        guard let size = Int64(sizeText), size >= 0 else { throw .malformed("size") }
-        guard let expires = Int64(expiresText) else { throw .malformed("expires") }
-        guard let given = Hex.decode(sig), given.count == 32 else { throw .malformed("sig") }
+        // The same bounds as the OpenAPI document's parameters: a block hash, a block's
+        // length (1 byte to 4 MiB), a Unix time, 64 hex digits.
+        guard SHA256Digest(hex: hash) != nil else { throw .malformed("hash") }
+        guard let size = Int64(sizeText), size >= 1, size <= Int64(Blocks.size) else { throw .malformed("size") }
+        guard let expires = Int64(expiresText), expires >= 0 else { throw .malformed("expires") }
+        guard sig.utf8.count == 64, let given = Hex.decode(sig), given.count == 32 else { throw .malformed("sig") }
         let signed = Signed(method: method, path: path, hash: hash, size: size, expires: expires)
         let expected = HMACSHA256.mac(key: key, message: Self.canonical(signed))
         guard HMACSHA256.equal(expected, given) else { throw .badSignature }

@@ -13,20 +13,25 @@ public enum Tus {
     /// `Upload-Checksum: sha256 <base64 of the 32-byte digest>`.
     public static func checksumHeader(_ digest: [UInt8]) -> String { "sha256 " + Base64.encode(digest) }
 
-    /// Parses `Upload-Metadata: key base64,key2 base64` into a dictionary.
-    public static func parseMetadata(_ header: String) -> [String: [UInt8]]? {
-        var out: [String: [UInt8]] = [:]
+    /// Parses `Upload-Metadata: key base64,key2 base64` into its pairs, in order.
+    public static func parseMetadataPairs(_ header: String) -> [(key: String, value: [UInt8])]? {
+        var out: [(key: String, value: [UInt8])] = []
         for pair in header.split(separator: ",") {
             let parts = pair.trimmingSpaces.split(separator: " ", maxSplits: 1)
             guard let key = parts.first, !key.isEmpty else { return nil }
             if parts.count == 2 {
                 guard let value = Base64.decode(String(parts[1])) else { return nil }
-                out[String(key)] = value
+                out.append((String(key), value))
             } else {
-                out[String(key)] = []
+                out.append((String(key), []))
             }
         }
         return out
+    }
+
+    /// Parses `Upload-Metadata: key base64,key2 base64` into a dictionary (a repeated key: the last).
+    public static func parseMetadata(_ header: String) -> [String: [UInt8]]? {
+        parseMetadataPairs(header).map { Dictionary($0.map { ($0.key, $0.value) }, uniquingKeysWith: { _, last in last }) }
     }
 }
 

@@ -39,6 +39,8 @@ public enum API {
     public static let maxJSONBody = 1 << 20
     /// At most this many blocks in one manifest: 1 TiB in 4 MiB blocks.
     public static let maxBlocksPerContent = 262_144
+    /// The largest content: `maxBlocksPerContent` blocks of 4 MiB (1 TiB).
+    public static let maxContentSize: Int64 = Int64(maxBlocksPerContent) * 4_194_304
     /// Bodies that carry a block list (`POST /v1/uploads`, `POST /v1/files`) may be this
     /// large: a full list of `maxBlocksPerContent` hex digests is about 17.6 MB.
     public static let maxManifestBody = 24 << 20

@@ -20,6 +20,9 @@ enum BlockPut {
                                    "a block has 1 to \(Blocks.size) bytes (4 MiB), not \(length): cut the file into 4 MiB blocks (Docs/protocol.md)",
                                    field: "Content-Length", headers: [("Tus-Max-Size", String(Blocks.size))]))
         }
+        guard !Blocks.isZero(digest, length: Int(length)) else {
+            return .respond(.error(400, "bad_request", "block \(digest.hex) is \(length) zero bytes: zero blocks are never stored or sent, they count as present"))
+        }
         do {
             if let existing = try context.presentBlockSize(digest) {
                 if existing != length {

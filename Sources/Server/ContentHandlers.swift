@@ -8,7 +8,8 @@ enum ContentHandlers {
     /// The subset of the asked content hashes whose verified manifest the workspace holds.
     static func present(_ body: PresentRequest, context: ServerContext) -> HTTPResponse {
         guard body.hashes.count <= API.maxHashesPerCheck else {
-            return .error(413, "too_many_hashes", "at most \(API.maxHashesPerCheck) hashes per call, got \(body.hashes.count); split the list", field: "hashes")
+            // 400, not 413: the list breaks the document's maxItems; the body itself fits.
+            return .error(400, "too_many_hashes", "at most \(API.maxHashesPerCheck) hashes per call, got \(body.hashes.count); split the list", field: "hashes")
         }
         var hexes: [String] = []
         hexes.reserveCapacity(body.hashes.count)
@@ -19,7 +20,7 @@ enum ContentHandlers {
             hexes.append(d.hex)
         }
         do {
-            let present = try context.metadata.present(hexes, in: .contents)
+            let present = try context.metadata.presentContents(hexes)
             return HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: .bytes(WireJSON.hashList("present", present)))
         } catch {
             return ServerContext.failure(error)

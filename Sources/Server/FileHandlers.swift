@@ -15,14 +15,14 @@ enum FileHandlers {
         do {
             let path = try Validation.path(body.path)
             let digest = try Validation.hash(body.hash)
-            _ = try Validation.nonNegative(body.size, field: "size")
+            _ = try Validation.contentSize(body.size)
             let sent = try body.blocks.map { blocks throws(ValidationError) in
                 try Validation.manifest(content: body.hash, size: body.size, blocks: blocks, contentField: "hash")
             }
             var newContent: BlockManifest?
             if let known = try context.metadata.manifest(digest) {
                 guard known.size == body.size else {
-                    return .error(400, "bad_request", "size \(body.size) does not match the content's \(known.size) bytes", field: "size")
+                    return .error(409, "size_conflict", "size \(body.size) does not match the workspace's content \(digest.hex) of \(known.size) bytes; check the size you send", field: "size")
                 }
             } else {
                 guard let sent else {
@@ -53,28 +53,23 @@ enum FileHandlers {
     /// a time (`next` names the `after` of the next page: a path with `device`, else
     /// `DEVICE/PATH`).
     static func list(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
-        let limitText = request.query["limit"] ?? String(API.maxListPage)
-        guard let limit = Int64(limitText), limit > 0 else {
-            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
-        }
         do {
+            let limit = try request.integer("limit", default: Int64(API.maxListPage), in: 1...Int64(API.maxListPage))
             let prefix = try Validation.prefix(request.query["prefix"] ?? "")
-            let device = request.query["device"]
-            if let device, device.isEmpty { return .error(400, "bad_request", "'device' is empty; leave it out to list every device", field: "device") }
+            let device = try request.deviceName()
             let afterText = request.query["after"] ?? ""
             var cursor = FileVersions.Cursor(device: device, path: afterText)
             if device == nil, !afterText.isEmpty {
-                guard let slash = afterText.firstIndex(of: "/") else {
-                    return .error(400, "bad_request", "without 'device', 'after' is DEVICE/PATH (the 'next' of the previous page), got '\(afterText)'", field: "after")
-                }
-                cursor = FileVersions.Cursor(device: String(afterText[..<slash]), path: String(afterText[afterText.index(after: slash)...]))
+                // DEVICE/PATH; a bare DEVICE starts at that device's first file.
+                let slash = afterText.firstIndex(of: "/") ?? afterText.endIndex
+                cursor = FileVersions.Cursor(device: String(afterText[..<slash]),
+                                             path: slash == afterText.endIndex ? "" : String(afterText[afterText.index(after: slash)...]))
             }
-            let page = min(limit, Int64(API.maxListPage))
             let records = try context.metadata.withDatabase { db in
-                try FileVersions.listCurrent(device: device, prefix: prefix, after: cursor, limit: page, in: db)
+                try FileVersions.listCurrent(device: device, prefix: prefix, after: cursor, limit: limit, in: db)
             }
             var next: String?
-            if records.count == Int(page), let last = records.last {
+            if records.count == Int(limit), let last = records.last {
                 next = device == nil ? (last.device ?? "") + "/" + last.path : last.path
             }
             return .json(200, FileListResponse(files: records, next: next))
@@ -86,10 +81,10 @@ enum FileHandlers {
     /// `GET /v1/files/versions?device=&path=`: every version of one device's path,
     /// oldest first; 404 when the device never recorded that path.
     static func versions(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
-        guard let device = request.query["device"], !device.isEmpty else {
-            return .error(400, "bad_request", "'device' is required: the device whose backup this is (GET /v1/files lists them)", field: "device")
-        }
         do {
+            guard let device = try request.deviceName() else {
+                return .error(400, "bad_request", "'device' is required: the device whose backup this is (GET /v1/files lists them)", field: "device")
+            }
             let path = try Validation.path(request.query["path"] ?? "")
             let versions = try context.metadata.withDatabase { db in try FileVersions.versions(device: device, path: path, in: db) }
             if versions.isEmpty { return .error(404, "not_found", "device '\(device)' has no backup of '\(path)'") }
@@ -102,17 +97,11 @@ enum FileHandlers {
     /// `GET /v1/changes?since=N&limit=M`: versions recorded after server sequence N, in
     /// order, each with its device (an older version of a path is never replaced here).
     static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
-        let sinceText = request.query["since"] ?? "0"
-        guard let since = Int64(sinceText), since >= 0 else {
-            return .error(400, "bad_request", "'since' must be a server sequence (an integer ≥ 0), got '\(sinceText)'", field: "since")
-        }
-        let limitText = request.query["limit"] ?? String(API.maxChangesPage)
-        guard let limit = Int64(limitText), limit > 0 else {
-            return .error(400, "bad_request", "'limit' must be a positive integer, got '\(limitText)'", field: "limit")
-        }
         do {
+            let since = try request.integer("since", default: 0, in: 0...Int64.max)
+            let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
             let records = try context.metadata.withDatabase { db in
-                try FileVersions.changes(since: since, limit: min(limit, Int64(API.maxChangesPage)), in: db)
+                try FileVersions.changes(since: since, limit: limit, in: db)
             }
             return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
         } catch {

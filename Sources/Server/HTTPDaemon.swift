@@ -106,12 +106,18 @@ private final class ValueCollector {
     init(lowercase: Bool) { self.lowercase = lowercase }
 }
 
-private func collectValue(_ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ value: UnsafePointer<CChar>?) -> MHD_Result {
+private func collectValue(_ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind, _ key: UnsafePointer<CChar>?, _ keySize: Int,
+                          _ value: UnsafePointer<CChar>?, _ valueSize: Int) -> MHD_Result {
     guard let cls, let key else { return vd_mhd_yes() }
     let collector = Unmanaged<ValueCollector>.fromOpaque(cls).takeUnretainedValue()
-    let name = String(cString: key)
-    collector.values[collector.lowercase ? name.lowercased() : name] = value.map { String(cString: $0) } ?? ""
+    let name = text(key, keySize)
+    collector.values[collector.lowercase ? name.lowercased() : name] = value.map { text($0, valueSize) } ?? ""
     return vd_mhd_yes()
+}
+
+/// `count` bytes as UTF-8, NULs included (invalid sequences become U+FFFD).
+private func text(_ start: UnsafePointer<CChar>, _ count: Int) -> String {
+    start.withMemoryRebound(to: UInt8.self, capacity: count) { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) }
 }
 
 private func values(_ connection: OpaquePointer, headers: Bool) -> [String: String] {

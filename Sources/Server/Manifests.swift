@@ -17,7 +17,8 @@ extension ServerContext {
 
     /// The distinct non-zero blocks of `manifest` that the workspace lacks, in file order.
     /// A stored block whose length is not the one its position needs is a 409
-    /// `size_conflict`; a digest listed twice with two lengths a 400.
+    /// `size_conflict`; a digest listed twice with two lengths a 422 (each entry fits the
+    /// schema; together they contradict each other).
     func absentBlocks(_ manifest: BlockManifest) throws -> [NeededBlock] {
         var first: [SHA256Digest: NeededBlock] = [:]
         var distinct: [NeededBlock] = []
@@ -25,7 +26,7 @@ extension ServerContext {
             let block = NeededBlock(index: i, digest: manifest.blocks[i], length: Int64(manifest.length(ofBlock: i)))
             if let seen = first[block.digest] {
                 guard seen.length == block.length else {
-                    throw RequestFailure(400, "bad_request", "blocks.\(i) repeats blocks.\(seen.index) at another length (\(block.length), not \(seen.length) bytes); a block's hash fixes its bytes",
+                    throw RequestFailure(422, "bad_request", "blocks.\(i) repeats blocks.\(seen.index) at another length (\(block.length), not \(seen.length) bytes); a block's hash fixes its bytes",
                                          field: "blocks.\(i)")
                 }
                 continue

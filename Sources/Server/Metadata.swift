@@ -6,7 +6,8 @@ import Synchronization
 /// The server's SQLite database: devices, blocks, contents, uploads, files, settings.
 /// One connection (WAL, synchronous=NORMAL: a commit survives a kill of the process,
 /// and a power loss keeps a consistent prefix), used under a mutex by every
-/// connection thread. Calls are short (no I/O on blobs under the lock).
+/// connection thread. Calls are short (no I/O on block files under the lock; the one
+/// exception is the migration to blocks, run once when the database is opened).
 final class Metadata: Sendable {
     private let db: Mutex<Database>
     let path: String
@@ -114,18 +115,16 @@ final class Metadata: Sendable {
         try withDatabase { db in try db.queryOne("SELECT size FROM blocks WHERE hash = ?", hash) { $0.int64(0) } }
     }
 
-    /// The subset of `hashes` (validated lowercase hex) that has a row in `table`
-    /// (`contents` or `blocks`): one query, the list passed as one JSON array
-    /// (`json_each`), so 10,000 hashes cost one statement. Sorted first, the lookups
-    /// walk the primary-key B-tree in order (fewer page misses).
-    func present(_ hashes: [String], in table: PresenceTable) throws -> [String] {
+    /// The subset of the content hashes `hashes` (validated lowercase hex) that has a
+    /// manifest: one query, the list passed as one JSON array (`json_each`), so 10,000
+    /// hashes cost one statement. Sorted first, the lookups walk the primary-key B-tree
+    /// in order (fewer page misses).
+    func presentContents(_ hashes: [String]) throws -> [String] {
         let list = "[\"" + hashes.sorted().joined(separator: "\",\"") + "\"]"
         return try withDatabase { db in
-            try db.query("SELECT t.hash FROM json_each(?) j JOIN \(table.rawValue) t ON t.hash = j.value", hashes.isEmpty ? "[]" : list) { $0.string(0) ?? "" }
+            try db.query("SELECT c.hash FROM json_each(?) j JOIN contents c ON c.hash = j.value", hashes.isEmpty ? "[]" : list) { $0.string(0) ?? "" }
         }
     }
-
-    enum PresenceTable: String { case contents, blocks }
 
     /// The stored length of each of `hashes` that is a stored block (one statement).
     func blockSizes(_ hashes: [String]) throws -> [String: Int64] {

@@ -11,6 +11,7 @@ final class Router: HTTPHandler {
     func route(_ request: HTTPRequest) -> Route {
         let path = request.path
         let method = request.method
+        if let refusal = Methods.refusal(method, on: path) { return .respond(refusal) }
 
         switch (method, path) {
         case ("GET", API.health), ("HEAD", API.health):
@@ -21,9 +22,8 @@ final class Router: HTTPHandler {
         }
 
         if path == API.tus || path.hasPrefix(API.tusPrefix) {
-            if method == "OPTIONS" { return .respond(Tus.options()) }
             if path == API.tus {
-                guard method == "POST" else { return .respond(methodNotAllowed(method, path, allowed: "POST, OPTIONS")) }
+                if method == "OPTIONS" { return .respond(Tus.options()) }
                 return authenticated(request) { TusHandlers.create(request, device: $0, context: self.context) }
             }
             let id = String(path.dropFirst(API.tusPrefix.count))
@@ -32,14 +32,14 @@ final class Router: HTTPHandler {
 
         switch (method, path) {
         case ("POST", API.presentContents):
-            return authenticated(request) { _ in json(request, PresentRequest.self) { ContentHandlers.present($0, context: self.context) } }
+            return authenticated(request) { _ in json(request, Declared<PresentRequest>.self) { ContentHandlers.present($0.value, context: self.context) } }
         case ("POST", API.uploads):
             return authenticated(request) { device in
                 json(request, CreateUploadRequest.self, limit: API.maxManifestBody) { UploadHandlers.create($0, request: request, device: device, context: self.context) }
             }
         case ("POST", API.files):
             return authenticated(request) { device in
-                json(request, FileRecord.self, limit: API.maxManifestBody) { FileHandlers.record($0, device: device, context: self.context) }
+                json(request, Declared<FileRecord>.self, limit: API.maxManifestBody) { FileHandlers.record($0.value, device: device, context: self.context) }
             }
         case ("GET", API.files):
             return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
@@ -51,40 +51,24 @@ final class Router: HTTPHandler {
         case ("GET", API.watermark):
             return authenticated(request) { device in .respond(FileHandlers.watermark(device: device, context: self.context)) }
         case ("PUT", API.watermark):
-            return authenticated(request) { device in json(request, Watermark.self) { FileHandlers.setWatermark($0, device: device, context: self.context) } }
+            return authenticated(request) { device in json(request, Declared<Watermark>.self) { FileHandlers.setWatermark($0.value, device: device, context: self.context) } }
         default: break
         }
 
-        if path == API.presentContents { return .respond(methodNotAllowed(method, path, allowed: "POST")) }
         if path.hasPrefix(API.contentPrefix) {
             let rest = String(path.dropFirst(API.contentPrefix.count))
             if rest.hasSuffix(API.blocksSuffix) {
-                guard method == "GET" else { return .respond(methodNotAllowed(method, path, allowed: "GET")) }
                 let hashText = String(rest.dropLast(API.blocksSuffix.count))
                 return authenticated(request) { _ in .respond(ContentHandlers.blocks(hash: hashText, context: self.context)) }
             }
-            guard method == "GET" || method == "HEAD" else { return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD")) }
             return authenticated(request) { _ in .respond(DownloadHandlers.content(request, hash: rest, context: self.context)) }
         }
         if path.hasPrefix(API.blockPrefix) {
             let hashText = String(path.dropFirst(API.blockPrefix.count))
-            switch method {
-            case "GET", "HEAD":
-                return authenticated(request) { _ in .respond(DownloadHandlers.block(request, hash: hashText, context: self.context)) }
-            case "PUT":
-                return authenticated(request) { _ in BlockPut.put(request, hash: hashText, context: self.context) }
-            default:
-                return .respond(methodNotAllowed(method, path, allowed: "GET, HEAD, PUT"))
-            }
+            if method == "PUT" { return authenticated(request) { _ in BlockPut.put(request, hash: hashText, context: self.context) } }
+            return authenticated(request) { _ in .respond(DownloadHandlers.block(request, hash: hashText, context: self.context)) }
         }
-        let known = [API.health, API.openAPI, API.uploads, API.files, API.fileVersions, API.changes, API.watermark]
-        if known.contains(path) { return .respond(methodNotAllowed(method, path, allowed: nil)) }
         return .respond(.error(404, "not_found", "no such endpoint: \(method) \(path); see GET /v1/openapi.json"))
-    }
-
-    private func methodNotAllowed(_ method: String, _ path: String, allowed: String?) -> HTTPResponse {
-        .error(405, "method_not_allowed", "\(method) is not allowed on \(path); see GET /v1/openapi.json",
-               headers: allowed.map { [("Allow", $0)] } ?? [])
     }
 
     /// Runs `body` with the device whose bearer token the request carries; 401 otherwise.
@@ -131,7 +115,7 @@ extension ServerContext {
     static func failure(_ error: Error) -> HTTPResponse {
         if let e = error as? DatabaseError, e.isDiskFull { return diskFull() }
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
-        if let e = error as? ValidationError { return .error(400, e.code, e.message, field: e.field) }
+        if let e = error as? ValidationError { return .error(e.status, e.code, e.message, field: e.field) }
         if let e = error as? RequestFailure { return e.response }
         return .error(500, "internal", "the server failed: \(error); see the server's log")
     }

@@ -55,6 +55,9 @@ enum UploadHandlers {
                                  "a block upload has 1 to \(Blocks.size) bytes (4 MiB), not \(size): cut the file into 4 MiB blocks (Docs/protocol.md); an empty file needs no upload",
                                  field: field)
         }
+        guard !Blocks.isZero(digest, length: Int(size)) else {
+            throw RequestFailure(400, "bad_request", "block \(digest.hex) is \(size) zero bytes: zero blocks are never stored or sent, they count as present", field: field)
+        }
         var present = false
         if let existing = try context.presentBlockSize(digest) {
             guard existing == size else {
@@ -112,19 +115,25 @@ enum TusHandlers {
         if request.header("Upload-Defer-Length") != nil {
             return .respond(.error(400, "bad_request", "Upload-Defer-Length is not supported; send Upload-Length", field: "Upload-Defer-Length"))
         }
-        guard let lengthText = request.header(Tus.uploadLength), let length = Int64(lengthText), length >= 0 else {
-            return .respond(.error(400, "bad_request", "Upload-Length must be the upload's size in bytes", field: Tus.uploadLength))
+        guard let lengthText = request.header(Tus.uploadLength), WirePatterns.matches(WirePatterns.uploadLength, lengthText), let length = Int64(lengthText) else {
+            if let text = request.header(Tus.uploadLength), WirePatterns.matches("^[1-9][0-9]*$", text) {
+                // tus: an Upload-Length over Tus-Max-Size is 413.
+                return .respond(.error(413, "body_too_large", "a tus upload here is one block of at most \(Blocks.size) bytes (4 MiB), not \(text): cut the file into blocks and record it with POST /v1/files (Docs/protocol.md)",
+                                       field: Tus.uploadLength, headers: [("Tus-Max-Size", String(Blocks.size))]))
+            }
+            return .respond(.error(400, "bad_request", "Upload-Length must be the block's size in bytes, 1 to \(Blocks.size), in decimal", field: Tus.uploadLength))
         }
-        guard let metadataText = request.header(Tus.uploadMetadata), let metadata = Tus.parseMetadata(metadataText), let raw = metadata["sha256"] else {
-            return .respond(.error(400, "bad_request", "Upload-Metadata must carry 'sha256 <base64 of the block's SHA-256 in hex>': this server stores blocks by hash", field: "Upload-Metadata.sha256"))
+        // The header's form is the document's pattern; the sha256 pair is the first of that form.
+        guard let metadataText = request.header(Tus.uploadMetadata), WirePatterns.matches(WirePatterns.uploadMetadata, metadataText),
+              let metadata = Tus.parseMetadataPairs(metadataText),
+              let raw = metadata.first(where: { $0.key == "sha256" && ($0.value.count == 32 || $0.value.count == 64) })?.value else {
+            return .respond(.error(400, "bad_request", "Upload-Metadata must be 'key base64' pairs joined by ',', one of them 'sha256 <base64 of the block's SHA-256: 64 hex digits or 32 bytes>': this server stores blocks by hash",
+                                   field: "Upload-Metadata.sha256"))
         }
         let hex = raw.count == 32 ? Hex.encode(raw) : String(decoding: raw, as: UTF8.self)
         guard let digest = SHA256Digest(hex: hex) else {
-            return .respond(.error(400, "bad_request", "Upload-Metadata sha256 must be 64 hex digits (or 32 raw bytes), base64-encoded", field: "Upload-Metadata.sha256"))
-        }
-        guard length <= Int64(Blocks.size) else {
-            return .respond(.error(413, "body_too_large", "a tus upload here is one block of at most \(Blocks.size) bytes (4 MiB), not \(length): cut the file into blocks and record it with POST /v1/files (Docs/protocol.md)",
-                                   field: Tus.uploadLength, headers: [("Tus-Max-Size", String(Blocks.size))]))
+            // Base64 of 64 bytes that are not hex digits: the form fits, the content does not.
+            return .respond(.error(422, "bad_request", "Upload-Metadata sha256 is base64 of 64 bytes that are not hex digits; send base64 of the 64 hex digits (or of the 32 raw bytes)", field: "Upload-Metadata.sha256"))
         }
         do {
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
@@ -139,20 +148,25 @@ enum TusHandlers {
         }
     }
 
-    /// HEAD, PATCH or DELETE on a presigned upload resource.
+    /// OPTIONS, HEAD, PATCH or DELETE on a presigned upload resource (the router has
+    /// refused other methods with 405).
     static func resource(_ request: HTTPRequest, id: String, context: ServerContext) -> Route {
         let signed: Presigner.Signed
         do {
             signed = try context.presigner.verify(method: "PATCH", path: request.path, query: { request.query[$0] }, now: ServerContext.now())
         } catch {
+            // A malformed hash, size or expiry is a bad request naming the argument; a
+            // missing, malformed or wrong signature, or an expired URL, is a refusal.
+            if let argument = error.argument, argument != "sig" {
+                return .respond(.error(400, "bad_request", error.message, field: argument))
+            }
             return .respond(.error(403, "forbidden", error.message))
         }
         var headers = [(Tus.resumable, API.tusVersion), (Tus.uploadExpires, HTTPDate.format(signed.expires))]
+        // OPTIONS needs no Tus-Resumable (tus 1.0 core), but the same URL as the other verbs.
+        if request.method == "OPTIONS" { return .respond(Tus.options().adding([(Tus.uploadExpires, HTTPDate.format(signed.expires))])) }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
         let notFound = HTTPResponse.error(404, "not_found", "upload \(id) does not exist (terminated or expired); create it again with POST /v1/uploads", headers: headers)
-        guard request.method == "HEAD" || request.method == "PATCH" || request.method == "DELETE" else {
-            return .respond(.error(405, "method_not_allowed", "\(request.method) is not a tus method; use HEAD, PATCH, DELETE or OPTIONS", headers: headers + [("Allow", "HEAD, PATCH, DELETE, OPTIONS")]))
-        }
         guard let claim = context.uploads.claim(id) else {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
                 return .respond(head(row, headers: headers))
@@ -238,12 +252,8 @@ enum TusHandlers {
         }
         var checksum: [UInt8]?
         if let text = request.header(Tus.uploadChecksum) {
-            let parts = text.split(separator: " ", maxSplits: 1)
-            guard parts.count == 2, parts[0].lowercased() == "sha256" else {
-                return fail(.error(400, "bad_request", "Upload-Checksum algorithm must be sha256 (see Tus-Checksum-Algorithm)", field: Tus.uploadChecksum))
-            }
-            guard let value = Base64.decode(String(parts[1])), value.count == 32 else {
-                return fail(.error(400, "bad_request", "Upload-Checksum must be 'sha256 <base64 of 32 bytes>'", field: Tus.uploadChecksum))
+            guard WirePatterns.matches(WirePatterns.uploadChecksum, text), let value = Base64.decode(String(text.dropFirst("sha256 ".count))), value.count == 32 else {
+                return fail(.error(400, "bad_request", "Upload-Checksum must be 'sha256 <base64 of the 32-byte digest>' (see Tus-Checksum-Algorithm)", field: Tus.uploadChecksum))
             }
             checksum = value
         }

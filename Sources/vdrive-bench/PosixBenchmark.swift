@@ -131,7 +131,13 @@ enum PosixBenchmark {
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
             parse(text, into: &side, root: root)
             if case .timedOut = out { side.timedOut.append(folder) }
-            say("  \(folder): \(out.text { _ in "done" }) in \(Bench.f(Bench.now() - started, 1)) s")
+            let what: String
+            switch out {
+            case .finished(0, _): what = "all passed"
+            case .finished(let status, _): what = "some failed (prove \(TimedCommand.describe(status)))"
+            case .timedOut(let after): what = "timeout after \(Int(after)) s"
+            }
+            say("  \(folder): \(what), \(Bench.f(Bench.now() - started, 1)) s")
         }
         return side
     }

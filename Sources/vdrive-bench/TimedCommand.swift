@@ -52,11 +52,33 @@ enum TimedCommand {
         if waiter.done.wait(timeout: .now() + timeout) == .success {
             return .finished(status: waiter.status, seconds: waiter.end - start)
         }
+        // Kill every descendant too: a program may move itself into a process group of
+        // its own (fsstress does), which a kill of our group does not reach. List them
+        // before killing anyone, while the parent links are still there.
+        let tree = descendants(of: pid)
         kill(-pid, SIGKILL)
+        for p in tree { kill(-p, SIGKILL); kill(p, SIGKILL) }
         // A process waiting on a FUSE request dies at SIGKILL (the wait is killable); give
         // it a moment, then leave the waiting thread behind rather than hang the run.
         _ = waiter.done.wait(timeout: .now() + 10)
         return .timedOut(after: timeout)
+    }
+
+    /// Every process below `pid` (children, their children, ...), from /proc.
+    static func descendants(of pid: pid_t) -> [pid_t] {
+        var children: [pid_t: [pid_t]] = [:]
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let p = pid_t(name), let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // After the command: state, ppid, ...
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 1, let ppid = pid_t(fields[1]) { children[ppid, default: []].append(p) }
+        }
+        var out: [pid_t] = [], queue = [pid]
+        while let p = queue.popLast() {
+            for c in children[p] ?? [] { out.append(c); queue.append(c) }
+        }
+        return out
     }
 
     /// Like `run`, returning what the command printed on stdout (stderr discarded).

@@ -9,14 +9,9 @@ import Storage
 @Suite struct BlockTests {
     let mib = 1 << 20
 
-    func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
-        _ = try fs.recover()
-        return fs
-    }
-
+    func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem { try FileSystemLogicTests().makeFS(dir) }
     func write(_ fs: DriveFileSystem, _ fh: UInt64, _ bytes: [UInt8], at offset: Int64) throws {
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: offset) }
+        try FileSystemLogicTests().write(fs, fh, bytes, at: offset)
     }
 
     func readAll(_ fs: DriveFileSystem, _ ino: UInt64) throws -> [UInt8] {
@@ -141,16 +136,8 @@ import Storage
         let small = pseudoRandomBytes(10_000, seed: 21)
         // 9 MiB + 5: a zero block in the middle becomes a hole.
         let big = pseudoRandomBytes(Blocks.size, seed: 22) + [UInt8](repeating: 0, count: Blocks.size) + pseudoRandomBytes(mib + 5, seed: 23)
-        func storeBlob(_ bytes: [UInt8]) throws -> SHA256Digest {
-            let digest = SHA256Hasher.digest(bytes)
-            let (fd, path) = try store.makeStagingFile()
-            try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
-            FileIO.close(fd)
-            try store.adopt(stagingPath: path, as: digest)
-            return digest
-        }
-        let smallDigest = try storeBlob(small)
-        let bigDigest = try storeBlob(big)
+        let smallDigest = try storeWholeBlob(small, in: store)
+        let bigDigest = try storeWholeBlob(big, in: store)
         do {
             // The catalog exactly as drive-001 made it (its SQL is shipped, never edited).
             let db = try Database(path: state + "/catalog.sqlite")

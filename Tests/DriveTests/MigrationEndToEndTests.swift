@@ -32,15 +32,7 @@ import CLinux
         let video = pseudoRandomBytes(9 << 20, seed: 61)          // split into three blocks
         let gone = try BackupEndToEndTests.photo(4)               // backed up, then deleted
         let store = try BlobStore(root: state + "/blobs")
-        func storeBlob(_ bytes: [UInt8]) throws -> SHA256Digest {
-            let digest = SHA256Hasher.digest(bytes)
-            let (fd, path) = try store.makeStagingFile()
-            try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
-            FileIO.close(fd)
-            try store.adopt(stagingPath: path, as: digest)
-            return digest
-        }
-        let photoBlob = try storeBlob(photo), videoBlob = try storeBlob(video)
+        let photoBlob = try storeWholeBlob(photo, in: store), videoBlob = try storeWholeBlob(video, in: store)
         do {
             let db = try Database(path: state + "/catalog.sqlite")
             try db.migrate([CatalogSchema.migrations[0], BackupSchema.migrations[0], Self.wiring1])

@@ -143,7 +143,7 @@ final class StressRun {
     }
 
     func note(_ s: String) {
-        log.append("\(step): \(s)"); if ProcessInfo.processInfo.environment["VDRIVE_STRESS_TRACE"] != nil { print("\(step): \(s)") }
+        log.append("\(step): \(s)"); if ProcessInfo.processInfo.environment["VDRIVE_STRESS_TRACE"] != nil { print("\((roots[1] as NSString).lastPathComponent) \(step): \(s)") }
         if log.count > 64 { log.removeFirst(32) }
         counts[String(s.prefix { $0 != " " }), default: 0] += 1
     }
@@ -160,6 +160,23 @@ final class StressRun {
             throw fail("\(what): plain folder \(name(results[0])), mount \(name(results[1]))")
         }
         return results[0]
+    }
+
+    /// open(2) on both sides; on a disagreement the descriptor that did open is closed
+    /// (an open one on the mount would keep it busy) before the failure is thrown.
+    func openBoth(_ what: String, _ rel: String, _ flags: Int32, _ mode: mode_t = 0) throws -> (Int32, [Int32]) {
+        var fds: [Int32] = []
+        do {
+            let r = try both(what) { i in
+                let fd = open(path(i, rel), flags, mode)
+                fds.append(fd)
+                return rc(fd)
+            }
+            return (r, fds)
+        } catch {
+            for fd in fds where fd >= 0 { close(fd) }
+            throw error
+        }
     }
 
     func name(_ e: Int32) -> String { e == 0 ? "ok" : "errno \(e) (\(String(cString: strerror(e))))" }
@@ -215,12 +232,7 @@ final class StressRun {
         let dir = dirs[int(0..<dirs.count)]
         let rel = newName(in: dir, prefix: "f")
         let mode: mode_t = [0o644, 0o600, 0o640, 0o755][int(0..<4)]
-        var fds: [Int32] = []
-        let r = try both("create \(rel) \(String(mode, radix: 8))") { i in
-            let fd = open(path(i, rel), O_CREAT | O_EXCL | O_RDWR, mode)
-            fds.append(fd)
-            return rc(fd)
-        }
+        let (r, fds) = try openBoth("create \(rel) \(String(mode, radix: 8))", rel, O_CREAT | O_EXCL | O_RDWR, mode)
         guard r == 0 else { return }
         inodes[nextInode] = ModelFile(mode: UInt32(mode))
         entries[rel] = .file(nextInode)
@@ -308,12 +320,9 @@ final class StressRun {
             let rel = all[int(0..<all.count)]
             guard case .file(let i) = entries[rel]! else { return }
             ino = i
-            fds = []
-            try both("open \(rel) for reading") { i in
-                let fd = open(path(i, rel), O_RDONLY)
-                fds.append(fd)
-                return rc(fd)
-            }
+            let (r, opened2) = try openBoth("open \(rel) for reading", rel, O_RDONLY)
+            guard r == 0 else { return }
+            fds = opened2
             opened = true
         }
         defer { if opened { for fd in fds { close(fd) } } }
@@ -438,12 +447,7 @@ final class StressRun {
         guard !all.isEmpty, handles.count < 8 else { return }
         let rel = all[int(0..<all.count)]
         guard case .file(let ino) = entries[rel]! else { return }
-        var fds: [Int32] = []
-        let r = try both("open \(rel)") { i in
-            let fd = open(path(i, rel), O_RDWR)
-            fds.append(fd)
-            return rc(fd)
-        }
+        let (r, fds) = try openBoth("open \(rel)", rel, O_RDWR)
         if r == 0 { handles.append(Handle(inode: ino, fds: fds)) }
     }
 
@@ -462,7 +466,17 @@ final class StressRun {
             if lstat(path(i, rel), &st) != 0 { throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): errno \(errno)") }
             let got = "size \(st.st_size) mode \(String(st.st_mode & 0o7777, radix: 8)) nlink \(st.st_nlink)"
             let want = "size \(f.size) mode \(String(f.mode, radix: 8)) nlink \(f.nlink)"
-            if got != want { throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): \(got), the model has \(want)") }
+            if got != want {
+                var later = ""
+                if i == 1 {
+                    // Stale kernel attributes, or lost content? The mount's attributes are
+                    // cached for 1 s: ask again once they have expired.
+                    usleep(1_500_000)
+                    var again = stat()
+                    if lstat(path(i, rel), &again) == 0 { later = "; 1.5 s later: size \(again.st_size) mode \(String(again.st_mode & 0o7777, radix: 8)) nlink \(again.st_nlink)" }
+                }
+                throw fail("stat \(rel) on \(i == 0 ? "the plain folder" : "the mount"): \(got), the model has \(want)\(later)")
+            }
         }
     }
 

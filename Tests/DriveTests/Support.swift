@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Storage
+import Crypto
 @_exported import TestSupport
 
 /// The built `vdrive` binary: beside the test bundle in .build/<config>/.
@@ -143,4 +144,16 @@ func pseudoRandomBytes(_ count: Int, seed: UInt64) -> [UInt8] {
         out[i] = UInt8(truncatingIfNeeded: x)
     }
     return out
+}
+
+/// Stores `bytes` in a block store as one file named by their SHA-256, the way the
+/// whole-blob version stored a file (migration fixtures).
+@discardableResult
+func storeWholeBlob(_ bytes: [UInt8], in store: BlobStore) throws -> SHA256Digest {
+    let digest = SHA256Hasher.digest(bytes)
+    let (fd, path) = try store.makeStagingFile()
+    try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+    FileIO.close(fd)
+    try store.adopt(stagingPath: path, as: digest)
+    return digest
 }

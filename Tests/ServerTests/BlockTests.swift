@@ -106,15 +106,16 @@ import Testing
         #expect(try s.client.listFiles(prefix: "").map(\.hash) == [f.content.hex])
     }
 
-    /// The server checks a manifest's identity: a 4xx naming the field, never a 500.
-    @Test func identityMismatchIs400() throws {
+    /// The server checks a manifest's identity: a 422 naming the field (each value fits
+    /// the schema; together they contradict each other), never a 500.
+    @Test func identityMismatchIs422() throws {
         let s = try TestServer()
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: size + 1, seed: 37)
         let blocks = f.manifest.blocks.map { "\"\($0.hex)\"" }.joined(separator: ",")
         // The sha256sum of the bytes is not the content hash.
         let sha = try s.json("POST", "/v1/uploads", #"{"content":"\#(f.digest.hex)","size":\#(f.size),"blocks":[\#(blocks)]}"#)
-        #expect(sha.status == 400)
+        #expect(sha.status == 422)
         #expect(sha.error?.error == "content_mismatch")
         #expect(sha.error?.field == "content")
         #expect(sha.error?.message.contains(f.content.hex) == true)
@@ -123,13 +124,13 @@ import Testing
         #expect(swapped.error?.error == "content_mismatch")
         // A count that does not fit the size.
         let count = try s.json("POST", "/v1/uploads", #"{"content":"\#(f.content.hex)","size":\#(size),"blocks":[\#(blocks)]}"#)
-        #expect(count.status == 400)
+        #expect(count.status == 422)
         #expect(count.error?.field == "blocks")
-        // Size 0 with a hash that is not the empty content's: 400, not 500.
+        // Size 0 with a hash that is not the empty content's: 422, not 500.
         let empty = try s.json("POST", "/v1/uploads", #"{"content":"\#(f.digest.hex)","size":0,"blocks":[]}"#)
-        #expect(empty.status == 400)
+        #expect(empty.status == 422)
         #expect(empty.error?.error == "content_mismatch")
-        #expect(throws: ClientError.http(status: 400, message: sha.error?.message ?? "")) {
+        #expect(throws: ClientError.http(status: 422, message: sha.error?.message ?? "")) {
             try s.client.createUpload(content: f.digest, size: f.size, blocks: f.manifest.blocks)
         }
         // A known content asked with another size (its block count the same): 409.
@@ -138,10 +139,10 @@ import Testing
         let other = try s.json("POST", "/v1/uploads", #"{"content":"\#(small.content.hex)","size":101,"blocks":["\#(small.digest.hex)"]}"#)
         #expect(other.status == 409)
         #expect(other.error?.error == "size_conflict")
-        // A stored block named at a position that needs another length: 409.
+        // One block listed at two lengths (a full position and the short last one): 422.
         let misplaced = ContentHash.of(blocks: [small.digest, small.digest])
         let atZero = try s.json("POST", "/v1/uploads", #"{"content":"\#(misplaced.hex)","size":\#(size + 100),"blocks":["\#(small.digest.hex)","\#(small.digest.hex)"]}"#)
-        #expect(atZero.status == 400 || atZero.status == 409)
+        #expect(atZero.status == 422)
         #expect(atZero.error?.field?.hasPrefix("blocks.") == true)
     }
 

@@ -97,7 +97,8 @@ import Testing
         #expect(try s.client.presentContents(many).isEmpty)
         let body = try JSONEncoder().encode(PresentRequest(hashes: many.map(\.hex)))
         let r = try s.send("POST", "/v1/contents/present", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(Array(body)))
-        #expect(r.status == 413)
+        #expect(r.status == 400)
+        #expect(r.error?.error == "too_many_hashes")
         #expect(r.error?.field == "hashes")
     }
 

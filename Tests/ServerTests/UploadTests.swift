@@ -85,6 +85,12 @@ extension TestServer {
                                                          "Upload-Metadata: sha256 " + Base64.encode(SHA256Hasher.digest("y").bytes)])
         #expect(one.status == 201)
         #expect(one.header("Location")?.contains("/v1/tus/") == true)
+        // A zero block is never stored, so it is never uploaded either.
+        let zeros = try s.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: \(Blocks.size)",
+                                                           "Upload-Metadata: sha256 " + Base64.encode(Blocks.zeroDigest(length: Blocks.size).bytes)])
+        #expect(zeros.status == 400)
+        let put = try s.send("PUT", "/v1/blocks/\(Blocks.zeroDigest(length: 10).hex)", body: .bytes([UInt8](repeating: 0, count: 10)))
+        #expect(put.status == 400)
     }
 
     @Test func tamperedOrExpiredURLIs403AndWritesNothing() throws {
@@ -97,7 +103,9 @@ extension TestServer {
         #expect(r.status == 403)
         #expect(try s.client.uploadOffset(url: t.url) == 0)
         let noSig = String(t.url.prefix { $0 != "&" }) // drops size, expires, sig
-        #expect(try s.head(noSig).status == 403)
+        #expect(try s.head(noSig).status == 400)  // a required query argument is missing
+        let badSig = t.url.replacingOccurrences(of: "sig=", with: "sig=0")
+        #expect(try s.head(badSig).status == 403)  // a malformed signature is a refusal
         #expect(throws: ClientError.expired) { try s.client.uploadOffset(url: tampered) }
 
         let expiring = try TestServer(uploadExpiry: -10)

@@ -50,6 +50,9 @@ import Testing
         #expect(page.next == "laptop/Camera Roll/IMG_0002.jpg")
         #expect(try phone.filesPage(device: "laptop", prefix: "", limit: 2).next == "Camera Roll/IMG_0002.jpg")
         #expect(try phone.listFiles(device: "nobody", prefix: "").isEmpty)
+        // A bare DEVICE as the cursor starts at that device's first file.
+        #expect(try phone.filesPage(prefix: "", after: "test-device", limit: 1).files.map(\.path) == ["Camera Roll/IMG_0001.jpg"])
+        #expect(try phone.filesPage(prefix: "", after: "test-device", limit: 1).files.first?.device == "test-device")
         // Each device's photo downloads as its own bytes.
         for (device, f) in [("test-device", p1), ("laptop", l1)] {
             let record = try phone.fileVersions(device: device, path: "Camera Roll/IMG_0001.jpg")
@@ -100,7 +103,8 @@ import Testing
         #expect(throws: ClientError.notFound) { try s.client.fileVersions(device: "test-device", path: "nope.jpg") }
         #expect(try s.send("GET", "/v1/files/versions?path=x").error?.field == "device")
         #expect(try s.send("GET", "/v1/files/versions?device=test-device&path=..%2Fx").error?.field == "path")
-        #expect(try s.send("GET", "/v1/files?after=no-slash").error?.field == "after")
+        #expect(try s.send("GET", "/v1/files?device=a%2Fb").error?.field == "device")
+        #expect(try s.send("GET", "/v1/files/versions?device=&path=x").error?.field == "device")
         #expect(try s.send("POST", "/v1/files/versions").status == 405)
     }
 

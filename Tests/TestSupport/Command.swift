@@ -9,10 +9,11 @@ public struct CommandResult: Sendable {
 }
 
 @discardableResult
-public func runCommand(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+public func runCommand(_ path: String, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil) throws -> CommandResult {
     let p = Process()
     p.executableURL = URL(fileURLWithPath: path)
     p.arguments = arguments
+    if let directory { p.currentDirectoryURL = URL(fileURLWithPath: directory) }
     var env = ProcessInfo.processInfo.environment
     for (k, v) in environment { env[k] = v }
     p.environment = env

@@ -1,0 +1,73 @@
+"""Schemathesis hooks for the workspace server's contract test (schemathesis.toml).
+
+1. tus PATCH bodies are `application/offset+octet-stream` (tus 1.0): bytes, serialized
+   exactly as `application/octet-stream` ones. Schemathesis has no serializer for that
+   media type of its own, so it is registered as an alias. And a "positive" PATCH whose
+   Upload-Checksum breaks the document's pattern (a slip of schemathesis's coverage
+   phase) gets the body's real checksum.
+
+2. Drawn hashes and presigned URLs name nothing on the server, so without help every
+   download answers 404 and every tus call 403, and the fuzzer never reaches what lies
+   behind them. When the test (ContractTests.swift) has stored something and says so in
+   the environment, half of the schema-valid cases (chosen by a digest of the drawn
+   values, so a seed replays) name it instead: a stored block, a recorded content, a
+   live presigned upload. Negative cases are left alone: pinning a valid value into one
+   could make it valid. Run by hand without these variables, nothing is pinned.
+"""
+import base64
+import hashlib
+import os
+import re
+import zlib
+
+import schemathesis
+from schemathesis.generation import GenerationMode
+
+schemathesis.serializer.alias("application/offset+octet-stream", "application/octet-stream")
+
+BLOCK = os.environ.get("VDRIVE_CONTRACT_BLOCK")      # a stored block's hash
+CONTENT = os.environ.get("VDRIVE_CONTRACT_CONTENT")  # a recorded content's hash
+UPLOAD = os.environ.get("VDRIVE_CONTRACT_UPLOAD")    # "id hash size expires sig" of a presigned upload
+
+
+CHECKSUM = re.compile(r"^sha256 [A-Za-z0-9+/]{43}=$")  # WirePatterns.uploadChecksum
+
+
+def _checksum(body):
+    """`Upload-Checksum` of `body` as schemathesis will send it."""
+    from schemathesis.transport.serialization import serialize_binary
+
+    return "sha256 " + base64.b64encode(hashlib.sha256(serialize_binary(body)).digest()).decode()
+
+
+def _chosen(case):
+    """Every other positive case, by a digest of what was drawn."""
+    drawn = repr((case.path_parameters, case.query, case.headers)).encode()
+    return zlib.crc32(drawn) % 2 == 0
+
+
+@schemathesis.hook
+def map_case(context, case):
+    if case.meta is None or case.meta.generation.mode != GenerationMode.POSITIVE:
+        return case
+    headers = case.headers or {}
+    if "Upload-Checksum" in headers and not CHECKSUM.match(str(headers["Upload-Checksum"])):
+        # Schemathesis's coverage phase fills this optional header with "0" in cases it
+        # calls positive, though "0" breaks its pattern; the body's real checksum is what
+        # a positive case means (and exercises the server's check).
+        case.headers = {**headers, "Upload-Checksum": _checksum(case.body)}
+    if not _chosen(case):
+        return case
+    path = case.operation.path
+    if CONTENT and path.startswith("/v1/contents/{hash}"):
+        case.path_parameters = {**(case.path_parameters or {}), "hash": CONTENT}
+    elif BLOCK and path == "/v1/blocks/{hash}":
+        case.path_parameters = {**(case.path_parameters or {}), "hash": BLOCK}
+    elif UPLOAD and path == "/v1/tus/{id}":
+        upload_id, block, size, expires, sig = UPLOAD.split()
+        case.path_parameters = {**(case.path_parameters or {}), "id": upload_id}
+        case.query = {**(case.query or {}), "hash": block, "size": size, "expires": expires, "sig": sig}
+        # A real credential, not a drawn one: schemathesis then checks that the server
+        # refuses the same request without it, or with another (ignored_auth).
+        case._has_explicit_auth = True
+    return case
