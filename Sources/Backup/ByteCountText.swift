@@ -1,6 +1,6 @@
 /// Byte counts for people, in decimal units as file managers show them: "1.2 GB", "512 KB".
-enum ByteCountText {
-    static func format(_ bytes: Int64) -> String {
+public enum ByteCountText {
+    public static func format(_ bytes: Int64) -> String {
         let units = ["B", "KB", "MB", "GB", "TB", "PB"]
         var value = Double(max(bytes, 0))
         var unit = 0
@@ -12,5 +12,5 @@ enum ByteCountText {
         return "\(text) \(units[unit])"
     }
 
-    static func rate(_ bytesPerSecond: Double) -> String { format(Int64(bytesPerSecond)) + "/s" }
+    public static func rate(_ bytesPerSecond: Double) -> String { format(Int64(bytesPerSecond)) + "/s" }
 }

@@ -235,18 +235,35 @@ public final class WorkspaceClient: Sendable {
         try decode(FileRecord.self, call("POST", API.files, json: record))
     }
 
-    /// Records under a path prefix (`""` for all), sorted by path; fetched `pageSize` at a time.
-    public func listFiles(prefix: String, pageSize: Int = API.maxListPage) throws(ClientError) -> [FileRecord] {
+    /// The current version of each (device, path) under a path prefix (`""` for all),
+    /// one device's (`device`) or every device's, sorted by device then path; fetched
+    /// `pageSize` at a time. Holds them all in memory: `filesPage` streams instead.
+    public func listFiles(device: String? = nil, prefix: String, pageSize: Int = API.maxListPage) throws(ClientError) -> [FileRecord] {
         var out: [FileRecord] = []
         var after: String?
         repeat {
-            var query = API.files + "?prefix=" + Self.percentEncode(prefix) + "&limit=\(pageSize)"
-            if let after { query += "&after=" + Self.percentEncode(after) }
-            let page = try decode(FileListResponse.self, call("GET", query))
+            let page = try filesPage(device: device, prefix: prefix, after: after, limit: pageSize)
             out += page.files
             after = page.next
         } while after != nil
         return out
+    }
+
+    /// One page of `listFiles`: pass its `next` as `after` for the following page (nil
+    /// on the last). Without `device`, `after`/`next` are `DEVICE/PATH`.
+    public func filesPage(device: String? = nil, prefix: String, after: String? = nil, limit: Int = API.maxListPage) throws(ClientError) -> FileListResponse {
+        var query = API.files + "?prefix=" + Self.percentEncode(prefix) + "&limit=\(limit)"
+        if let device { query += "&device=" + Self.percentEncode(device) }
+        if let after { query += "&after=" + Self.percentEncode(after) }
+        return try decode(FileListResponse.self, call("GET", query))
+    }
+
+    /// Every version of `device`'s `path`, oldest first (the last is the current one);
+    /// each is downloadable by its `hash` (`download(content:)`, `contentBlocks`).
+    /// `.notFound` when the device never recorded that path.
+    public func fileVersions(device: String, path: String) throws(ClientError) -> [FileRecord] {
+        let query = API.fileVersions + "?device=" + Self.percentEncode(device) + "&path=" + Self.percentEncode(path)
+        return try decode(FileVersionsResponse.self, call("GET", query)).versions
     }
 
     /// Records changed after server sequence `since`; pass `nextSequence` next time.

@@ -6,7 +6,8 @@
 /// of its block digests, `Crypto.ContentHash`) and described by its *manifest*
 /// (size and block list); an *upload* is a tus resource that becomes a block once
 /// its last byte lands and the bytes hash to the block's hash; a *file record* maps
-/// a workspace path to a content; the *server sequence* orders file records for the
+/// a device's workspace path to a content, and each content recorded for a (device,
+/// path) is a *version* of it (all kept); the *server sequence* orders file records for the
 /// change feed; a device's *watermark* is its backup cursor.
 /// Thread safety: every type here is a value type and `Sendable`.
 /// Imports: Crypto (for HMAC in `Presign`), Foundation (JSON coding only).
@@ -27,6 +28,8 @@ public enum API {
     public static let tus = "/v1/tus"
     public static let tusPrefix = "/v1/tus/"
     public static let files = "/v1/files"
+    /// `GET /v1/files/versions?device=&path=`: every version of one device's path.
+    public static let fileVersions = "/v1/files/versions"
     public static let changes = "/v1/changes"
     public static let watermark = "/v1/watermark"
 
@@ -149,20 +152,35 @@ public struct FileRecord: Codable, Sendable, Equatable, Hashable {
     public var device: String?
     /// Set by the server: the position of this record in the change feed.
     public var sequence: Int64?
+    /// Set by the server: when this version was (last) recorded, Unix seconds; nil for
+    /// records from before per-device versions (migration `server-003-versions`).
+    public var recordedAt: Int64?
 
     public init(path: String, hash: String, size: Int64, blocks: [String]? = nil, captureDate: Int64?, mtime: Int64,
-                deviceSequence: Int64, device: String? = nil, sequence: Int64? = nil) {
+                deviceSequence: Int64, device: String? = nil, sequence: Int64? = nil, recordedAt: Int64? = nil) {
         self.path = path; self.hash = hash; self.size = size; self.blocks = blocks; self.captureDate = captureDate
         self.mtime = mtime; self.deviceSequence = deviceSequence; self.device = device; self.sequence = sequence
+        self.recordedAt = recordedAt
     }
 }
 
-/// `GET /v1/files?prefix=&after=&limit=`
+/// `GET /v1/files?device=&prefix=&after=&limit=`: the current version of each
+/// (device, path), by device then path.
 public struct FileListResponse: Codable, Sendable {
     public var files: [FileRecord]
-    /// When more records follow: pass as `after` to get the next page. Null on the last page.
+    /// When more records follow: pass as `after` to get the next page. Null on the last
+    /// page. With `device` it is a path; without, `DEVICE/PATH` (names have no `/`).
     public var next: String?
     public init(files: [FileRecord], next: String?) { self.files = files; self.next = next }
+}
+
+/// `GET /v1/files/versions?device=&path=`: every version of one (device, path),
+/// oldest first; the last is the current one. Each is downloadable by its `hash`.
+public struct FileVersionsResponse: Codable, Sendable {
+    public var device: String
+    public var path: String
+    public var versions: [FileRecord]
+    public init(device: String, path: String, versions: [FileRecord]) { self.device = device; self.path = path; self.versions = versions }
 }
 
 /// `GET /v1/changes?since=&limit=`

@@ -25,8 +25,8 @@ extension PresentRequest: DeclaredFields {
 }
 
 extension FileRecord: DeclaredFields {
-    /// `device` and `sequence` are the server's (readOnly): known, and ignored in a request.
-    static var declaredFields: [String] { ["path", "hash", "size", "blocks", "captureDate", "mtime", "deviceSequence", "device", "sequence"] }
+    /// `device`, `sequence` and `recordedAt` are the server's (readOnly): known, and ignored in a request.
+    static var declaredFields: [String] { ["path", "hash", "size", "blocks", "captureDate", "mtime", "deviceSequence", "device", "sequence", "recordedAt"] }
 }
 
 extension Watermark: DeclaredFields {

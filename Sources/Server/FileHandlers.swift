@@ -2,10 +2,12 @@ import Crypto
 import Protocol
 import Storage
 
-/// Files (path → content), listing by prefix, the change feed, and device watermarks.
+/// Files ((device, path) → versions of contents, FileVersions.swift), listing by
+/// prefix, the change feed, and device watermarks.
 enum FileHandlers {
-    /// Records `path → content`. Idempotent: the same record again returns the stored one
-    /// with its sequence unchanged; a changed record gets the next server sequence.
+    /// Records `(device, path) → content` for the token's device. Idempotent: the same
+    /// record again returns the stored one with its sequence unchanged; a changed record
+    /// gets the next server sequence, and another hash adds a version (older ones stay).
     /// A content the workspace does not hold yet needs its block list: the server checks
     /// the identity, then records the manifest and the file in one transaction if every
     /// non-zero block is stored (409 `missing_blocks` listing the others if not).
@@ -30,24 +32,14 @@ enum FileHandlers {
                 if !absent.isEmpty { throw ServerContext.missingBlocks(absent.map(\.digest.hex)) }
                 newContent = sent
             }
+            var checked = body
+            checked.path = path
+            checked.hash = digest.hex
             let (record, created) = try context.metadata.withDatabase { db -> (FileRecord, Bool) in
                 try db.transaction {
                     // The blocks are checked again here: the manifest becomes visible with the file, or neither.
                     if let newContent { try ServerContext.insertContent(newContent, in: db) }
-                    let select = "SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.path = ?"
-                    if let existing = try db.queryOne(select, path, row: Metadata.fileRecord),
-                       existing.hash == digest.hex, existing.size == body.size, existing.captureDate == body.captureDate,
-                       existing.mtime == body.mtime, existing.device == device.name, existing.deviceSequence == body.deviceSequence {
-                        return (existing, false)
-                    }
-                    let next = (try db.queryOne("SELECT COALESCE(MAX(sequence), 0) + 1 FROM files") { $0.int64(0) }) ?? 1
-                    try db.run("""
-                        INSERT INTO files(path, hash, size, capture_date, mtime, device_id, device_sequence, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                        ON CONFLICT(path) DO UPDATE SET hash = excluded.hash, size = excluded.size, capture_date = excluded.capture_date,
-                            mtime = excluded.mtime, device_id = excluded.device_id, device_sequence = excluded.device_sequence, sequence = excluded.sequence
-                        """, path, digest.hex, body.size, body.captureDate, body.mtime, device.id, body.deviceSequence, next)
-                    return (FileRecord(path: path, hash: digest.hex, size: body.size, captureDate: body.captureDate, mtime: body.mtime,
-                                       deviceSequence: body.deviceSequence, device: device.name, sequence: next), true)
+                    return try FileVersions.record(checked, device: device, now: ServerContext.now(), in: db)
                 }
             }
             return .json(created ? 201 : 200, record)
@@ -56,36 +48,60 @@ enum FileHandlers {
         }
     }
 
-    /// `GET /v1/files?prefix=&after=&limit=`: records whose path starts with the prefix,
-    /// by path, a page at a time (`next` names the `after` of the next page).
+    /// `GET /v1/files?device=&prefix=&after=&limit=`: the current version of each
+    /// (device, path) whose path starts with the prefix, by device then path, a page at
+    /// a time (`next` names the `after` of the next page: a path with `device`, else
+    /// `DEVICE/PATH`).
     static func list(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
         do {
             let limit = try request.integer("limit", default: Int64(API.maxListPage), in: 1...Int64(API.maxListPage))
             let prefix = try Validation.prefix(request.query["prefix"] ?? "")
-            let after = request.query["after"] ?? ""
-            let records = try context.metadata.withDatabase { db in
-                // A range scan on the primary key: from the prefix up to the prefix followed by
-                // the highest code point; substr() keeps exactly the paths that start with it.
-                try db.query("""
-                    SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id
-                    WHERE f.path >= ?1 AND f.path < ?2 AND f.path > ?3 AND substr(f.path, 1, length(?1)) = ?1
-                    ORDER BY f.path LIMIT ?4
-                    """, prefix, prefix + "\u{10FFFF}", after, limit, row: Metadata.fileRecord)
+            let device = try request.deviceName()
+            let afterText = request.query["after"] ?? ""
+            var cursor = FileVersions.Cursor(device: device, path: afterText)
+            if device == nil, !afterText.isEmpty {
+                // DEVICE/PATH; a bare DEVICE starts at that device's first file.
+                let slash = afterText.firstIndex(of: "/") ?? afterText.endIndex
+                cursor = FileVersions.Cursor(device: String(afterText[..<slash]),
+                                             path: slash == afterText.endIndex ? "" : String(afterText[afterText.index(after: slash)...]))
             }
-            return .json(200, FileListResponse(files: records, next: records.count == Int(limit) ? records.last?.path : nil))
+            let records = try context.metadata.withDatabase { db in
+                try FileVersions.listCurrent(device: device, prefix: prefix, after: cursor, limit: limit, in: db)
+            }
+            var next: String?
+            if records.count == Int(limit), let last = records.last {
+                next = device == nil ? (last.device ?? "") + "/" + last.path : last.path
+            }
+            return .json(200, FileListResponse(files: records, next: next))
         } catch {
             return ServerContext.failure(error)
         }
     }
 
-    /// `GET /v1/changes?since=N&limit=M`: records changed after server sequence N, in order.
+    /// `GET /v1/files/versions?device=&path=`: every version of one device's path,
+    /// oldest first; 404 when the device never recorded that path.
+    static func versions(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+        do {
+            guard let device = try request.deviceName() else {
+                return .error(400, "bad_request", "'device' is required: the device whose backup this is (GET /v1/files lists them)", field: "device")
+            }
+            let path = try Validation.path(request.query["path"] ?? "")
+            let versions = try context.metadata.withDatabase { db in try FileVersions.versions(device: device, path: path, in: db) }
+            if versions.isEmpty { return .error(404, "not_found", "device '\(device)' has no backup of '\(path)'") }
+            return .json(200, FileVersionsResponse(device: device, path: path, versions: versions))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    /// `GET /v1/changes?since=N&limit=M`: versions recorded after server sequence N, in
+    /// order, each with its device (an older version of a path is never replaced here).
     static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
         do {
             let since = try request.integer("since", default: 0, in: 0...Int64.max)
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
             let records = try context.metadata.withDatabase { db in
-                try db.query("SELECT \(Metadata.fileColumns) FROM files f JOIN devices d ON d.id = f.device_id WHERE f.sequence > ? ORDER BY f.sequence LIMIT ?",
-                             since, limit, row: Metadata.fileRecord)
+                try FileVersions.changes(since: since, limit: limit, in: db)
             }
             return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
         } catch {

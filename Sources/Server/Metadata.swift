@@ -50,6 +50,7 @@ final class Metadata: Sendable {
         );
         """),
         BlockMigration.migration(blobRoot: blobRoot),
+        FileVersions.migration,
     ] }
 
     init(path: String, blobRoot: String) throws(ServerError) {
@@ -162,15 +163,5 @@ final class Metadata: Sendable {
             out.append(d)
         }
         return out
-    }
-
-    // MARK: files
-
-    static let fileColumns = "f.path, f.hash, f.size, f.capture_date, f.mtime, f.device_sequence, d.name, f.sequence"
-
-    static func fileRecord(_ row: Row) -> FileRecord {
-        FileRecord(path: row.string(0) ?? "", hash: row.string(1) ?? "", size: row.int64(2),
-                   captureDate: row.isNull(3) ? nil : row.int64(3), mtime: row.int64(4),
-                   deviceSequence: row.int64(5), device: row.string(6), sequence: row.int64(7))
     }
 }

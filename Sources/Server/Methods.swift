@@ -14,6 +14,7 @@ enum Methods {
         case API.uploads: return ["POST"]
         case API.tus: return ["POST", "OPTIONS"]
         case API.files: return ["GET", "POST"]
+        case API.fileVersions: return ["GET"]
         case API.changes: return ["GET"]
         case API.watermark: return ["GET", "PUT"]
         default: break

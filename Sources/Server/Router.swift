@@ -43,6 +43,9 @@ final class Router: HTTPHandler {
             }
         case ("GET", API.files):
             return authenticated(request) { _ in .respond(FileHandlers.list(request, context: self.context)) }
+        // Per-device versions (restore-server branch).
+        case ("GET", API.fileVersions):
+            return authenticated(request) { _ in .respond(FileHandlers.versions(request, context: self.context)) }
         case ("GET", API.changes):
             return authenticated(request) { _ in .respond(FileHandlers.changes(request, context: self.context)) }
         case ("GET", API.watermark):

@@ -14,6 +14,7 @@ enum CommandLineMain {
             MountCommand.unmountVerb,
             ServeCommand.verb,
             TaskCommand.verb,
+            RestoreCommand.verb,
         ] + backupVerbs
     }
 

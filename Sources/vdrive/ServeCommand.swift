@@ -13,6 +13,10 @@ enum ServeCommand {
            vdrive serve device add NAME       make a device and print its token (once)
            vdrive serve device list           list devices
            vdrive serve device revoke NAME    revoke a device's token at once
+           vdrive serve backup delete DEVICE PATH [--version HASH] --yes
+                                              delete a device's backup of PATH (every
+                                              version, or one); without --yes, says what
+                                              it would delete and deletes nothing
 
     Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Metadata is
     in DIR/server.db (SQLite), content in 4 MiB blocks in DIR/blobs. A data folder
@@ -27,12 +31,14 @@ enum ServeCommand {
       --public-url URL         base of presigned URLs (default: http:// + the request's Host)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
 
-    Exit codes: 64 usage, 69 address in use, 73 data folder not writable,
-    78 database from a newer vdrive or unusable.
+    Exit codes: 64 usage, 65 no such device, path or version (backup delete),
+    69 address in use, 73 data folder not writable, 78 database from a newer vdrive
+    or unusable.
     """
 
     static func run(_ arguments: [String]) throws -> Int32 {
         if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
+        if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         let options = try Options(arguments, valued: ["--data", "--listen", "--upload-expiry", "--public-url"], flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = ServerConfiguration(dataDirectory: dataDirectory(options))

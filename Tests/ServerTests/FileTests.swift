@@ -30,7 +30,7 @@ import Testing
         #expect(try s.client.listFiles(prefix: "", pageSize: 1).map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Documents/b copy.jpg"])
         let page = try WireJSON.decode(FileListResponse.self, from: try s.send("GET", "/v1/files?limit=2").body)
         #expect(page.files.count == 2)
-        #expect(page.next == "Camera Roll/b.jpg")
+        #expect(page.next == "test-device/Camera Roll/b.jpg")  // without device= the cursor is DEVICE/PATH
         let feed = try s.client.changes(since: 0)
         #expect(feed.records.map(\.sequence) == [1, 2, 3])
         #expect(feed.nextSequence == 3)

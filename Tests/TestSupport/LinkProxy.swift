@@ -115,7 +115,9 @@ public final class LinkProxy: @unchecked Sendable {
                     // Sent in slices of at most 16 KiB, each paid for in the shared bucket.
                     let slice = min(16 << 10, chunk.count - offset)
                     bucket.take(slice)
-                    let n = chunk.withUnsafeBytes { write(destination, $0.baseAddress! + offset, slice) }
+                    // MSG_NOSIGNAL: a peer that went away (a server killed by a test) must
+                    // end this connection, not kill the test process with SIGPIPE.
+                    let n = chunk.withUnsafeBytes { send(destination, $0.baseAddress! + offset, slice, Int32(MSG_NOSIGNAL)) }
                     if n < 0 && errno == EINTR { continue }
                     if n <= 0 { closer.close(); return }
                     offset += n
