@@ -574,7 +574,9 @@ public final class DriveFileSystem: @unchecked Sendable {
                     done += span.length
                 }
             } catch let error as Errno {
+                // Poisoned: the next flush must report this, even if nothing was written before.
                 d.failure = error
+                d.changed = true
                 throw error
             }
             d.changed = true
