@@ -418,13 +418,8 @@ final class Catalog: @unchecked Sendable {
     func setAttributes(_ ino: UInt64, _ changes: AttributeChanges) throws -> NodeAttributes {
         try withDatabase { db in
             var a = try node(ino)
-            let now = nowNanoseconds()
-            if let mode = changes.mode { a.mode = (a.mode & S_IFMT) | (mode & 0o7777) }
-            if let uid = changes.uid { a.uid = uid }
-            if let gid = changes.gid { a.gid = gid }
-            if let atime = changes.atime { a.atime = atime }
-            if let mtime = changes.mtime { a.mtime = mtime }
-            a.ctime = now
+            changes.apply(to: &a)
+            a.ctime = nowNanoseconds()
             try db.run("UPDATE inodes SET mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
                        a.mode, a.uid, a.gid, a.atime, a.mtime, a.ctime, ino)
             return a

@@ -12,6 +12,8 @@ struct ContentCommit {
     var staged: [(digest: SHA256Digest, path: String, length: Int)] = []
     /// False while a writable handle stays open (see `CameraRollChange.settled`).
     var settled = true
+    /// chmod, chown, utimens made while the file was being written, committed with it.
+    var attributes = AttributeChanges()
 }
 
 /// The content half of the catalog: block lists, commits, block lifetime, damage.
@@ -71,10 +73,11 @@ extension Catalog {
                     a.content = content
                     a.size = change.size
                     a.stored = rows.keys.reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: change.size)) }
+                    change.attributes.apply(to: &a)
                     a.mtime = change.mtime ?? now
                     a.ctime = now
-                    try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
-                               content.hex, change.size, a.stored, a.mtime, a.ctime, ino)
+                    try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
+                               content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
                     if a.nlink > 0 {
                         try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: change.size,
                                                    mtime: a.mtime, settled: change.settled, now: now)

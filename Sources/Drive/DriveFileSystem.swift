@@ -144,6 +144,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             // attribute timeout (found by StressTests, seed 44, four writers).
             var a = (try? catalog.attributes(a.ino)) ?? a
             if let d = node.draft, d.changed {
+                d.attributes.apply(to: &a)
                 a.size = d.size
                 a.stored = Set(d.stored.keys).union(d.dirty.keys).reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: d.size)) }
                 a.mtime = d.mtime
@@ -181,7 +182,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         var rest = changes
         rest.size = nil
-        if rest.mode != nil || rest.uid != nil || rest.gid != nil || rest.atime != nil || rest.mtime != nil {
+        if !rest.isEmpty && !deferToDraft(ino, rest) {
             current = try catalog.setAttributes(ino, rest)
             if let mtime = rest.mtime, let node = tables.withLock({ openNodes[ino] }) {
                 node.lock.withLock { node.draft?.mtime = mtime }
@@ -189,6 +190,32 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         durability.noteMetadataChanged()
         return withLiveContent(try catalog.attributes(ino))
+    }
+
+    /// chmod, chown and utimens of a file being written wait in its draft: shown at once
+    /// by every attribute reply, committed with the content at close, in the same
+    /// transaction (tar and cp -p set all three on every file: three transactions per
+    /// file saved). A kill before the close loses them with the content they came with.
+    /// False when there is no changed draft (the change is then its own transaction).
+    private func deferToDraft(_ ino: UInt64, _ changes: AttributeChanges) -> Bool {
+        guard let node = tables.withLock({ openNodes[ino] }) else { return false }
+        return node.lock.withLock {
+            guard let d = node.draft, d.changed, d.failure == nil else { return false }
+            d.attributes.merge(changes)
+            if let mtime = changes.mtime { d.mtime = mtime }
+            d.ctime = nowNanoseconds()
+            return true
+        }
+    }
+
+    /// A draft that will never be committed (a failed write, a failed last commit) still
+    /// carries attribute changes the caller was told succeeded: they are applied alone.
+    private func keepAttributes(of d: Draft, _ ino: UInt64) {
+        guard !d.attributes.isEmpty else { return }
+        do { _ = try catalog.setAttributes(ino, d.attributes) } catch {
+            DriveLog.error("the mode, owner or times of inode \(ino) could not be saved: \(error)")
+        }
+        d.attributes = AttributeChanges()
     }
 
     private func truncate(_ ino: UInt64, to size: Int64, handle: UInt64?) throws {
@@ -593,6 +620,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         try node.lock.withLock {
             guard let d = node.draft, d.changed else { return }
             if let failure = d.failure {
+                keepAttributes(of: d, node.ino)
                 d.discard()
                 node.draft = nil
                 node.dropCaches()
@@ -600,7 +628,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                 throw failure
             }
             let writers = tables.withLock { node.writers }
-            var change = ContentCommit(size: d.size, mtime: d.mtime, settled: writers == 0)
+            var change = ContentCommit(size: d.size, mtime: d.mtime, settled: writers == 0, attributes: d.attributes)
             var inOrder = 0, reread = 0
             for (index, b) in d.dirty {
                 let length = Blocks.length(ofBlock: index, fileSize: d.size)
@@ -668,6 +696,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         if last {
             node.lock.withLock {
+                if let d = node.draft { keepAttributes(of: d, node.ino) }
                 node.draft?.discard()
                 node.draft = nil
                 node.dropCaches()

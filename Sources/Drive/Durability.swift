@@ -74,8 +74,12 @@ final class Durability: @unchecked Sendable {
             condition.lock()
             while !metadataDirty && !stopping { condition.wait() }
             if stopping { condition.unlock(); return }
-            // Batch: let a burst of commits gather for one interval.
-            _ = condition.wait(until: Date().addingTimeInterval(interval))
+            // Batch: let a burst of commits gather for one whole interval. Every commit
+            // signals the condition, so a single timed wait would end at the next commit
+            // and the flusher would fsync after nearly every file (seen: one fdatasync
+            // and one fsync per file while tar unpacked an archive). Wait out the deadline.
+            let deadline = Date().addingTimeInterval(interval)
+            while !stopping && Date() < deadline { _ = condition.wait(until: deadline) }
             let stop = stopping
             condition.unlock()
             if stop { return }

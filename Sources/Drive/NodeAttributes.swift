@@ -78,6 +78,23 @@ public struct AttributeChanges: Sendable {
     public var atime: Int64?
     public var mtime: Int64?
     public init() {}
+
+    var isEmpty: Bool { mode == nil && uid == nil && gid == nil && size == nil && atime == nil && mtime == nil }
+
+    /// Later changes win, field by field.
+    mutating func merge(_ later: AttributeChanges) {
+        mode = later.mode ?? mode; uid = later.uid ?? uid; gid = later.gid ?? gid
+        size = later.size ?? size; atime = later.atime ?? atime; mtime = later.mtime ?? mtime
+    }
+
+    /// Applies the ownership, mode and time fields to attributes.
+    func apply(to a: inout NodeAttributes) {
+        if let mode { a.mode = (a.mode & S_IFMT) | (mode & 0o7777) }
+        if let uid { a.uid = uid }
+        if let gid { a.gid = gid }
+        if let atime { a.atime = atime }
+        if let mtime { a.mtime = mtime }
+    }
 }
 
 /// A directory entry as listed by readdir.

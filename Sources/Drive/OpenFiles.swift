@@ -76,8 +76,11 @@ final class Draft {
     /// The modification time to commit: the last write's, or one set explicitly
     /// (cp -p sets it with futimens after writing and before close).
     var mtime: Int64
-    /// The change time shown while the draft is open (a truncate through a handle).
+    /// The change time shown while the draft is open (a truncate, a chmod).
     var ctime: Int64?
+    /// chmod, chown and utimens of the file while it is being written: shown at once,
+    /// committed with the content (see `DriveFileSystem.deferToDraft`).
+    var attributes = AttributeChanges()
 
     init(stored: [Int: SHA256Digest], size: Int64) {
         self.stored = stored

@@ -73,6 +73,27 @@ import Storage
         #expect(!fs.blobs.contains(SHA256Hasher.digest("version one")))
     }
 
+    @Test func attributeChangesOfAFileBeingWrittenShowAtOnceAndCommitWithIt() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("t.txt".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, Array("extracted".utf8), at: 0)
+        var chmod = AttributeChanges(); chmod.mode = 0o600
+        var times = AttributeChanges(); times.mtime = 1_000_000_000; times.atime = 2_000_000_000
+        var chown = AttributeChanges(); chown.uid = 7; chown.gid = 8
+        for change in [chown, chmod, times] { _ = try fs.setattr(a.ino, change, handle: nil) }
+        // Shown at once (the kernel's permission checks use these), not yet in the catalog.
+        let live = try fs.getattr(a.ino)
+        #expect(live.mode & 0o7777 == 0o600 && live.uid == 7 && live.gid == 8 && live.modificationTime == 1_000_000_000)
+        #expect(try fs.catalog.attributes(a.ino).mode & 0o7777 == 0o644)
+        try fs.flush(fh)
+        fs.release(fh)
+        let committed = try fs.catalog.attributes(a.ino)
+        #expect(committed.mode & 0o7777 == 0o600 && committed.uid == 7 && committed.gid == 8)
+        #expect(committed.modificationTime == 1_000_000_000 && committed.atime == 2_000_000_000)
+        #expect(committed.content == ContentHash.of(bytes: Array("extracted".utf8)))
+    }
+
     @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
