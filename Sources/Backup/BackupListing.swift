@@ -10,7 +10,7 @@ public struct BackupListing: Sendable, Equatable {
     public var item: BackupItem
 }
 
-/// What the drive shows per file in `user.vdrive.backup` and `user.vdrive.sha256`.
+/// What the drive shows per file in `user.vdrive.backup` and `user.vdrive.content-hash`.
 public struct FileBackupState: Sendable, Equatable {
     public var state: BackupItemState
     public var hash: SHA256Digest

@@ -6,7 +6,7 @@ import Server
 /// In one run, against real `vdrive serve` processes on loopback:
 ///  1. `cp` of N photos of 3 MB into the mounted Camera Roll until the queue is empty
 ///     (wall time, CPU seconds per GB of the mount process) vs `curl -T` of the same files
-///     to a fresh server (PUT /v1/blobs/<hash>), one after the other: one curl process per
+///     to a fresh server (PUT /v1/blocks/<hash>), one after the other: one curl process per
 ///     file (a shell loop), and, stricter, one curl process for all files (one connection);
 ///  2. bytes read from local storage per byte uploaded (the mount's rchar, less the bytes
 ///     the kernel handed it as writes through /dev/fuse);
