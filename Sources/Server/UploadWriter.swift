@@ -78,11 +78,19 @@ final class PatchBody: RequestBody {
             context.uploads.release(upload.id, hasher: hasher)
             return failure.adding(headers(offset: start))
         }
-        if let expectedChecksum, let chunkHasher, !HMACSHA256.equal(chunkHasher.finish().bytes, expectedChecksum) {
-            context.uploads.release(upload.id, hasher: hasher)
-            return HTTPResponse.error(Tus.checksumMismatchStatus, "checksum_mismatch",
-                                      "the chunk's SHA-256 does not match Upload-Checksum; the chunk was discarded, send it again from offset \(start)",
-                                      headers: headers(offset: start))
+        // A PATCH that carries a whole block from its first byte (what the uploader sends)
+        // was hashed once on the way in: that digest is the block's, so the trailing
+        // hasher need not read the block back (one SHA-256 pass per block, not two).
+        var wholeBlock: SHA256Digest?
+        if let expectedChecksum, let chunkHasher {
+            let chunkDigest = chunkHasher.finish()
+            guard HMACSHA256.equal(chunkDigest.bytes, expectedChecksum) else {
+                context.uploads.release(upload.id, hasher: hasher)
+                return HTTPResponse.error(Tus.checksumMismatchStatus, "checksum_mismatch",
+                                          "the chunk's SHA-256 does not match Upload-Checksum; the chunk was discarded, send it again from offset \(start)",
+                                          headers: headers(offset: start))
+            }
+            if start == 0 && position == upload.length { wholeBlock = chunkDigest }
         }
         do {
             if context.configuration.syncEveryPatch { try FileIO.fdatasync(fd) }
@@ -92,7 +100,13 @@ final class PatchBody: RequestBody {
             return ServerContext.failure(error).adding(headers(offset: start))
         }
         if position == upload.length {
-            let known = hasher?.finish(length: upload.length)
+            let known: SHA256Digest?
+            if let wholeBlock {
+                hasher?.cancel()
+                known = wholeBlock
+            } else {
+                known = hasher?.finish(length: upload.length)
+            }
             let result = context.commit(stagingPath: context.stagingPath(uploadID: upload.id), fd: fd, digest: digest,
                                         length: upload.length, computed: known, uploadID: upload.id)
             context.uploads.remove(upload.id)
