@@ -84,12 +84,8 @@ enum BlockMigration {
         for index in 0..<Blocks.count(forSize: size) {
             let length = Blocks.length(ofBlock: index, fileSize: size)
             let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<length])
-            var got = 0
-            while got < length {
-                let n = try FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: piece[got...]), at: Int64(index) * Int64(Blocks.size) + Int64(got))
-                if n == 0 { throw Errno.ioError }   // shorter than recorded: treat as damaged
-                got += n
-            }
+            // Short only at end of file: shorter than recorded, so treated as damaged.
+            if try FileIO.pread(fd, into: piece, at: Int64(index) * Int64(Blocks.size)) < length { throw Errno.ioError }
             let block = SHA256Hasher()
             block.update(UnsafeRawBufferPointer(piece))
             let d = block.finish()

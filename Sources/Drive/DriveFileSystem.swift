@@ -549,15 +549,12 @@ public final class DriveFileSystem: @unchecked Sendable {
         return filled
     }
 
+    /// `FileIO.pread` is short only at end of file: a block shorter than its row says.
+    /// Never serve zeros in its place.
     private func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
-        var got = 0
-        while got < buffer.count {
-            let n = try FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[got...]), at: offset + Int64(got))
-            if n == 0 {   // a block shorter than its row says: never serve zeros in its place
-                DriveLog.error("a stored block is shorter than recorded (damaged store?): the read fails with EIO")
-                throw Errno.ioError
-            }
-            got += n
+        if try FileIO.pread(fd, into: buffer, at: offset) < buffer.count {
+            DriveLog.error("a stored block is shorter than recorded (damaged store?): the read fails with EIO")
+            throw Errno.ioError
         }
     }
 

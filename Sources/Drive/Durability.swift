@@ -22,7 +22,7 @@ final class Durability: @unchecked Sendable {
     private let blobs: BlobStore
     private let condition = NSCondition()
     private let flushLock = NSLock()
-    private var pendingBlobs: Set<SHA256Digest> = []
+    private var pendingBlocks: Set<SHA256Digest> = []
     private var metadataDirty = false
     private var stopping = false
     private var thread: Thread?
@@ -54,7 +54,7 @@ final class Durability: @unchecked Sendable {
 
     func noteCommitted(_ digests: [SHA256Digest]) {
         condition.lock()
-        pendingBlobs.formUnion(digests)
+        pendingBlocks.formUnion(digests)
         metadataDirty = true
         condition.signal()
         condition.unlock()
@@ -97,8 +97,8 @@ final class Durability: @unchecked Sendable {
     func flushNow() throws {
         flushLock.lock(); defer { flushLock.unlock() }
         condition.lock()
-        let digests = pendingBlobs
-        pendingBlobs.removeAll()
+        let digests = pendingBlocks
+        pendingBlocks.removeAll()
         metadataDirty = false
         condition.unlock()
         let generation = catalog.currentGeneration
@@ -123,7 +123,7 @@ final class Durability: @unchecked Sendable {
             try catalog.setMeta("durable_gen", generation)
         } catch {
             condition.lock()
-            pendingBlobs.formUnion(digests)
+            pendingBlocks.formUnion(digests)
             metadataDirty = true
             condition.unlock()
             throw error

@@ -30,26 +30,20 @@ enum BackupBenchmark {
 
     static func run(_ args: [String]) throws {
         var o = Options()
-        var i = 0
-        while i < args.count {
-            let v = i + 1 < args.count ? args[i + 1] : ""
-            switch args[i] {
-            case "--dir": o.dir = v
-            case "--photos": o.photos = Int(v)!
-            case "--photo-mb": o.photoMB = Int(v)!
-            case "--idle-seconds": o.idleSeconds = Int(v)!
-            case "--kill-mib": o.killMiB = Int(v)!
-            case "--rss-gib": o.rssGiB = Int(v)!
-            case "--entries": o.entries = Int(v)!
-            case "--sections": o.sections = Set(v.split(separator: ",").map(String.init))
-            case "--cpu-photos": o.cpuPhotos = Int(v)!
-            case "--rounds": o.rounds = Int(v)!
-            case "--perf": o.perf = v
-            case "--baseline-vdrive": o.baselineVdrive = v
-            default: throw Bench.Failure(description: "unknown option \(args[i])")
-            }
-            i += 2
-        }
+        try Bench.parseOptions(args, values: [
+            "--dir": { o.dir = $0 },
+            "--photos": { o.photos = Int($0)! },
+            "--photo-mb": { o.photoMB = Int($0)! },
+            "--idle-seconds": { o.idleSeconds = Int($0)! },
+            "--kill-mib": { o.killMiB = Int($0)! },
+            "--rss-gib": { o.rssGiB = Int($0)! },
+            "--entries": { o.entries = Int($0)! },
+            "--sections": { o.sections = Set($0.split(separator: ",").map(String.init)) },
+            "--cpu-photos": { o.cpuPhotos = Int($0)! },
+            "--rounds": { o.rounds = Int($0)! },
+            "--perf": { o.perf = $0 },
+            "--baseline-vdrive": { o.baselineVdrive = $0 },
+        ])
         let vdrive = Bench.sibling("vdrive")
         let d = o.dir
         try? Bench.sh("fusermount3 -u -z \(d)/mnt 2>/dev/null; true")

@@ -102,4 +102,21 @@ enum Bench {
     }
 
     static func f(_ x: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", x) }
+
+    /// Parses `--name VALUE` options and bare `--flag`s; anything else is an error naming it.
+    static func parseOptions(_ args: [String], values: [String: (String) -> Void], flags: [String: () -> Void] = [:]) throws {
+        var i = 0
+        while i < args.count {
+            if let flag = flags[args[i]] {
+                flag()
+                i += 1
+            } else if let value = values[args[i]] {
+                guard i + 1 < args.count else { throw Failure(description: "\(args[i]) needs a value") }
+                value(args[i + 1])
+                i += 2
+            } else {
+                throw Failure(description: "unknown option \(args[i])")
+            }
+        }
+    }
 }

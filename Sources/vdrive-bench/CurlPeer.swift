@@ -45,22 +45,29 @@ enum CurlPeer {
         if let parallel { head += "parallel\nparallel-max = \(parallel)\n" }
         let auth = "header = \"Authorization: Bearer \(token)\"\n"
 
-        // 1. Plans.
-        var cfg = head
-        for (i, f) in files.enumerated() {
-            let blocks = f.manifest.blocks.map { "\"\($0.hex)\"" }.joined(separator: ",")
-            try "{\"content\":\"\(f.manifest.content.hex)\",\"size\":\(f.manifest.size),\"blocks\":[\(blocks)]}"
-                .write(toFile: "\(dir)/req/\(i).json", atomically: false, encoding: .utf8)
-            if i > 0 { cfg += "next\n" }
-            cfg += "url = \"\(base)/v1/uploads\"\n" + auth + "header = \"Content-Type: application/json\"\n"
-            cfg += "data-binary = \"@\(dir)/req/\(i).json\"\noutput = \"\(dir)/plan/\(i).json\"\n"
+        /// One curl process POSTing a JSON body per file on one connection; the replies
+        /// land in `replies/<i>.json`.
+        func postEach(_ endpoint: String, bodies: String, replies: String, _ body: (Int, PeerFile) -> String) throws {
+            var cfg = head
+            for (i, f) in files.enumerated() {
+                try body(i, f).write(toFile: "\(dir)/\(bodies)/\(i).json", atomically: false, encoding: .utf8)
+                if i > 0 { cfg += "next\n" }
+                cfg += "url = \"\(base)\(endpoint)\"\n" + auth + "header = \"Content-Type: application/json\"\n"
+                cfg += "data-binary = \"@\(dir)/\(bodies)/\(i).json\"\noutput = \"\(dir)/\(replies)/\(i).json\"\n"
+            }
+            try cfg.write(toFile: "\(dir)/\(bodies).conf", atomically: false, encoding: .utf8)
+            try Bench.sh("curl -K \(dir)/\(bodies).conf")
         }
-        try cfg.write(toFile: "\(dir)/plans.conf", atomically: false, encoding: .utf8)
-        try Bench.sh("curl -K \(dir)/plans.conf")
+        func blockList(_ f: PeerFile) -> String { f.manifest.blocks.map { "\"\($0.hex)\"" }.joined(separator: ",") }
+
+        // 1. Plans.
+        try postEach("/v1/uploads", bodies: "req", replies: "plan") { _, f in
+            "{\"content\":\"\(f.manifest.content.hex)\",\"size\":\(f.manifest.size),\"blocks\":[\(blockList(f))]}"
+        }
 
         // 2. Blocks.
         var result = Result()
-        cfg = head
+        var cfg = head
         for (i, f) in files.enumerated() {
             guard let data = FileManager.default.contents(atPath: "\(dir)/plan/\(i).json"),
                   let plan = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
@@ -86,17 +93,9 @@ enum CurlPeer {
         }
 
         // 3. Records.
-        cfg = head
-        for (i, f) in files.enumerated() {
-            let blocks = f.manifest.blocks.map { "\"\($0.hex)\"" }.joined(separator: ",")
-            try "{\"path\":\"Camera Roll/\(f.name)\",\"hash\":\"\(f.manifest.content.hex)\",\"size\":\(f.manifest.size),\"blocks\":[\(blocks)],\"captureDate\":null,\"mtime\":1700000000,\"deviceSequence\":\(i + 1)}"
-                .write(toFile: "\(dir)/rec/\(i).json", atomically: false, encoding: .utf8)
-            if i > 0 { cfg += "next\n" }
-            cfg += "url = \"\(base)/v1/files\"\n" + auth + "header = \"Content-Type: application/json\"\n"
-            cfg += "data-binary = \"@\(dir)/rec/\(i).json\"\noutput = \"\(dir)/out/\(i).json\"\n"
+        try postEach("/v1/files", bodies: "rec", replies: "out") { i, f in
+            "{\"path\":\"Camera Roll/\(f.name)\",\"hash\":\"\(f.manifest.content.hex)\",\"size\":\(f.manifest.size),\"blocks\":[\(blockList(f))],\"captureDate\":null,\"mtime\":1700000000,\"deviceSequence\":\(i + 1)}"
         }
-        try cfg.write(toFile: "\(dir)/records.conf", atomically: false, encoding: .utf8)
-        try Bench.sh("curl -K \(dir)/records.conf")
         for (i, f) in files.enumerated() {
             let out = String(decoding: FileManager.default.contents(atPath: "\(dir)/out/\(i).json") ?? Data(), as: UTF8.self)
             guard out.contains("\"sequence\"") else { throw Bench.Failure(description: "the record of \(f.name) was refused: \(out)") }

@@ -30,24 +30,19 @@ enum LinkBenchmark {
 
     static func run(_ args: [String]) throws {
         var o = Options()
-        var i = 0
-        while i < args.count {
-            let v = i + 1 < args.count ? args[i + 1] : ""
-            switch args[i] {
-            case "--dir": o.dir = v
-            case "--photos": o.photos = Int(v)!
-            case "--photo-bytes": o.photoBytes = Int(v)!
-            case "--video-mb": o.videoMB = Int(v)!
-            case "--delay-ms": o.delayMs = Double(v)!
-            case "--mbit": o.mbit = Double(v)!
-            case "--rounds": o.rounds = Int(v)!
-            case "--baseline-vdrive": o.baselineVdrive = v
-            case "--skip-video": o.video = false; i -= 1
-            case "--skip-photos": o.photosOn = false; i -= 1
-            default: throw Bench.Failure(description: "unknown option \(args[i])")
-            }
-            i += 2
-        }
+        try Bench.parseOptions(args, values: [
+            "--dir": { o.dir = $0 },
+            "--photos": { o.photos = Int($0)! },
+            "--photo-bytes": { o.photoBytes = Int($0)! },
+            "--video-mb": { o.videoMB = Int($0)! },
+            "--delay-ms": { o.delayMs = Double($0)! },
+            "--mbit": { o.mbit = Double($0)! },
+            "--rounds": { o.rounds = Int($0)! },
+            "--baseline-vdrive": { o.baselineVdrive = $0 },
+        ], flags: [
+            "--skip-video": { o.video = false },
+            "--skip-photos": { o.photosOn = false },
+        ])
         let vdrive = Bench.sibling("vdrive")
         let d = o.dir
         try? Bench.sh("fusermount3 -u -z \(d)/drive/mnt 2>/dev/null; true")

@@ -45,6 +45,26 @@ import Testing
                                                     captureDate: capture, mtime: mtime, deviceSequence: sequence))
         }
 
+        /// `count` distinct phone photos of `size` bytes at `Camera Roll/IMG_<first + i>.jpg`.
+        func backUpPhotos(count: Int, size: Int, seed: UInt64, first: Int, capture: Int64) throws -> [TestFile] {
+            try (0..<count).map { i in
+                let f = TestFile(in: dir.path, size: size, seed: seed + UInt64(i))
+                try backUp(phone, f, "Camera Roll/IMG_\(first + i).jpg", capture: capture, sequence: Int64(i + 1))
+                return f
+            }
+        }
+
+        /// Starts `vdrive restore phone DEST` in the background through `proxy`.
+        func startRestore(into dest: String, through proxy: LinkProxy, stderr: Any = FileHandle.nullDevice) throws -> Process {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: vdriveBinary())
+            process.arguments = ["restore", "phone", dest, "--server", "http://127.0.0.1:\(proxy.port)", "--token-file", phoneTokenFile]
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = stderr
+            try process.run()
+            return process
+        }
+
         /// Runs `vdrive restore` as phone (or `tokenFile`) against `base` (default: the server).
         func restore(_ arguments: [String], base: String? = nil, tokenFile: String? = nil) throws -> (Int32, String, String) {
             try run(vdriveBinary(), ["restore"] + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? phoneTokenFile])
@@ -158,22 +178,12 @@ import Testing
         let fx = try Fixture()
         defer { fx.stop() }
         let count = 30, size = 1 << 20
-        var files: [TestFile] = []
-        for i in 0..<count {
-            let f = TestFile(in: fx.dir.path, size: size, seed: 300 + UInt64(i))
-            try fx.backUp(fx.phone, f, "Camera Roll/IMG_\(1000 + i).jpg", capture: Self.day("2022-05-05"), sequence: Int64(i + 1))
-            files.append(f)
-        }
+        let files = try fx.backUpPhotos(count: count, size: size, seed: 300, first: 1000, capture: Self.day("2022-05-05"))
         // About 3 s for everything: room to kill it halfway.
         let proxy = try LinkProxy(targetPort: fx.server.port, oneWayDelay: 0.001, bytesPerSecond: 10_000_000)
         defer { proxy.stop() }
         let dest = fx.dir.path + "/restored"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: vdriveBinary())
-        process.arguments = ["restore", "phone", dest, "--server", "http://127.0.0.1:\(proxy.port)", "--token-file", fx.phoneTokenFile]
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        let process = try fx.startRestore(into: dest, through: proxy)
         let finished = { Self.restoredFiles(dest).filter { !$0.hasSuffix(".vdrive-restore") } }
         let deadline = Date().addingTimeInterval(30)
         while finished().count < count / 3 && Date() < deadline && process.isRunning { usleep(5_000) }
@@ -208,22 +218,12 @@ import Testing
         let fx = try Fixture()
         defer { fx.stop() }
         let count = 12
-        var files: [TestFile] = []
-        for i in 0..<count {
-            let f = TestFile(in: fx.dir.path, size: 1 << 20, seed: 400 + UInt64(i))
-            try fx.backUp(fx.phone, f, "Camera Roll/IMG_\(2000 + i).jpg", capture: Self.day("2023-01-01"), sequence: Int64(i + 1))
-            files.append(f)
-        }
+        let files = try fx.backUpPhotos(count: count, size: 1 << 20, seed: 400, first: 2000, capture: Self.day("2023-01-01"))
         let proxy = try LinkProxy(targetPort: fx.server.port, oneWayDelay: 0.001, bytesPerSecond: 4_000_000)
         defer { proxy.stop() }
         let dest = fx.dir.path + "/restored"
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: vdriveBinary())
-        process.arguments = ["restore", "phone", dest, "--server", "http://127.0.0.1:\(proxy.port)", "--token-file", fx.phoneTokenFile]
         let errors = Pipe()
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = errors
-        try process.run()
+        let process = try fx.startRestore(into: dest, through: proxy, stderr: errors)
         let deadline = Date().addingTimeInterval(30)
         while Self.restoredFiles(dest).filter({ !$0.hasSuffix(".vdrive-restore") }).count < 2 && Date() < deadline { usleep(5_000) }
         fx.server.kill(SIGKILL)
