@@ -18,6 +18,11 @@ public enum Blocks {
     /// noise on the wire; small enough that a changed byte costs one 4 MiB block.
     public static let size = 4 << 20
 
+    /// 256 KiB: the unit a partial read of a block fetched from the server is verified
+    /// by (its SHA-256 is in the block's chunk list), so reading 64 KiB of a file that is
+    /// not local fetches one chunk, not the whole block. 16 chunks per block.
+    public static let chunkSize = 256 << 10
+
     /// How many blocks a file of `fileSize` bytes has.
     public static func count(forSize fileSize: Int64) -> Int {
         // Divided first: `fileSize + size - 1` overflows for sizes near Int64.max.

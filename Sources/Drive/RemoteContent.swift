@@ -1,0 +1,30 @@
+import Crypto
+
+/// How the drive reaches content it does not hold: blocks of files backed up by any
+/// device (the `Backups/` tree, online-only originals, a damaged local block), fetched
+/// from the workspace server. The drive imports no HTTP: the daemon's wiring
+/// (Sources/vdrive) implements this with the Client, and tests with a fake.
+///
+/// Nothing returned here is trusted: the drive checks every byte against a digest it
+/// already holds (a block's SHA-256, or one of its chunk digests) before serving it.
+public protocol RemoteContent: AnyObject, Sendable {
+    /// Bytes `[offset, offset + length)` of the block whose SHA-256 is `hash`.
+    /// `interactive` is true when a user's read waits for it (always allowed), false for
+    /// prefetch and bulk work (held while backups are paused or the network is metered).
+    func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int, interactive: Bool) throws(RemoteFailure) -> [UInt8]
+
+    /// The SHA-256 of each `Blocks.chunkSize` piece of block `hash`, in order (the last
+    /// may be shorter). Lets a partial read be verified without fetching the whole block.
+    func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest]
+}
+
+/// Why a remote fetch did not return bytes. The message is for the one log line the
+/// drive writes; the reader gets EIO (unavailable) or ENOENT-like EIO (missing).
+public enum RemoteFailure: Error, Sendable, Equatable {
+    /// The server is unreachable, refused, or did not answer within the timeout.
+    case unavailable(String)
+    /// The server answered that it does not hold this block.
+    case missing(String)
+    /// Policy holds non-interactive transfers (paused, metered).
+    case held(String)
+}
