@@ -16,6 +16,7 @@ let package = Package(
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "CLinux"),
 
@@ -24,7 +25,8 @@ let package = Package(
         .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
         .target(name: "Protocol", dependencies: ["Crypto"]),
         .target(name: "Client", dependencies: ["CCurl", "Protocol", "Crypto"]),
-        .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto"]),
+        .target(name: "Postgres", dependencies: ["CPostgres"]),
+        .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Client", "Protocol", "Crypto"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),

@@ -1,7 +1,7 @@
 # Sourced by ./mount and Tests/run: installs the Debian packages vdrive needs and
 # puts the Swift toolchain on PATH. Safe to run again: installed packages are skipped.
 
-VDRIVE_PACKAGES=(pkg-config fuse3 libfuse3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev curl)
+VDRIVE_PACKAGES=(pkg-config fuse3 libfuse3-dev libsqlite3-dev libssl-dev libcurl4-openssl-dev libmicrohttpd-dev libpq-dev curl)
 
 vdrive_as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi

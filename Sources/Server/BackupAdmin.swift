@@ -4,7 +4,7 @@ import Storage
 
 /// Deleting backups, for `vdrive serve backup delete`: the only way a version goes.
 /// Works on the data folder's database directly, like `DeviceRegistry` (also while
-/// the server runs: SQLite WAL allows it, and each deletion is one transaction).
+/// the server runs: SQLite WAL allows it, PostgreSQL is shared; each deletion is one transaction).
 ///
 /// Only records go. Contents and blocks stay in the store, downloadable by hash:
 /// the server answers "present" to dedup checks and upload plans from them, so a
@@ -41,16 +41,16 @@ public struct BackupAdmin: Sendable {
 
     private let metadata: Metadata
 
-    public init(dataDirectory: String) throws(ServerError) {
-        let configuration = ServerConfiguration(dataDirectory: dataDirectory)
+    public init(dataDirectory: String, database: DatabaseLocation? = nil) throws(ServerError) {
+        let configuration = ServerConfiguration(dataDirectory: dataDirectory, database: database)
         do { try FileIO.makeDirectories(configuration.blobRoot) } catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
-        metadata = try Metadata(path: configuration.databasePath, blobRoot: configuration.blobRoot)
+        metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
     }
 
     /// The versions `delete` would remove: every version of (device, path), or the one
     /// whose content hash is `version`. Changes nothing.
     public func versions(device: String, path: String, version: String? = nil) throws -> [Version] {
-        try metadata.withDatabase { db in try select(device: device, path: path, version: version, in: db) }
+        try metadata.withSession { db in try select(device: device, path: path, version: version, in: db) }
     }
 
     /// Deletes those versions in one transaction and returns them. When the current
@@ -59,12 +59,11 @@ public struct BackupAdmin: Sendable {
     /// The deletion is not in the change feed (a follower learns it by listing again).
     @discardableResult
     public func delete(device: String, path: String, version: String? = nil) throws -> [Version] {
-        try metadata.withDatabase { db in
+        try metadata.withSession { db in
             try db.transaction {
                 let doomed = try select(device: device, path: path, version: version, in: db)
                 // Sequences are never reused: a feed reader may be past the highest one.
-                try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES (?, ?)", FileVersions.sequenceFloorKey,
-                           try FileVersions.nextSequence(in: db) - 1)
+                try FileVersions.setSequenceFloor(try FileVersions.nextSequence(in: db) - 1, in: db)
                 for v in doomed { try db.run("DELETE FROM file_versions WHERE sequence = ?", v.sequence) }
                 return doomed
             }
@@ -81,7 +80,7 @@ public struct BackupAdmin: Sendable {
         }
     }
 
-    private func select(device: String, path rawPath: String, version: String?, in db: Database) throws -> [Version] {
+    private func select(device: String, path rawPath: String, version: String?, in db: any RecordSession) throws -> [Version] {
         let (path, hash) = try Self.checked(path: rawPath, version: version).get()
         guard try db.queryOne("SELECT 1 FROM devices WHERE name = ?", device, row: { _ in true }) != nil else { throw Failure.unknownDevice(device) }
         let rows = try db.query("""
@@ -90,7 +89,7 @@ public struct BackupAdmin: Sendable {
             WHERE d.name = ? AND v.path = ? ORDER BY v.sequence
             """, device, path) {
             Version(device: $0.string(0) ?? "", path: $0.string(1) ?? "", hash: $0.string(2) ?? "", size: $0.int64(3), sequence: $0.int64(4),
-                    recordedAt: $0.isNull(5) ? nil : $0.int64(5), isCurrent: false)
+                    recordedAt: $0.optionalInt64(5), isCurrent: false)
         }
         // The current version is the newest (the last by sequence).
         let all = rows.enumerated().map { i, v in

@@ -114,12 +114,12 @@ enum BlockMigration {
     /// Removes the files of blobs the migration replaced, once its transaction has
     /// committed (run at every start, so a kill before it finishes only delays it).
     static func removeObsolete(_ metadata: Metadata, store: BlobStore) throws {
-        let hashes = try metadata.withDatabase { db in
+        let hashes = try metadata.withSession { db in
             try db.query("SELECT hash FROM obsolete_blobs WHERE hash NOT IN (SELECT hash FROM blocks)") { $0.string(0) ?? "" }
         }
         for hex in hashes {
             if let digest = SHA256Digest(hex: hex) { store.remove(digest) }
-            try metadata.withDatabase { try $0.run("DELETE FROM obsolete_blobs WHERE hash = ?", hex) }
+            try metadata.withSession { try $0.run("DELETE FROM obsolete_blobs WHERE hash = ?", hex) }
         }
     }
 }

@@ -26,11 +26,11 @@ public struct DeviceRegistry: Sendable {
 
     private let metadata: Metadata
 
-    public init(dataDirectory: String) throws(ServerError) {
+    public init(dataDirectory: String, database: DatabaseLocation? = nil) throws(ServerError) {
         do { try FileIO.makeDirectories(dataDirectory) } catch let e as Errno { throw .dataFolder(dataDirectory, e) } catch { throw .dataFolder(dataDirectory, .ioError) }
-        let configuration = ServerConfiguration(dataDirectory: dataDirectory)
+        let configuration = ServerConfiguration(dataDirectory: dataDirectory, database: database)
         do { try FileIO.makeDirectories(configuration.blobRoot) } catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
-        metadata = try Metadata(path: configuration.databasePath, blobRoot: configuration.blobRoot)
+        metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
     }
 
     /// Makes a device (or re-issues the token of a revoked one, keeping its watermark)
@@ -43,7 +43,7 @@ public struct DeviceRegistry: Sendable {
         let token = "vdt_" + Hex.encode(SecureRandom.bytes(32))
         let hash = Metadata.tokenHash(token)
         let now = Int64(time(nil))
-        try metadata.withDatabase { db in
+        try metadata.withSession { db in
             try db.transaction {
                 if let revoked = try db.queryOne("SELECT revoked_at FROM devices WHERE name = ?", name, row: { $0.isNull(0) ? nil : Optional($0.int64(0)) }) {
                     guard revoked != nil else { throw Failure.exists(name) }
@@ -57,7 +57,7 @@ public struct DeviceRegistry: Sendable {
     }
 
     public func list() throws -> [Entry] {
-        try metadata.withDatabase { db in
+        try metadata.withSession { db in
             try db.query("SELECT name, created_at, revoked_at, watermark_sequence FROM devices ORDER BY name") {
                 Entry(name: $0.string(0) ?? "", createdAt: $0.int64(1), revokedAt: $0.isNull(2) ? nil : $0.int64(2),
                       watermarkSequence: $0.isNull(3) ? nil : $0.int64(3))
@@ -67,7 +67,7 @@ public struct DeviceRegistry: Sendable {
 
     /// Revokes a device's token at once: its next request gets 401.
     public func revoke(_ name: String) throws {
-        let changed = try metadata.withDatabase { db in
+        let changed = try metadata.withSession { db in
             try db.run("UPDATE devices SET revoked_at = ?, token_hash = NULL WHERE name = ? AND revoked_at IS NULL", Int64(time(nil)), name)
         }
         if changed == 0 { throw Failure.unknown(name) }

@@ -35,7 +35,7 @@ enum FileHandlers {
             var checked = body
             checked.path = path
             checked.hash = digest.hex
-            let (record, created) = try context.metadata.withDatabase { db -> (FileRecord, Bool) in
+            let (record, created) = try context.metadata.withSession { db -> (FileRecord, Bool) in
                 try db.transaction {
                     // The blocks are checked again here: the manifest becomes visible with the file, or neither.
                     if let newContent { try ServerContext.insertContent(newContent, in: db) }
@@ -65,7 +65,7 @@ enum FileHandlers {
                 cursor = FileVersions.Cursor(device: String(afterText[..<slash]),
                                              path: slash == afterText.endIndex ? "" : String(afterText[afterText.index(after: slash)...]))
             }
-            let records = try context.metadata.withDatabase { db in
+            let records = try context.metadata.withSession { db in
                 try FileVersions.listCurrent(device: device, prefix: prefix, after: cursor, limit: limit, in: db)
             }
             var next: String?
@@ -86,7 +86,7 @@ enum FileHandlers {
                 return .error(400, "bad_request", "'device' is required: the device whose backup this is (GET /v1/files lists them)", field: "device")
             }
             let path = try Validation.path(request.query["path"] ?? "")
-            let versions = try context.metadata.withDatabase { db in try FileVersions.versions(device: device, path: path, in: db) }
+            let versions = try context.metadata.withSession { db in try FileVersions.versions(device: device, path: path, in: db) }
             if versions.isEmpty { return .error(404, "not_found", "device '\(device)' has no backup of '\(path)'") }
             return .json(200, FileVersionsResponse(device: device, path: path, versions: versions))
         } catch {
@@ -100,7 +100,7 @@ enum FileHandlers {
         do {
             let since = try request.integer("since", default: 0, in: 0...Int64.max)
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
-            let records = try context.metadata.withDatabase { db in
+            let records = try context.metadata.withSession { db in
                 try FileVersions.changes(since: since, limit: limit, in: db)
             }
             return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
@@ -111,11 +111,7 @@ enum FileHandlers {
 
     static func watermark(device: Metadata.Device, context: ServerContext) -> HTTPResponse {
         do {
-            let mark = try context.metadata.withDatabase { db in
-                try db.queryOne("SELECT watermark_sequence, watermark_capture_date FROM devices WHERE id = ? AND watermark_sequence IS NOT NULL", device.id) {
-                    Watermark(sequence: $0.int64(0), newestCaptureDate: $0.isNull(1) ? nil : $0.int64(1))
-                }
-            }
+            let mark = try context.metadata.watermark(deviceID: device.id)
             return .json(200, WatermarkResponse(device: device.name, watermark: mark))
         } catch {
             return ServerContext.failure(error)
@@ -125,10 +121,7 @@ enum FileHandlers {
     static func setWatermark(_ body: Watermark, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
         do {
             _ = try Validation.nonNegative(body.sequence, field: "sequence")
-            try context.metadata.withDatabase { db in
-                try db.run("UPDATE devices SET watermark_sequence = ?, watermark_capture_date = ?, watermark_updated_at = ? WHERE id = ?",
-                           body.sequence, body.newestCaptureDate, ServerContext.now(), device.id)
-            }
+            try context.metadata.setWatermark(body, deviceID: device.id, now: ServerContext.now())
             return .json(200, WatermarkResponse(device: device.name, watermark: body))
         } catch {
             return ServerContext.failure(error)

@@ -19,7 +19,7 @@ import Storage
 /// Nothing a device sends deletes a version; only `BackupAdmin` does. Sequences are
 /// never reused: the admin records the highest one in `settings` before deleting
 /// (`sequenceFloorKey`), and new sequences start above it.
-/// Every function here runs inside the caller's `Metadata.withDatabase`.
+/// Every function here runs inside the caller's `Metadata.withSession`, on either database.
 enum FileVersions {
     /// `server-003-versions`: moves `files` (one record per path: the last device to
     /// record a path replaced the record of any other) to per-device versions. Every
@@ -50,7 +50,7 @@ enum FileVersions {
 
     static let columns = "v.path, v.hash, v.size, v.capture_date, v.mtime, v.device_sequence, d.name, v.sequence, v.recorded_at"
 
-    static func fileRecord(_ row: Row) -> FileRecord {
+    static func fileRecord(_ row: any RecordRow) -> FileRecord {
         FileRecord(path: row.string(0) ?? "", hash: row.string(1) ?? "", size: row.int64(2),
                    captureDate: row.isNull(3) ? nil : row.int64(3), mtime: row.int64(4),
                    deviceSequence: row.int64(5), device: row.string(6), sequence: row.int64(7),
@@ -58,7 +58,7 @@ enum FileVersions {
     }
 
     /// The current version of (device, path), nil when there is none.
-    static func current(deviceID: Int64, path: String, in db: Database) throws -> FileRecord? {
+    static func current(deviceID: Int64, path: String, in db: any RecordSession) throws -> FileRecord? {
         try db.queryOne("""
             SELECT \(columns) FROM file_versions v JOIN devices d ON d.id = v.device_id
             WHERE v.device_id = ? AND v.path = ? ORDER BY v.sequence DESC LIMIT 1
@@ -66,15 +66,23 @@ enum FileVersions {
     }
 
     /// The next sequence: above every row and above the highest ever deleted.
-    static func nextSequence(in db: Database) throws -> Int64 {
+    static func nextSequence(in db: any RecordSession) throws -> Int64 {
         let highest = try db.queryOne("SELECT COALESCE(MAX(sequence), 0) FROM file_versions") { $0.int64(0) } ?? 0
-        let floor = try db.queryOne("SELECT CAST(value AS INTEGER) FROM settings WHERE key = ?", sequenceFloorKey) { $0.int64(0) } ?? 0
+        // The floor is stored as the bytes of its decimal digits (settings.value is BLOB / BYTEA).
+        let number = db.dialect == .sqlite ? "CAST(value AS INTEGER)" : "CAST(convert_from(value, 'UTF8') AS BIGINT)"
+        let floor = try db.queryOne("SELECT \(number) FROM settings WHERE key = ?", sequenceFloorKey) { $0.int64(0) } ?? 0
         return max(highest, floor) + 1
+    }
+
+    /// Records `sequence` as the highest ever handed out (before a deletion may remove it).
+    static func setSequenceFloor(_ sequence: Int64, in db: any RecordSession) throws {
+        try db.run("INSERT INTO settings(key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                   sequenceFloorKey, Array(String(sequence).utf8))
     }
 
     /// Records `record` (path and hash already validated) for `device`. Returns the
     /// stored record and whether anything changed (false: the same record was current).
-    static func record(_ record: FileRecord, device: Metadata.Device, now: Int64, in db: Database) throws -> (FileRecord, Bool) {
+    static func record(_ record: FileRecord, device: Metadata.Device, now: Int64, in db: any RecordSession) throws -> (FileRecord, Bool) {
         let existing = try current(deviceID: device.id, path: record.path, in: db)
         if let existing, existing.hash == record.hash, existing.size == record.size, existing.captureDate == record.captureDate,
            existing.mtime == record.mtime, existing.deviceSequence == record.deviceSequence {
@@ -102,7 +110,7 @@ enum FileVersions {
 
     /// Current versions whose path starts with `prefix`, by device name then path,
     /// after `cursor`, at most `limit`; only `device`'s when it is given.
-    static func listCurrent(device: String?, prefix: String, after cursor: Cursor, limit: Int64, in db: Database) throws -> [FileRecord] {
+    static func listCurrent(device: String?, prefix: String, after cursor: Cursor, limit: Int64, in db: any RecordSession) throws -> [FileRecord] {
         // Devices are few: walk them by name, each one a range scan of the index.
         let devices: [(Int64, String)]
         if let device {
@@ -119,7 +127,7 @@ enum FileVersions {
     }
 
     /// One device's current versions under `prefix`, by path, after `after`.
-    private static func listCurrent(deviceID: Int64, prefix: String, after: String, limit: Int64, in db: Database) throws -> [FileRecord] {
+    private static func listCurrent(deviceID: Int64, prefix: String, after: String, limit: Int64, in db: any RecordSession) throws -> [FileRecord] {
         // A range scan of (device, path, sequence): from the prefix up to the prefix
         // followed by the highest code point (substr() keeps exactly the paths that
         // start with it); MAX(sequence) per path is the current version.
@@ -134,7 +142,7 @@ enum FileVersions {
     }
 
     /// Every version of (device, path), oldest first (the last is the current one).
-    static func versions(device: String, path: String, in db: Database) throws -> [FileRecord] {
+    static func versions(device: String, path: String, in db: any RecordSession) throws -> [FileRecord] {
         try db.query("""
             SELECT \(columns) FROM file_versions v JOIN devices d ON d.id = v.device_id
             WHERE v.device_id = (SELECT id FROM devices WHERE name = ?) AND v.path = ? ORDER BY v.sequence
@@ -142,7 +150,7 @@ enum FileVersions {
     }
 
     /// Versions recorded (or re-recorded) after server sequence `since`, in order.
-    static func changes(since: Int64, limit: Int64, in db: Database) throws -> [FileRecord] {
+    static func changes(since: Int64, limit: Int64, in db: any RecordSession) throws -> [FileRecord] {
         try db.query("SELECT \(columns) FROM file_versions v JOIN devices d ON d.id = v.device_id WHERE v.sequence > ? ORDER BY v.sequence LIMIT ?",
                      since, limit, row: fileRecord)
     }

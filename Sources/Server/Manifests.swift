@@ -52,13 +52,13 @@ extension ServerContext {
 
     /// Inside the caller's transaction: records the manifest unless a block is missing
     /// (then throws the 409 `missing_blocks` reply listing them).
-    static func insertContent(_ manifest: BlockManifest, in db: Database) throws {
+    static func insertContent(_ manifest: BlockManifest, in db: any RecordSession) throws {
         var nonZero = Set<String>()
         for i in manifest.blocks.indices where !manifest.isZero(i) { nonZero.insert(manifest.blocks[i].hex) }
-        let list = "[" + nonZero.sorted().map { "\"\($0)\"" }.joined(separator: ",") + "]"
-        let missing = try db.query("SELECT j.value FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.hash = j.value)", list) { $0.string(0) ?? "" }
+        let list = db.hashTable(nonZero.sorted())
+        let missing = try db.query("SELECT j.value FROM \(list.sql) WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.hash = j.value)", list.argument) { $0.string(0) ?? "" }
         if !missing.isEmpty { throw missingBlocks(missing) }
-        try db.run("INSERT OR IGNORE INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?)",
+        try db.run("INSERT INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                    manifest.content.hex, manifest.size, Metadata.encodeBlockList(manifest.blocks), now())
     }
 

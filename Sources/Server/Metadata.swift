@@ -1,21 +1,22 @@
 import Crypto
 import Protocol
 import Storage
-import Synchronization
 
-/// The server's SQLite database: devices, blocks, contents, uploads, files, settings.
-/// One connection (WAL, synchronous=NORMAL: a commit survives a kill of the process,
-/// and a power loss keeps a consistent prefix), used under a mutex by every
-/// connection thread. Calls are short (no I/O on block files under the lock; the one
-/// exception is the migration to blocks, run once when the database is opened).
+/// The server's records: devices, blocks, contents, uploads, file versions, settings,
+/// in SQLite (the embedded default, `SQLiteRecords`) or PostgreSQL (`PostgresRecords`),
+/// behind `RecordStore`. Every piece of the server's SQL is a record operation here or
+/// in the files that extend it (UploadRecords.swift, FileVersions.swift,
+/// Manifests.swift, Devices.swift, BackupAdmin.swift, BlockMigration.swift); handlers
+/// call operations, never SQL.
 final class Metadata: Sendable {
-    private let db: Mutex<Database>
-    let path: String
+    let store: any RecordStore
 
-    /// The schema, in order. `blobRoot` is the block store the code of
-    /// `server-002-blocks` splits old blobs into (BlockMigration.swift).
-    static func migrations(blobRoot: String) -> [Migration] { [
-        Migration("server-001-initial", """
+    /// The schema, in order: each migration with its SQLite and its PostgreSQL body.
+    /// `blobRoot` is the block store the code of `server-002-blocks` splits old blobs
+    /// into (BlockMigration.swift; SQLite only: a PostgreSQL database is newer than blocks).
+    /// A new migration adds both bodies: `RecordMigration(sqlite: Migration(...), postgres: "...")`.
+    static func migrations(blobRoot: String) -> [RecordMigration] { [
+        RecordMigration(sqlite: Migration("server-001-initial", """
         CREATE TABLE settings (key TEXT PRIMARY KEY, value BLOB NOT NULL);
         CREATE TABLE devices (
             id INTEGER PRIMARY KEY,
@@ -48,42 +49,52 @@ final class Metadata: Sendable {
             device_sequence INTEGER NOT NULL,
             sequence INTEGER NOT NULL UNIQUE
         );
-        """),
-        BlockMigration.migration(blobRoot: blobRoot),
-        FileVersions.migration,
+        """), postgres: PostgresSchema.initial),
+        RecordMigration(sqlite: BlockMigration.migration(blobRoot: blobRoot), postgres: PostgresSchema.blocks),
+        RecordMigration(sqlite: FileVersions.migration, postgres: PostgresSchema.versions),
     ] }
 
-    init(path: String, blobRoot: String) throws(ServerError) {
-        self.path = path
+    /// Opens (and migrates) the records at `location`.
+    init(location: DatabaseLocation, blobRoot: String) throws(ServerError) {
         do {
-            let database = try Database(path: path)
-            // mmap: lookups (dedup checks) read pages without a syscall each; at most 64 MiB is mapped.
-            try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA mmap_size=67108864")
-            try database.migrate(Self.migrations(blobRoot: blobRoot))
-            db = Mutex(database)
-        } catch let e as MigrationError {
-            throw .newerSchema(e.description)
+            store = try Self.open(location)
+            try store.migrate(Self.migrations(blobRoot: blobRoot))
         } catch {
-            throw .database(path, "\(error)")
+            throw ServerError.records(location, error)
         }
     }
 
+    /// The store at `location`, not migrated (`vdrive serve check` reads it as it is).
+    static func open(_ location: DatabaseLocation) throws -> any RecordStore {
+        switch location {
+        case .sqlite(let path): return try SQLiteRecords(path: path)
+        case .postgres(let url): return try PostgresRecords(connectionString: url)
+        }
+    }
+
+    /// Runs `body` on a session (see `RecordStore.withSession`: it must be safe to repeat).
     @discardableResult
-    func withDatabase<T: Sendable>(_ body: (Database) throws -> T) throws -> T {
-        try db.withLock { database throws -> T in try body(database) }
+    func withSession<T>(_ body: (any RecordSession) throws -> T) throws -> T {
+        try store.withSession(body)
     }
 
     // MARK: settings
 
     /// The presigning key: 32 random bytes made on first use and kept in the database.
+    /// Two processes starting at once on a fresh database make one key between them:
+    /// the second's insert does nothing and it reads the first's.
     func presignKey() throws -> [UInt8] {
-        try withDatabase { db in
-            if let key = try db.queryOne("SELECT value FROM settings WHERE key = 'presign_key'", row: { $0.bytes(0) }), let key, key.count >= 32 {
-                return key
+        try withSession { db in
+            try db.transaction {
+                if let key = try db.queryOne("SELECT value FROM settings WHERE key = 'presign_key'", row: { $0.bytes(0) }), let key, key.count >= 32 {
+                    return key
+                }
+                try db.run("""
+                    INSERT INTO settings(key, value) VALUES ('presign_key', ?)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE length(settings.value) < 32
+                    """, SecureRandom.bytes(32))
+                return try db.queryOne("SELECT value FROM settings WHERE key = 'presign_key'", row: { $0.bytes(0) }).flatMap { $0 } ?? []
             }
-            let key = SecureRandom.bytes(32)
-            try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES ('presign_key', ?)", key)
-            return key
         }
     }
 
@@ -101,10 +112,26 @@ final class Metadata: Sendable {
     /// The active device holding this token, or nil.
     func device(token: String) throws -> Device? {
         let hash = Self.tokenHash(token)
-        return try withDatabase { db in
+        return try withSession { db in
             try db.queryOne("SELECT id, name, created_at, revoked_at FROM devices WHERE token_hash = ? AND revoked_at IS NULL", hash) {
-                Device(id: $0.int64(0), name: $0.string(1) ?? "", createdAt: $0.int64(2), revokedAt: $0.isNull(3) ? nil : $0.int64(3))
+                Device(id: $0.int64(0), name: $0.string(1) ?? "", createdAt: $0.int64(2), revokedAt: $0.optionalInt64(3))
             }
+        }
+    }
+
+    /// The device's watermark, nil when it never set one.
+    func watermark(deviceID: Int64) throws -> Watermark? {
+        try withSession { db in
+            try db.queryOne("SELECT watermark_sequence, watermark_capture_date FROM devices WHERE id = ? AND watermark_sequence IS NOT NULL", deviceID) {
+                Watermark(sequence: $0.int64(0), newestCaptureDate: $0.optionalInt64(1))
+            }
+        }
+    }
+
+    func setWatermark(_ mark: Watermark, deviceID: Int64, now: Int64) throws {
+        try withSession { db in
+            try db.run("UPDATE devices SET watermark_sequence = ?, watermark_capture_date = ?, watermark_updated_at = ? WHERE id = ?",
+                       mark.sequence, mark.newestCaptureDate, now, deviceID)
         }
     }
 
@@ -112,33 +139,46 @@ final class Metadata: Sendable {
 
     /// The length of a stored block, nil when the workspace lacks it.
     func blockSize(_ hash: String) throws -> Int64? {
-        try withDatabase { db in try db.queryOne("SELECT size FROM blocks WHERE hash = ?", hash) { $0.int64(0) } }
+        try withSession { db in try db.queryOne("SELECT size FROM blocks WHERE hash = ?", hash) { $0.int64(0) } }
     }
 
     /// The subset of the content hashes `hashes` (validated lowercase hex) that has a
-    /// manifest: one query, the list passed as one JSON array (`json_each`), so 10,000
+    /// manifest: one query, the list passed as one parameter (`hashTable`), so 10,000
     /// hashes cost one statement. Sorted first, the lookups walk the primary-key B-tree
     /// in order (fewer page misses).
     func presentContents(_ hashes: [String]) throws -> [String] {
-        let list = "[\"" + hashes.sorted().joined(separator: "\",\"") + "\"]"
-        return try withDatabase { db in
-            try db.query("SELECT c.hash FROM json_each(?) j JOIN contents c ON c.hash = j.value", hashes.isEmpty ? "[]" : list) { $0.string(0) ?? "" }
+        try withSession { db in
+            let list = db.hashTable(hashes.sorted())
+            return try db.query("SELECT c.hash FROM \(list.sql) JOIN contents c ON c.hash = j.value", list.argument) { $0.string(0) ?? "" }
         }
     }
 
     /// The stored length of each of `hashes` that is a stored block (one statement).
     func blockSizes(_ hashes: [String]) throws -> [String: Int64] {
         if hashes.isEmpty { return [:] }
-        let list = "[\"" + hashes.joined(separator: "\",\"") + "\"]"
-        let rows = try withDatabase { db in
-            try db.query("SELECT t.hash, t.size FROM json_each(?) j JOIN blocks t ON t.hash = j.value", list) { ($0.string(0) ?? "", $0.int64(1)) }
+        let rows = try withSession { db in
+            let list = db.hashTable(hashes)
+            return try db.query("SELECT t.hash, t.size FROM \(list.sql) JOIN blocks t ON t.hash = j.value", list.argument) { ($0.string(0) ?? "", $0.int64(1)) }
         }
         return Dictionary(rows, uniquingKeysWith: { a, _ in a })
     }
 
+    /// Records a block that is in the store (and marks its upload complete) in one
+    /// transaction. Recording a block twice (two processes, two uploads) keeps one row.
+    func recordBlock(_ hash: String, size: Int64, uploadID: String?, now: Int64) throws {
+        try withSession { db in
+            try db.transaction {
+                try db.run("INSERT INTO blocks(hash, size, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", hash, size, now)
+                if let uploadID {
+                    try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)
+                }
+            }
+        }
+    }
+
     /// A stored manifest, nil when the workspace has no such content.
     func manifest(_ content: SHA256Digest) throws -> BlockManifest? {
-        let row = try withDatabase { db in
+        let row = try withSession { db in
             try db.queryOne("SELECT size, blocks FROM contents WHERE hash = ?", content.hex) { ($0.int64(0), $0.string(1) ?? "[]") }
         }
         guard let (size, list) = row else { return nil }
@@ -149,7 +189,7 @@ final class Metadata: Sendable {
     }
 
     /// Block lists are stored as a JSON array of hex digests, so SQL can walk them
-    /// (`json_each`) and they read back as text in the sqlite3 shell.
+    /// (`json_each`, `jsonb_array_elements_text`) and they read back as text in a shell.
     static func encodeBlockList(_ blocks: [SHA256Digest]) -> String {
         "[" + blocks.map { "\"" + $0.hex + "\"" }.joined(separator: ",") + "]"
     }

@@ -1,3 +1,4 @@
+import Postgres
 import Storage
 
 /// Why the server could not start. Each message says what to do.
@@ -9,6 +10,10 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
     case dataFolder(String, Errno)
     case database(String, String)
     case newerSchema(String)
+    /// The PostgreSQL server does not answer (or refuses connections now).
+    case databaseUnavailable(String, String)
+    /// The PostgreSQL server refused the login, or the role may not create or write the tables.
+    case databasePermission(String, String)
 
     public var description: String {
         switch self {
@@ -17,8 +22,25 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
         case .badAddress(let m): return m
         case .cannotStart(let m): return m
         case .dataFolder(let p, let e): return "the data folder \(p) is not usable (\(e)); pass a writable folder with --data"
-        case .database(let p, let m): return "cannot open the server database \(p): \(m); check the file, or pass another --data folder"
+        case .database(let p, let m): return "cannot open the server database \(p): \(m); check the file or --database (vdrive serve check), or pass another --data folder"
         case .newerSchema(let m): return m
+        case .databaseUnavailable(let l, let m): return "the records database \(l) is unreachable: \(m); start PostgreSQL or check --database (vdrive serve check tells more)"
+        case .databasePermission(let l, let m): return "the records database \(l) refused: \(m); check the user, password and grants in --database (vdrive serve check tells more)"
         }
+    }
+}
+
+extension ServerError {
+    /// The error opening or migrating the records at `location` became, by kind.
+    static func records(_ location: DatabaseLocation, _ error: Error) -> ServerError {
+        if let e = error as? ServerError { return e }
+        if let e = error as? MigrationError { return .newerSchema(e.description) }
+        if let e = error as? RecordsUnavailable { return .databaseUnavailable(location.description, e.reason) }
+        if let e = error as? PostgresError {
+            if e.isPermissionDenied { return .databasePermission(location.description, e.message) }
+            if e.isUnavailable { return .databaseUnavailable(location.description, e.message) }
+            return .database(location.description, e.description)
+        }
+        return .database(location.description, "\(error)")
     }
 }

@@ -68,21 +68,8 @@ enum UploadHandlers {
         }
         let now = ServerContext.now()
         let expires = now + context.configuration.uploadExpiry
-        let (row, created) = try context.metadata.withDatabase { db -> (UploadRow, Bool) in
-            try db.transaction {
-                if let row = try db.queryOne("SELECT \(UploadRow.columns) FROM uploads WHERE hash = ?", digest.hex, row: UploadRow.from) {
-                    guard row.length == size else {
-                        throw RequestFailure(409, "size_conflict", "an upload of block \(digest.hex) with \(row.length) bytes exists, not \(size); check the size you send", field: field)
-                    }
-                    try db.run("UPDATE uploads SET expires_at = max(expires_at, ?) WHERE id = ?", expires, row.id)
-                    return (UploadRow(id: row.id, hash: row.hash, length: row.length, received: row.received, expiresAt: max(row.expiresAt, expires), completed: row.completed), false)
-                }
-                let id = Hex.encode(SecureRandom.bytes(16))
-                try db.run("INSERT INTO uploads(id, hash, length, received, expires_at, created_at, device_id, completed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           id, digest.hex, size, present ? size : 0, expires, now, device.id, present ? Optional(now) : nil)
-                return (UploadRow(id: id, hash: digest.hex, length: size, received: present ? size : 0, expiresAt: expires, completed: present), true)
-            }
-        }
+        let (row, created) = try context.metadata.findOrCreateUpload(hash: digest.hex, size: size, deviceID: device.id, present: present,
+                                                                     now: now, expires: expires, field: field)
         if created && !present {
             let fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_WRONLY | O_CREAT, 0o600)
             FileIO.close(fd)
@@ -100,9 +87,7 @@ extension ServerContext {
         return (base + relative, relative, row.expiresAt)
     }
 
-    func upload(id: String) throws -> UploadRow? {
-        try metadata.withDatabase { try $0.queryOne("SELECT \(UploadRow.columns) FROM uploads WHERE id = ?", id, row: UploadRow.from) }
-    }
+    func upload(id: String) throws -> UploadRow? { try metadata.upload(id: id) }
 }
 
 /// tus 1.0 on `/v1/tus` (creation, token-authenticated) and on presigned
@@ -198,7 +183,7 @@ enum TusHandlers {
             case "DELETE":
                 hasher?.cancel()
                 _ = unlink(context.stagingPath(uploadID: id))
-                try context.metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ?", id) }
+                try context.metadata.deleteUpload(id: id)
                 context.uploads.remove(id)
                 return .respond(.empty(204, headers: headers))
             default:

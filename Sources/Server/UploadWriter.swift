@@ -5,24 +5,8 @@ import Storage
 import Glibc
 #endif
 
-/// An upload row.
-struct UploadRow: Sendable {
-    let id: String
-    let hash: String
-    let length: Int64
-    let received: Int64
-    let expiresAt: Int64
-    let completed: Bool
-
-    static let columns = "id, hash, length, received, expires_at, completed_at IS NOT NULL"
-    static func from(_ row: Row) -> UploadRow {
-        UploadRow(id: row.string(0) ?? "", hash: row.string(1) ?? "", length: row.int64(2),
-                  received: row.int64(3), expiresAt: row.int64(4), completed: row.int(5) != 0)
-    }
-}
-
 /// Streams one PATCH body into the upload's staging file at the upload's offset.
-/// Nothing is buffered beyond libmicrohttpd's chunk. The offset recorded in SQLite
+/// Nothing is buffered beyond libmicrohttpd's chunk. The offset recorded in the records
 /// moves only when the PATCH ends well (checksum matched), or, for a PATCH without
 /// Upload-Checksum, also when the client goes away: then the bytes written count.
 final class PatchBody: RequestBody {
@@ -94,7 +78,14 @@ final class PatchBody: RequestBody {
         }
         do {
             if context.configuration.syncEveryPatch { try FileIO.fdatasync(fd) }
-            try context.setReceived(upload.id, position)
+            guard try context.metadata.setReceived(id: upload.id, from: start, to: position) else {
+                // Another server process on the same records moved this upload first.
+                context.uploads.release(upload.id, hasher: nil)
+                hasher?.cancel()
+                let stored = (try? context.metadata.upload(id: upload.id))?.received
+                return .error(409, "offset_conflict", "another request moved this upload's offset while this PATCH was sent; HEAD the upload and resume from its offset",
+                              headers: responseHeaders + (stored.map { [(Tus.uploadOffset, String($0))] } ?? []))
+            }
         } catch {
             context.uploads.release(upload.id, hasher: hasher)
             return ServerContext.failure(error).adding(headers(offset: start))
@@ -120,7 +111,7 @@ final class PatchBody: RequestBody {
 
     func abort() {
         defer { FileIO.close(fd) }
-        if failure == nil, expectedChecksum == nil, position > start, (try? context.setReceived(upload.id, position)) != nil {
+        if failure == nil, expectedChecksum == nil, position > start, (try? context.metadata.setReceived(id: upload.id, from: start, to: position)) == true {
             hasher?.advance(to: position)
         }
         context.uploads.release(upload.id, hasher: hasher)
@@ -128,10 +119,6 @@ final class PatchBody: RequestBody {
 }
 
 extension ServerContext {
-    func setReceived(_ id: String, _ received: Int64) throws {
-        try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ? AND completed_at IS NULL", received, id) }
-    }
-
     /// The last byte landed: check the whole block's SHA-256, then fsync, rename into the
     /// block store, sync the folder, and only then write the row. Returns nil on success,
     /// else the reply (460 when the bytes are not the block the upload was created for:
@@ -143,7 +130,7 @@ extension ServerContext {
             guard actual == digest else {
                 if let uploadID {
                     try FileIO.ftruncate(fd, 0)
-                    try setReceived(uploadID, 0)
+                    try metadata.setReceived(id: uploadID, from: nil, to: 0)
                 } else {
                     _ = unlink(stagingPath)
                 }

@@ -20,14 +20,20 @@ public struct ServerConfiguration: Sendable {
     /// fdatasync the staging file at the end of every PATCH before its offset is recorded.
     /// Off by default: see Docs/protocol.md, "Kill safety".
     public var syncEveryPatch: Bool
+    /// The records: nil for the SQLite file `server.db` in the data folder.
+    public var database: DatabaseLocation?
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
-                uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false) {
+                uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
+                database: DatabaseLocation? = nil) {
         self.dataDirectory = dataDirectory; self.host = host; self.port = port
         self.uploadExpiry = uploadExpiry; self.publicURL = publicURL; self.syncEveryPatch = syncEveryPatch
+        self.database = database
     }
 
     var databasePath: String { dataDirectory + "/server.db" }
+    /// Where the records are.
+    public var records: DatabaseLocation { database ?? .sqlite(path: databasePath) }
     var blobRoot: String { dataDirectory + "/blobs" }
 }
 
@@ -80,11 +86,11 @@ final class ServerContext: Sendable {
         let blobs: BlobStore
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
-        let metadata = try Metadata(path: configuration.databasePath, blobRoot: configuration.blobRoot)
+        let metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
         let key: [UInt8]
-        do { key = try metadata.presignKey() } catch { throw .database(configuration.databasePath, "\(error)") }
+        do { key = try metadata.presignKey() } catch { throw .records(configuration.records, error) }
         let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key))
-        do { try context.recover() } catch { throw .database(configuration.databasePath, "recovery failed: \(error)") }
+        do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
         return context
     }
 
@@ -98,18 +104,13 @@ final class ServerContext: Sendable {
     /// blobs that the block migration replaced are removed.
     func recover() throws {
         try BlockMigration.removeObsolete(metadata, store: blockStore)
-        struct Pending { let id: String; let hash: String; let length: Int64; let received: Int64; let expires: Int64; let completed: Bool }
-        let pending = try metadata.withDatabase { db in
-            try db.query("SELECT id, hash, length, received, expires_at, completed_at IS NOT NULL FROM uploads") {
-                Pending(id: $0.string(0) ?? "", hash: $0.string(1) ?? "", length: $0.int64(2), received: $0.int64(3), expires: $0.int64(4), completed: $0.int(5) != 0)
-            }
-        }
+        let pending = try metadata.allUploads()
         let now = Self.now()
         var keep: Set<String> = []
         for upload in pending {
             guard let digest = SHA256Digest(hex: upload.hash) else { continue }
             let staging = stagingPath(uploadID: upload.id)
-            if upload.expires < now { continue }  // removed by sweepExpired below
+            if upload.expiresAt < now { continue }  // removed by sweepExpired below
             if try metadata.blockSize(upload.hash) == nil, blockStore.contains(digest) {
                 // Killed between the rename into the store and the row: check, then record.
                 if blockStore.verify(digest) {
@@ -127,7 +128,7 @@ final class ServerContext: Sendable {
             }
             let clamped = max(0, min(upload.received, size))
             if clamped != upload.received {
-                try metadata.withDatabase { try $0.run("UPDATE uploads SET received = ? WHERE id = ?", clamped, upload.id) }
+                try metadata.setReceived(id: upload.id, from: upload.received, to: clamped)
             }
         }
         for name in (try? FileIO.listDirectory(blockStore.stagingRoot)) ?? [] where !keep.contains(name) {
@@ -139,14 +140,12 @@ final class ServerContext: Sendable {
     /// Removes uploads whose URL expired (their rows and staging files), skipping any
     /// being written right now. Runs at start and then at most hourly, from create-upload.
     func sweepExpired(now: Int64) throws {
-        let expired = try metadata.withDatabase { db in
-            try db.query("SELECT id FROM uploads WHERE expires_at < ?", now) { $0.string(0) ?? "" }
-        }
+        let expired = try metadata.expiredUploadIDs(now: now)
         for id in expired {
             guard let claimed = uploads.claim(id) else { continue }
             claimed?.cancel()
             _ = unlink(stagingPath(uploadID: id))
-            try metadata.withDatabase { try $0.run("DELETE FROM uploads WHERE id = ? AND expires_at < ?", id, now) }
+            try metadata.deleteExpiredUpload(id: id, now: now)
             uploads.remove(id)
         }
     }
@@ -164,15 +163,7 @@ final class ServerContext: Sendable {
 
     /// Records a block that is in the store (and marks its upload complete) in one transaction.
     func recordBlock(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
-        let now = Self.now()
-        try metadata.withDatabase { db in
-            try db.transaction {
-                try db.run("INSERT OR IGNORE INTO blocks(hash, size, created_at) VALUES (?, ?, ?)", digest.hex, size, now)
-                if let uploadID {
-                    try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)
-                }
-            }
-        }
+        try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now())
     }
 
     /// The block's length when the workspace has it. A block file without its row (a

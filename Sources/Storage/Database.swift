@@ -120,6 +120,11 @@ public final class Database: @unchecked Sendable {
     /// Executes a statement with arguments; returns the number of rows changed.
     @discardableResult
     public func run(_ sql: String, _ arguments: SQLBindable...) throws -> Int {
+        try run(sql, arguments: arguments)
+    }
+
+    @discardableResult
+    public func run(_ sql: String, arguments: [SQLBindable]) throws -> Int {
         let statement = try prepare(sql)
         try statement.bind(arguments)
         try statement.stepToEnd()
@@ -128,6 +133,10 @@ public final class Database: @unchecked Sendable {
 
     /// All rows of a query, each mapped by `row`.
     public func query<T>(_ sql: String, _ arguments: SQLBindable..., row: (Row) throws -> T) throws -> [T] {
+        try query(sql, arguments: arguments, row: row)
+    }
+
+    public func query<T>(_ sql: String, arguments: [SQLBindable], row: (Row) throws -> T) throws -> [T] {
         let statement = try prepare(sql)
         try statement.bind(arguments)
         var out: [T] = []

@@ -6,7 +6,7 @@ import Server
 /// it lists what it would delete and changes nothing, so a typo costs nothing.
 enum ServeBackupCommand {
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--data", "--version"], flags: ["--yes"])
+        let options = try Options(arguments, valued: ServeBackends.options.union(["--version"]), flags: ["--yes"])
         let words = options.positionals
         guard words.first == "delete" else {
             throw CLIError.usage("usage: vdrive serve backup delete DEVICE PATH [--version HASH] --yes; see 'vdrive serve --help'")
@@ -16,7 +16,8 @@ enum ServeBackupCommand {
         }
         let (device, path, version) = (words[1], words[2], options.value("--version"))
         let admin: BackupAdmin
-        do { admin = try BackupAdmin(dataDirectory: ServeCommand.dataDirectory(options)) } catch { throw ServeCommand.cliError(error) }
+        let backends = try ServeBackends(options)
+        do { admin = try BackupAdmin(dataDirectory: backends.dataDirectory, database: backends.database) } catch { throw ServeCommand.cliError(error) }
         do {
             guard options.has("--yes") else {
                 let doomed = try admin.versions(device: device, path: path, version: version)

@@ -9,7 +9,8 @@ enum ServeCommand {
     static var verb: Verb { Verb(name: "serve", summary: "run the workspace server (uploads, dedup, files)", help: help, run: run) }
 
     static let help = """
-    Usage: vdrive serve [--data DIR] [--listen HOST:PORT] [--upload-expiry SECONDS]
+    Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS]
+           vdrive serve check                 reach the database: version, schema, permissions
            vdrive serve device add NAME       make a device and print its token (once)
            vdrive serve device list           list devices
            vdrive serve device revoke NAME    revoke a device's token at once
@@ -18,30 +19,33 @@ enum ServeCommand {
                                               version, or one); without --yes, says what
                                               it would delete and deletes nothing
 
-    Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Metadata is
-    in DIR/server.db (SQLite), content in 4 MiB blocks in DIR/blobs. A data folder
+    Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Records are
+    in DIR/server.db (SQLite) or in PostgreSQL (--database), content in 4 MiB blocks
+    in DIR/blobs. Every verb takes the same --data and --database. A data folder
     from before blocks is migrated on the first start (big blobs are split into
     blocks: that start takes about as long as reading them once). The API is in
     Docs/protocol.md and at GET /v1/openapi.json.
 
     Options:
-      --data DIR               data folder (default: $XDG_DATA_HOME/vdrive/server)
+    \(ServeBackends.help)
       --listen HOST:PORT       IPv4 address and port (default: 127.0.0.1:8420; port 0 picks one)
       --upload-expiry SECONDS  lifetime of presigned upload URLs (default: 604800, 7 days)
       --public-url URL         base of presigned URLs (default: http:// + the request's Host)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
 
     Exit codes: 64 usage, 65 no such device, path or version (backup delete),
-    69 address in use, 73 data folder not writable, 78 database from a newer vdrive
-    or unusable.
+    69 address in use or database unreachable, 73 data folder not writable,
+    77 database login or grants refused, 78 bad --database, database from a newer
+    vdrive or unusable.
     """
 
     static func run(_ arguments: [String]) throws -> Int32 {
         if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ["--data", "--listen", "--upload-expiry", "--public-url"], flags: ["--sync-every-patch"])
+        if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
+        let options = try Options(arguments, valued: ServeBackends.options.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
-        var configuration = ServerConfiguration(dataDirectory: dataDirectory(options))
+        var configuration = try ServeBackends(options).configuration
         if let listen = options.value("--listen") {
             let (host, port) = try parseListen(listen)
             configuration.host = host
@@ -64,7 +68,7 @@ enum ServeCommand {
 
         let server: WorkspaceServer
         do { server = try WorkspaceServer(configuration) } catch { throw cliError(error) }
-        let line = "vdrive serve: listening on \(server.baseURL) (data: \(configuration.dataDirectory))\n"
+        let line = "vdrive serve: listening on \(server.baseURL) (data: \(configuration.dataDirectory), records: \(configuration.records))\n"
         line.withCString { _ = write(1, $0, strlen($0)) }
 
         var received: Int32 = 0
@@ -73,10 +77,6 @@ enum ServeCommand {
         let bye = "vdrive serve: stopped (\(received == SIGINT ? "SIGINT" : "SIGTERM"))\n"
         bye.withCString { _ = write(1, $0, strlen($0)) }
         return ExitCode.ok
-    }
-
-    static func dataDirectory(_ options: Options) -> String {
-        options.value("--data").map(Paths.absolute) ?? Paths.dataHome + "/server"
     }
 
     static func parseListen(_ text: String) throws -> (String, UInt16) {
@@ -93,15 +93,18 @@ enum ServeCommand {
         case .badAddress: return CLIError(error.description, code: ExitCode.usage)
         case .dataFolder: return CLIError(error.description, code: ExitCode.cantCreate)
         case .database, .newerSchema: return CLIError(error.description, code: ExitCode.config)
+        case .databaseUnavailable: return CLIError(error.description, code: ExitCode.unavailable)
+        case .databasePermission: return CLIError(error.description, code: ExitCode.noPermission)
         }
     }
 
     static func device(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--data"], flags: [])
+        let options = try Options(arguments, valued: ServeBackends.options, flags: [])
         let words = options.positionals
         guard let action = words.first else { throw CLIError.usage("say what to do: 'vdrive serve device add|list|revoke'; see --help") }
+        let backends = try ServeBackends(options)
         let registry: DeviceRegistry
-        do { registry = try DeviceRegistry(dataDirectory: dataDirectory(options)) } catch { throw cliError(error) }
+        do { registry = try DeviceRegistry(dataDirectory: backends.dataDirectory, database: backends.database) } catch { throw cliError(error) }
         do {
             switch (action, words.count) {
             case ("add", 2):

@@ -11,8 +11,8 @@ import Testing
     let size = Blocks.size
 
     /// A second content sharing two of its three blocks with the first sends only the third.
-    @Test func secondContentSendsOnlyItsNewBlocks() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func secondContentSendsOnlyItsNewBlocks(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let shared = randomBytes(2 * size, seed: 31)
         let a = TestFile(in: s.dir.path, name: "a", bytes: shared + randomBytes(1000, seed: 32))
@@ -43,8 +43,8 @@ import Testing
     }
 
     /// A file that repeats a block lists it once in the plan.
-    @Test func aRepeatedBlockIsSentOnce() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func aRepeatedBlockIsSentOnce(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let block = randomBytes(size, seed: 34)
         let f = TestFile(in: s.dir.path, name: "twice", bytes: block + block + Array(block[0..<10]))
@@ -59,8 +59,8 @@ import Testing
     }
 
     /// A block half sent is resumed from the server's offset; blocks already there are not sent again.
-    @Test func aResumedUploadSendsOnlyWhatIsMissing() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func aResumedUploadSendsOnlyWhatIsMissing(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 2 * size + 77, seed: 35)
         let fd = f.open()
@@ -84,8 +84,8 @@ import Testing
 
     /// Recording a file whose blocks are not all stored is refused with the list of the
     /// missing ones, and nothing becomes visible.
-    @Test func missingBlocksAre409WithTheList() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func missingBlocksAre409WithTheList(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 2 * size + 5, seed: 36)
         let fd = f.open()
@@ -108,8 +108,8 @@ import Testing
 
     /// The server checks a manifest's identity: a 422 naming the field (each value fits
     /// the schema; together they contradict each other), never a 500.
-    @Test func identityMismatchIs422() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func identityMismatchIs422(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: size + 1, seed: 37)
         let blocks = f.manifest.blocks.map { "\"\($0.hex)\"" }.joined(separator: ",")
@@ -148,8 +148,8 @@ import Testing
 
     /// Zero blocks are never stored or sent, count as present, and read as zeros, also
     /// in a range that crosses from a stored block into a hole and out of it.
-    @Test func zeroBlocksAndRangesAcrossBlocks() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func zeroBlocksAndRangesAcrossBlocks(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let head = randomBytes(size, seed: 39), tail = randomBytes(1000, seed: 40)
         let bytes = head + [UInt8](repeating: 0, count: size) + tail
@@ -196,8 +196,8 @@ import Testing
     }
 
     /// A whole download that does not hash to its content hash is reported, not accepted.
-    @Test func aDamagedBlockIsCaughtByTheClient() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func aDamagedBlockIsCaughtByTheClient(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 3000, seed: 41)
         try s.store(f, at: "f")

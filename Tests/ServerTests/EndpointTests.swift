@@ -6,15 +6,15 @@ import Server
 import Testing
 
 @Suite struct HealthAndAuthTests {
-    @Test func healthNeedsNoToken() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func healthNeedsNoToken(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let h = try s.client.health()
         #expect(h.status == "ok")
     }
 
-    @Test func openAPIListsExactlyTheServedPaths() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func openAPIListsExactlyTheServedPaths(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let r = try s.send("GET", "/v1/openapi.json", auth: false)
         #expect(r.status == 200)
@@ -32,8 +32,8 @@ import Testing
         #expect(try s.send("GET", "/v1/nope").status == 404)
     }
 
-    @Test func missingWrongAndRevokedTokensGet401() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func missingWrongAndRevokedTokensGet401(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let missing = try s.send("GET", "/v1/watermark", auth: false)
         #expect(missing.status == 401)
@@ -73,8 +73,8 @@ import Testing
 }
 
 @Suite struct DedupTests {
-    @Test func presentReportsOnlyRecordedContents() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func presentReportsOnlyRecordedContents(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 1000)
         let other = SHA256Hasher.digest("not uploaded")
@@ -90,8 +90,8 @@ import Testing
         #expect(try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
     }
 
-    @Test func moreThanTenThousandIsSplitByTheClientAndRefusedByTheServer() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func moreThanTenThousandIsSplitByTheClientAndRefusedByTheServer(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let many = (0..<10_001).map { SHA256Hasher.digest("h\($0)") }
         #expect(try s.client.presentContents(many).isEmpty)
@@ -102,8 +102,8 @@ import Testing
         #expect(r.error?.field == "hashes")
     }
 
-    @Test func badHashInListNamesTheIndex() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func badHashInListNamesTheIndex(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let r = try s.json("POST", "/v1/contents/present", #"{"hashes":["\#(String(repeating: "a", count: 64))","xyz"]}"#)
         #expect(r.status == 400)
@@ -112,8 +112,8 @@ import Testing
 }
 
 @Suite struct BadInputTests {
-    @Test func badJSONAndWrongTypesName400Fields() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func badJSONAndWrongTypesName400Fields(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let notJSON = try s.json("POST", "/v1/uploads", "{nope")
         #expect(notJSON.status == 400)
@@ -141,8 +141,8 @@ import Testing
         #expect(badWatermark.error?.field == "sequence")
     }
 
-    @Test func invalidUTF8BodyIs400() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func invalidUTF8BodyIs400(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         var body = Array(#"{"path":"a"#.utf8)
         body += [0xff, 0xfe]
@@ -151,8 +151,8 @@ import Testing
         #expect(r.status == 400)
     }
 
-    @Test func oversizedJSONBodyIsRefusedBeforeReading() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func oversizedJSONBodyIsRefusedBeforeReading(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let big = [UInt8](repeating: 0x20, count: (1 << 20) + 10)
         let r = try s.send("POST", "/v1/contents/present", headers: ["Content-Type: application/json"], body: .bytes(big))
@@ -173,8 +173,8 @@ import Testing
         }
     }
 
-    @Test func oversizedHeadersAreRefused() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func oversizedHeadersAreRefused(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let huge = "X-Filler: " + String(repeating: "a", count: 300_000)
         let r = try s.send("GET", "/v1/health", headers: [huge])

@@ -6,8 +6,8 @@ import Server
 import Testing
 
 @Suite struct FileTests {
-    @Test func recordListAndChangeFeed() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func recordListAndChangeFeed(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let a = try s.uploaded(size: 100, seed: 1)
         let b = try s.uploaded(size: 200, seed: 2)
@@ -47,8 +47,8 @@ import Testing
         #expect(try s.client.listFiles(prefix: "Camera Roll/😀").count == 1)
     }
 
-    @Test func recordNeedsTheContentAndAValidPath() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func recordNeedsTheContentAndAValidPath(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let a = try s.uploaded(size: 100, seed: 3)
         let unknown = ContentHash.of(blocks: [SHA256Hasher.digest("missing")])
@@ -83,8 +83,8 @@ import Testing
         #expect(badSince.error?.field == "since")
     }
 
-    @Test func watermarkSurvivesAReinstall() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func watermarkSurvivesAReinstall(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         #expect(try s.client.watermark() == nil)
         try s.client.setWatermark(Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
@@ -99,8 +99,8 @@ import Testing
 }
 
 @Suite struct DownloadTests {
-    @Test func wholeRangeETagAnd304() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func wholeRangeETagAnd304(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = try s.uploaded(size: 300_000, seed: 4)
         try s.record(f, at: "f")
@@ -139,8 +139,8 @@ import Testing
         }
     }
 
-    @Test func unknownContentIs404AndBadHash400() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func unknownContentIs404AndBadHash400(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         #expect(try s.send("GET", "/v1/contents/\(SHA256Hasher.digest("none").hex)").status == 404)
         #expect(try s.send("GET", "/v1/contents/\(SHA256Hasher.digest("none").hex)/blocks").status == 404)

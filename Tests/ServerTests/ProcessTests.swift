@@ -125,8 +125,8 @@ extension BlobStore {
 }
 
 @Suite struct ConcurrencyTests {
-    @Test func twoClientsUploadingTheSameFileStoreEachBlockOnce() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func twoClientsUploadingTheSameFileStoreEachBlockOnce(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 24 << 20, seed: 5)
         let results = Mutex<[Result<BlockManifest, ClientError>]>([])
@@ -150,8 +150,8 @@ extension BlobStore {
         #expect(try WorkspaceClient(baseURL: s.base, token: s.token).createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) == .present)
     }
 
-    @Test func manyConnectionsAtOnce() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func manyConnectionsAtOnce(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let done = Mutex(0)
         let failures = Mutex(0)

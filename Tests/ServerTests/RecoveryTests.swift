@@ -15,21 +15,22 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
 
 /// What the server repairs when it starts on a data folder left by an unclean stop.
 @Suite struct RecoveryTests {
-    func start(_ data: String, expiry: Int64 = 7 * 86400) throws -> WorkspaceServer {
-        try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: expiry))
+    func start(_ data: String, _ database: DatabaseLocation?, expiry: Int64 = 7 * 86400) throws -> WorkspaceServer {
+        try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: expiry, database: database))
     }
 
-    @Test func offsetIsClampedToTheStagingFile() throws {
+    @Test(arguments: Records.all) func offsetIsClampedToTheStagingFile(_ records: Records) throws {
+        let database = try records.freshLocation()
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data).add("d")
+        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 3000)
         let fd = f.open()
         defer { close(fd) }
         var id = ""
         do {
-            let server = try start(data)
+            let server = try start(data, database)
             defer { server.stop() }
             let client = WorkspaceClient(baseURL: server.baseURL, token: token)
             let url = try ticket(client, f).url
@@ -38,7 +39,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         }
         // As after a power loss that kept the row but lost the file's tail.
         #expect(truncate(data + "/blobs/staging/tus-" + id, 400) == 0)
-        let server = try start(data)
+        let server = try start(data, database)
         defer { server.stop() }
         let client = WorkspaceClient(baseURL: server.baseURL, token: token)
         let t = try ticket(client, f)
@@ -48,20 +49,21 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         #expect(try discarding { try client.downloadBlock(f.digest, to: $0) } == f.size)
     }
 
-    @Test func expiredUploadsAreSweptAndStrayStagingFilesRemoved() throws {
+    @Test(arguments: Records.all) func expiredUploadsAreSweptAndStrayStagingFilesRemoved(_ records: Records) throws {
+        let database = try records.freshLocation()
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data).add("d")
+        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 100)
         var oldURL = ""
         do {
-            let server = try start(data, expiry: -10)
+            let server = try start(data, database, expiry: -10)
             defer { server.stop() }
             oldURL = try ticket(WorkspaceClient(baseURL: server.baseURL, token: token), f).url
         }
         writeFile(data + "/blobs/staging/leftover", [1, 2, 3])
-        let server = try start(data)
+        let server = try start(data, database)
         defer { server.stop() }
         let staging = try FileManager.default.contentsOfDirectory(atPath: data + "/blobs/staging")
         #expect(staging.isEmpty)
@@ -71,11 +73,12 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         #expect(url.split(separator: "?")[0].split(separator: "/").last != oldURL.split(separator: "?")[0].split(separator: "/").last)
     }
 
-    @Test func blockRenamedButNotRecordedIsRecordedAfterCheck() throws {
+    @Test(arguments: Records.all) func blockRenamedButNotRecordedIsRecordedAfterCheck(_ records: Records) throws {
+        let database = try records.freshLocation()
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data).add("d")
+        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 5000)
         let bad = TestFile(in: dir.path, size: 5000, seed: 2)
         // As if killed between the rename into the store and the row: one right, one damaged.
@@ -84,7 +87,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             try FileManager.default.copyItem(atPath: source.path, toPath: folder + "/" + name.hex)
         }
-        let server = try start(data)
+        let server = try start(data, database)
         defer { server.stop() }
         let client = WorkspaceClient(baseURL: server.baseURL, token: token)
         guard case .blocks(let none, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else { throw TestFailure("expected a plan") }

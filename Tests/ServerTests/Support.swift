@@ -4,6 +4,7 @@ import Foundation
 @_exported import TestSupport
 import Protocol
 import Server
+import Testing
 import Storage
 
 /// An in-process server on a free loopback port with one device, in a fresh folder.
@@ -15,11 +16,15 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     let client: WorkspaceClient
     let raw = HTTPConnection()
 
-    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400) throws {
+    /// Where the records are (a fresh database per server for PostgreSQL).
+    let database: DatabaseLocation?
+
+    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, records: Records = .sqlite) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
-        token = try DeviceRegistry(dataDirectory: data).add("test-device")
-        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry))
+        database = try records.freshLocation()
+        token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
+        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, database: database))
         client = WorkspaceClient(baseURL: server.baseURL, token: token)
     }
 
@@ -78,6 +83,32 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
 
     /// True when the server holds block `d` (HEAD /v1/blocks/<hash>).
     func hasBlock(_ d: SHA256Digest) throws -> Bool { try send("HEAD", "/v1/blocks/\(d.hex)").status == 200 }
+}
+
+/// The records back ends the server tests run against: the same test, each back end
+/// an argument (`@Test(arguments: Records.all)`).
+enum Records: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case sqlite
+    case postgres
+
+    static let all = Records.allCases
+    var testDescription: String { rawValue }
+
+    /// nil for SQLite in the data folder; a fresh database of the test cluster for PostgreSQL.
+    func freshLocation() throws -> DatabaseLocation? {
+        switch self {
+        case .sqlite: return nil
+        case .postgres:
+            guard let cluster = PostgresCluster.shared else { throw TestFailure("the test PostgreSQL cluster did not start (see stderr); Tests/run installs postgresql") }
+            return .postgres(connectionString: try cluster.newDatabase())
+        }
+    }
+
+    /// The `vdrive serve` options naming a location.
+    static func arguments(_ location: DatabaseLocation?) -> [String] {
+        guard case .postgres(let url) = location else { return [] }
+        return ["--database", url]
+    }
 }
 
 /// Runs `body` with a descriptor of /dev/null (downloads checked but not kept).

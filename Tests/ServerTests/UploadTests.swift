@@ -18,8 +18,8 @@ extension TestServer {
 
 /// The tus machinery on one block (files of one block here; BlockTests has many).
 @Suite struct UploadTests {
-    @Test func createIsIdempotentAndReportsTheCurrentOffset() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func createIsIdempotentAndReportsTheCurrentOffset(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 3 << 20)
         let first = try s.ticket(f)
@@ -50,8 +50,8 @@ extension TestServer {
         #expect(s.blockCount() == 1)
     }
 
-    @Test func tusOptionsHeadAndExpires() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func tusOptionsHeadAndExpires(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let options = try s.send("OPTIONS", "/v1/tus", auth: false)
         #expect(options.status == 204)
@@ -70,8 +70,8 @@ extension TestServer {
         #expect(head.header("Tus-Resumable") == "1.0.0")
     }
 
-    @Test func tusCreationRefusesMoreThanABlock() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func tusCreationRefusesMoreThanABlock(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let big = try s.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: \(Blocks.size + 1)",
                                                          "Upload-Metadata: sha256 " + Base64.encode(Array(SHA256Hasher.digest("x").hex.utf8))])
@@ -93,8 +93,8 @@ extension TestServer {
         #expect(put.status == 400)
     }
 
-    @Test func tamperedOrExpiredURLIs403AndWritesNothing() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func tamperedOrExpiredURLIs403AndWritesNothing(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 1000)
         let t = try s.ticket(f)
@@ -108,7 +108,7 @@ extension TestServer {
         #expect(try s.head(badSig).status == 403)  // a malformed signature is a refusal
         #expect(throws: ClientError.expired) { try s.client.uploadOffset(url: tampered) }
 
-        let expiring = try TestServer(uploadExpiry: -10)
+        let expiring = try TestServer(uploadExpiry: -10, records: records)
         defer { expiring.stop() }
         let e = try expiring.ticket(f)
         let er = try expiring.patch(e.url, offset: 0, bytes: f.bytes)
@@ -117,8 +117,8 @@ extension TestServer {
         #expect(expiring.blockCount() == 0)
     }
 
-    @Test func offsetMismatchIs409WithTheServersOffset() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func offsetMismatchIs409WithTheServersOffset(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 1000)
         let t = try s.ticket(f)
@@ -133,8 +133,8 @@ extension TestServer {
         }
     }
 
-    @Test func bodyLongerThanDeclaredIs413() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func bodyLongerThanDeclaredIs413(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 1000)
         let t = try s.ticket(f)
@@ -148,16 +148,16 @@ extension TestServer {
         #expect(try s.client.uploadOffset(url: t.url) == 0)
     }
 
-    @Test func wrongContentTypeIs415() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func wrongContentTypeIs415(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 10)
         let t = try s.ticket(f)
         #expect(try s.patch(t.url, offset: 0, bytes: f.bytes, contentType: "application/octet-stream").status == 415)
     }
 
-    @Test func chunkChecksumMismatchIs460AndDiscardsTheChunk() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func chunkChecksumMismatchIs460AndDiscardsTheChunk(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 2000)
         let t = try s.ticket(f)
@@ -181,8 +181,8 @@ extension TestServer {
 
     /// A block whose bytes are not its hash is refused at its last byte: nothing is
     /// stored and the upload starts again at 0.
-    @Test func wrongBlockIsRejectedAtItsLastByte() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func wrongBlockIsRejectedAtItsLastByte(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 5000)
         let liar = SHA256Hasher.digest("something else")
@@ -208,8 +208,8 @@ extension TestServer {
         #expect(try s.client.presentContents([content]).isEmpty)
     }
 
-    @Test func terminationRemovesTheUploadThen404() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func terminationRemovesTheUploadThen404(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 4000)
         let t = try s.ticket(f)
@@ -223,8 +223,8 @@ extension TestServer {
         #expect(again.url != t.url)
     }
 
-    @Test func disconnectMidPatchKeepsTheBytesReceived() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func disconnectMidPatchKeepsTheBytesReceived(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: Blocks.size)
         let t = try s.ticket(f)
@@ -255,8 +255,8 @@ extension TestServer {
         #expect(try s.hasBlock(f.digest))
     }
 
-    @Test func wholeBlockPut() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func wholeBlockPut(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 70_000)
         let fd = f.open()
@@ -279,8 +279,8 @@ extension TestServer {
         #expect(try s.client.presentContents([f.content]) == [f.content])
     }
 
-    @Test func emptyFileNeedsNoUpload() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func emptyFileNeedsNoUpload(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let empty = ContentHash.of(blocks: [])
         #expect(empty == SHA256Hasher.digest([]))

@@ -13,8 +13,8 @@ import Testing
         FileRecord(path: path, hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex), captureDate: capture, mtime: mtime, deviceSequence: sequence)
     }
 
-    @Test func twoDevicesWithTheSameNamesKeepBoth() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func twoDevicesWithTheSameNamesKeepBoth(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let laptopToken = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory).add("laptop")
         let phone = s.client  // "test-device"
@@ -69,8 +69,8 @@ import Testing
         #expect(feed.map { $0.device! } == ["test-device", "test-device", "test-device", "laptop", "laptop", "laptop"])
     }
 
-    @Test func aNewHashKeepsTheOldVersion() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func aNewHashKeepsTheOldVersion(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let v1 = try s.uploaded(size: 1000, seed: 111), v2 = try s.uploaded(size: 2000, seed: 112)
         let path = "Camera Roll/IMG_0001.jpg"
@@ -108,15 +108,15 @@ import Testing
         #expect(try s.send("POST", "/v1/files/versions").status == 405)
     }
 
-    @Test func onlyTheAdminDeletesVersions() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func onlyTheAdminDeletesVersions(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let v1 = try s.uploaded(size: 1000, seed: 121), v2 = try s.uploaded(size: 2000, seed: 122), other = try s.uploaded(size: 3000, seed: 123)
         let path = "Camera Roll/IMG_0001.jpg"
         try s.client.recordFile(Self.record(v1, path, sequence: 1))
         try s.client.recordFile(Self.record(v2, path, sequence: 2))
         try s.client.recordFile(Self.record(other, "Camera Roll/other.jpg", sequence: 3))
-        let admin = try BackupAdmin(dataDirectory: s.server.configuration.dataDirectory)
+        let admin = try BackupAdmin(dataDirectory: s.server.configuration.dataDirectory, database: s.database)
         #expect(throws: BackupAdmin.Failure.unknownDevice("nobody")) { try admin.versions(device: "nobody", path: path) }
         #expect(throws: BackupAdmin.Failure.noSuchPath(device: "test-device", path: "x.jpg")) { try admin.delete(device: "test-device", path: "x.jpg") }
         #expect(throws: BackupAdmin.Failure.noSuchVersion(device: "test-device", path: path, hash: other.content.hex)) {
@@ -140,21 +140,21 @@ import Testing
         #expect(again.sequence! > before)
     }
 
-    @Test func adminVerbRefusesWithoutYes() throws {
-        let s = try TestServer()
+    @Test(arguments: Records.all) func adminVerbRefusesWithoutYes(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let v1 = try s.uploaded(size: 1000, seed: 131)
         try s.client.recordFile(Self.record(v1, "Camera Roll/a b.jpg", sequence: 1))
         let data = s.server.configuration.dataDirectory
-        let (dry, dryOut, dryErr) = try run(vdriveBinary(), ["serve", "backup", "delete", "test-device", "Camera Roll/a b.jpg", "--data", data])
+        let (dry, dryOut, dryErr) = try run(vdriveBinary(), ["serve", "backup", "delete", "test-device", "Camera Roll/a b.jpg", "--data", data] + Records.arguments(s.database))
         #expect(dry == 64)
         #expect(dryOut.contains("would delete test-device\tCamera Roll/a b.jpg\t\(v1.content.hex)"))
         #expect(dryErr.contains("nothing deleted: add --yes"))
         #expect(try s.client.listFiles(prefix: "").count == 1)
-        let (bad, _, badErr) = try run(vdriveBinary(), ["serve", "backup", "delete", "laptop", "x", "--data", data, "--yes"])
+        let (bad, _, badErr) = try run(vdriveBinary(), ["serve", "backup", "delete", "laptop", "x", "--data", data, "--yes"] + Records.arguments(s.database))
         #expect(bad == 65)
         #expect(badErr.contains("no device named 'laptop'"))
-        let (ok, out, _) = try run(vdriveBinary(), ["serve", "backup", "delete", "test-device", "Camera Roll/a b.jpg", "--data", data, "--yes", "--version", v1.content.hex])
+        let (ok, out, _) = try run(vdriveBinary(), ["serve", "backup", "delete", "test-device", "Camera Roll/a b.jpg", "--data", data, "--yes", "--version", v1.content.hex] + Records.arguments(s.database))
         #expect(ok == 0)
         #expect(out.hasPrefix("deleted test-device"))
         #expect(try s.client.listFiles(prefix: "").isEmpty)

@@ -1,0 +1,40 @@
+import Server
+
+/// `vdrive serve check [--data DIR] [--database URL]`: can a server start with these
+/// back ends? Prints what it found, one fact a line; exits 0 when all is well, else by
+/// sysexits: 69 unreachable, 77 login or grants refused, 78 bad URL or newer schema.
+/// Each back end is one check in `checks`; the object store adds its own beside the records'.
+enum ServeCheckCommand {
+    struct Outcome {
+        var lines: [String]
+        /// The exit code and message of the first problem, nil when none.
+        var problem: (code: Int32, message: String)?
+    }
+
+    static func run(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ServeBackends.options, flags: [])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL]") }
+        let backends = try ServeBackends(options)
+        let checks: [(ServeBackends) -> Outcome] = [records]
+        var failure: (code: Int32, message: String)?
+        for check in checks {
+            let outcome = check(backends)
+            outcome.lines.forEach { print($0) }
+            if failure == nil { failure = outcome.problem }
+        }
+        if let failure { throw CLIError(failure.message, code: failure.code) }
+        print("ok")
+        return ExitCode.ok
+    }
+
+    static func records(_ backends: ServeBackends) -> Outcome {
+        let report = RecordsCheck.run(backends.configuration.records)
+        return Outcome(lines: report.lines, problem: report.problem.map { problem in
+            switch problem.kind {
+            case .unavailable: return (ExitCode.unavailable, problem.message)
+            case .configuration: return (ExitCode.config, problem.message)
+            case .permission: return (ExitCode.noPermission, problem.message)
+            }
+        })
+    }
+}
