@@ -44,7 +44,7 @@ import Testing
         let basic = try s.send("GET", "/v1/watermark", headers: ["Authorization: Basic eDp5"], auth: false)
         #expect(basic.status == 401)
         #expect(try s.send("GET", "/v1/watermark").status == 200)
-        try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory).revoke("test-device")
+        try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory, database: s.database).revoke("test-device")
         #expect(try s.send("GET", "/v1/watermark").status == 401)
         #expect(throws: ClientError.http(status: 401, message: "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'")) {
             try s.client.watermark()

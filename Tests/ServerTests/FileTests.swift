@@ -90,7 +90,7 @@ import Testing
         try s.client.setWatermark(Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
         #expect(try s.client.watermark() == Watermark(sequence: 42, newestCaptureDate: 1_650_000_000))
         // Reinstall: the device's token is revoked and re-issued; the cursor stays.
-        let reg = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory)
+        let reg = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory, database: s.database)
         try reg.revoke("test-device")
         let token = try reg.add("test-device")
         let fresh = WorkspaceClient(baseURL: s.base, token: token)

@@ -16,7 +16,7 @@ import Testing
     @Test(arguments: Records.all) func twoDevicesWithTheSameNamesKeepBoth(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
-        let laptopToken = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory).add("laptop")
+        let laptopToken = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory, database: s.database).add("laptop")
         let phone = s.client  // "test-device"
         let laptop = WorkspaceClient(baseURL: s.base, token: laptopToken)
         // Different photos under the same names, plus one photo both have (a shared one),

@@ -45,8 +45,13 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
         }
         try run("initdb", ["-D", dataFolder, "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]).check("initdb")
         // No TCP, the socket in our folder; fsync off: a test cluster needs no durability.
-        try run("pg_ctl", ["-D", dataFolder, "-l", folder + "/log", "-w", "-t", "60", "-o",
-                           "-k \(folder) -c listen_addresses='' -c fsync=off -c max_connections=200", "start"]).check("pg_ctl start")
+        // In the configuration file, so that restart and start keep them.
+        let settings = "\nlisten_addresses = ''\nunix_socket_directories = '\(folder)'\nfsync = off\nmax_connections = 200\n"
+        let conf = try FileHandle(forWritingTo: URL(fileURLWithPath: dataFolder + "/postgresql.conf"))
+        try conf.seekToEnd()
+        try conf.write(contentsOf: Data(settings.utf8))
+        try conf.close()
+        try startServer()
         Self.startWatchdog(cluster: self)
         atexit { PostgresCluster.shared?.stop() }
     }
