@@ -39,9 +39,10 @@ import CLinux
         return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    @Test func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames() throws {
+    /// Against both records back ends: SQLite in the data folder, and PostgreSQL (`--database`).
+    @Test(arguments: ["sqlite", "postgresql"]) func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames(_ records: String) throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
-        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let server = try LocalServer(folder: dir.path, records: records); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-mount", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
 
@@ -95,9 +96,10 @@ import CLinux
         #expect(server.contentHashes() == expected.union([ContentHash.of(bytes: edited).hex]))
     }
 
-    @Test func killDuringALargeUploadResumesMidFile() throws {
+    /// Against both records back ends: SQLite in the data folder, and PostgreSQL (`--database`).
+    @Test(arguments: ["sqlite", "postgresql"]) func killDuringALargeUploadResumesMidFile(_ records: String) throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
-        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let server = try LocalServer(folder: dir.path, records: records); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-kill", arguments: server.mountArguments + ["--camera-backup"], start: false)
         defer { drive.stop() }
         // Paused while the file is copied in, so the kill lands mid-upload and not after it.

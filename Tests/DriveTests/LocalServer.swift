@@ -12,12 +12,17 @@ final class LocalServer {
     /// 0 until the first start picks a free port; a restart reuses it.
     private(set) var port: Int
 
-    init(folder: String, port: Int = 0, device: String = "test-device") throws {
+    /// The PostgreSQL URL of its records (`--database`), nil for SQLite in the data folder.
+    let database: String?
+
+    /// `records`: "sqlite", or "postgresql" for a fresh database of the test cluster.
+    init(folder: String, port: Int = 0, device: String = "test-device", records: String = "sqlite") throws {
+        database = records == "postgresql" ? try PostgresCluster.freshDatabase() : nil
         data = folder + "/server-data"
         tokenFile = folder + "/token"
         outputFile = folder + "/server.out"
         self.port = port
-        let added = try runCommand(vdriveBinary, ["serve", "device", "add", device, "--data", data])
+        let added = try runCommand(vdriveBinary, ["serve", "device", "add", device, "--data", data] + databaseArguments)
         guard added.status == 0, let token = added.stdout.split(separator: "\n").first else {
             throw TestFailure("device add failed: \(added.stderr)")
         }
@@ -27,16 +32,18 @@ final class LocalServer {
 
     /// Another device's token on the same server (a second machine, a reinstall).
     func addDevice(_ name: String, tokenFile: String) throws {
-        let added = try runCommand(vdriveBinary, ["serve", "device", "add", name, "--data", data])
+        let added = try runCommand(vdriveBinary, ["serve", "device", "add", name, "--data", data] + databaseArguments)
         guard added.status == 0, let token = added.stdout.split(separator: "\n").first else { throw TestFailure(added.stderr) }
         try String(token).write(toFile: tokenFile, atomically: true, encoding: .utf8)
     }
+
+    var databaseArguments: [String] { database.map { ["--database", $0] } ?? [] }
 
     func start() throws {
         FileManager.default.createFile(atPath: outputFile, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
-        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"]
+        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"] + databaseArguments
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
         p.standardError = FileHandle.nullDevice
         try p.run()
@@ -72,6 +79,10 @@ final class LocalServer {
     /// The complete blobs the server holds (its blob store: `blobs/ab/<sha256>`).
     /// The content hashes the server holds (verified manifests), read from its database.
     func contentHashes() -> Set<String> {
+        if let database, let cluster = PostgresCluster.shared {
+            let name = String(database[database.range(of: "@/")!.upperBound...].prefix { $0 != "?" })
+            return Set(((try? cluster.psql(name, "SELECT hash FROM contents")) ?? "").split(separator: "\n").map(String.init))
+        }
         guard let db = try? Database(path: data + "/server.db") else { return [] }
         return Set((try? db.query("SELECT hash FROM contents") { $0.string(0) ?? "" }) ?? [])
     }

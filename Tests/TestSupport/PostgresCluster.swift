@@ -66,6 +66,12 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
         return url(database: name)
     }
 
+    /// A fresh database of the shared cluster; throws when the cluster did not start.
+    public static func freshDatabase() throws -> String {
+        guard let shared else { throw ClusterError("the test PostgreSQL cluster did not start (see stderr); Tests/run installs postgresql") }
+        return try shared.newDatabase()
+    }
+
     /// Runs SQL with psql as the superuser; its standard output.
     @discardableResult
     public func psql(_ database: String, _ sql: String) throws -> String {
