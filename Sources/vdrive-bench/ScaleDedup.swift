@@ -51,7 +51,7 @@ enum ScaleDedup {
             guard let shared = PostgresCluster.shared else { throw BenchError("the PostgreSQL cluster did not start (apt-get install postgresql)") }
             cluster = shared
             let url = try shared.newDatabase()
-            databaseName = String(url[url.range(of: "@/")!.upperBound...].prefix { $0 != "?" })
+            databaseName = PostgresCluster.databaseName(of: url)
             extra = ["--database", url]
         }
         // Adding the device makes the schema.

@@ -80,7 +80,7 @@ final class LocalServer {
     /// The content hashes the server holds (verified manifests), read from its database.
     func contentHashes() -> Set<String> {
         if let database, let cluster = PostgresCluster.shared {
-            let name = String(database[database.range(of: "@/")!.upperBound...].prefix { $0 != "?" })
+            let name = PostgresCluster.databaseName(of: database)
             return Set(((try? cluster.psql(name, "SELECT hash FROM contents")) ?? "").split(separator: "\n").map(String.init))
         }
         guard let db = try? Database(path: data + "/server.db") else { return [] }

@@ -131,7 +131,7 @@ import Testing
         defer { dir.remove() }
         let data = dir.path + "/data"
         let url = try cluster.newDatabase()
-        let name = String(url[url.range(of: "@/")!.upperBound...].prefix { $0 != "?" })
+        let name = PostgresCluster.databaseName(of: url)
         let token = try DeviceRegistry(dataDirectory: data, database: .postgres(connectionString: url)).add("phone")
         let a = try ServerProcess(data: data, extra: ["--database", url])
         defer { a.kill(SIGTERM) }

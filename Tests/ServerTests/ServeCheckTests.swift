@@ -38,7 +38,7 @@ import Testing
         #expect(serveDown.stderr.contains("unreachable"))
 
         // A schema from a newer vdrive is refused by check and by the server, and left as it was.
-        let name = String(url[url.range(of: "@/")!.upperBound...].prefix { $0 != "?" })
+        let name = PostgresCluster.databaseName(of: url)
         try cluster.psql(name, "INSERT INTO schema_migrations VALUES ('server-999-future', 0)")
         let newer = try runCommand(vdriveBinary(), ["serve", "check", "--database", url])
         #expect(newer.status == 78)

@@ -59,6 +59,12 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
     /// A connection URL for database `name` over the socket.
     public func url(database: String) -> String { "postgresql://postgres@/\(database)?host=\(folder)" }
 
+    /// The database a URL of `url(database:)` names.
+    public static func databaseName(of url: String) -> String {
+        guard let start = url.range(of: "@/") else { return "" }
+        return String(url[start.upperBound...].prefix { $0 != "?" })
+    }
+
     /// A fresh, empty database; its URL.
     public func newDatabase() throws -> String {
         let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").prefix(16).lowercased()
