@@ -34,7 +34,7 @@ enum ScaleDedup {
         for backend in ["SQLite", "PostgreSQL"] {
             table.append(try measure(backend: backend, rows: rows, check: check, rounds: rounds, dir: dir + "/" + backend, vdrive: vdrive))
         }
-        print(Bench.table(["records", "fill rows s", "check ms median", "min", "max", "4 checkers ms median", "server peak RSS MB"], table))
+        print(Bench.table(["records", "fill rows s", "check ms median", "min", "max", "4 checkers ms median", "server peak RSS MB", "RssAnon MB", "RssFile MB"], table))
     }
 
     static func hash(_ n: Int) -> String {
@@ -103,7 +103,17 @@ enum ScaleDedup {
         let many = concurrent.sorted()
         let rss = Bench.peakRSS(pid: server.pid) ?? 0
         return [backend, Bench.f(fill, 1), Bench.f(times[times.count / 2], 1), Bench.f(times.first!, 1), Bench.f(times.last!, 1),
-                Bench.f(many[many.count / 2], 1), Bench.f(rss, 1)]
+                Bench.f(many[many.count / 2], 1), Bench.f(rss, 1), Bench.f(statusMB(pid: server.pid, "RssAnon:"), 1), Bench.f(statusMB(pid: server.pid, "RssFile:"), 1)]
+    }
+
+    /// A line of /proc/PID/status in MB (now, not the peak): RssAnon is the process's own
+    /// memory, RssFile the file pages it maps (SQLite's mmap of the database counts there).
+    static func statusMB(pid: Int32, _ key: String) -> Double {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix(key) {
+            return (line.split(separator: " ").compactMap { Double($0) }.first ?? 0) / 1024
+        }
+        return 0
     }
 }
 
