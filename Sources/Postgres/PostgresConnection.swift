@@ -147,7 +147,19 @@ public enum PostgresProbe {
             if let error { PQfreemem(error) }
             return message
         }
-        PQconninfoFree(options)
+        defer { PQconninfoFree(options) }
+        // libpq checks a port's digits only when it connects, and then reports "could not
+        // connect" as for a server that is down; a malformed port is the URL's fault.
+        var option = options
+        while let keyword = option.pointee.keyword {
+            if String(cString: keyword) == "port", let value = option.pointee.val {
+                let ports = String(cString: value)
+                if !ports.split(separator: ",", omittingEmptySubsequences: false).allSatisfy({ $0.isEmpty || ($0.allSatisfy(\.isNumber) && Int($0).map { $0 > 0 && $0 < 65536 } == true) }) {
+                    return "invalid port '\(ports)': a number from 1 to 65535"
+                }
+            }
+            option += 1
+        }
         return nil
     }
 
