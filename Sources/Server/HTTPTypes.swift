@@ -3,14 +3,18 @@
 /// Terms: the *daemon* is libmicrohttpd's listener (HTTPDaemon.swift, the only file
 /// that calls it); the *router* turns a request's method and path into a reply or
 /// a *request body* sink that receives the body chunk by chunk; *metadata* is the
-/// SQLite database (devices, blocks, contents, uploads, files); a file's content is
+/// records (devices, blocks, contents, uploads, files) in SQLite or PostgreSQL behind
+/// `RecordStore` (RecordStore.swift); a file's content is
 /// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
 /// Storage `BlobStore` (the block store), partial uploads in its staging folder.
 /// Thread safety: libmicrohttpd runs one thread per connection and calls the router
-/// on it. Shared state is behind `Synchronization.Mutex` (the metadata connection,
-/// the table of uploads being written); a request body sink belongs to its
-/// connection's thread. No handler waits on Swift concurrency.
-/// Imports: CMicroHTTPD (HTTPDaemon.swift only), Storage, Protocol, Crypto. Nothing of FUSE.
+/// on it. Shared state is behind `Synchronization.Mutex` (the SQLite connection, the
+/// table of uploads being written) or a pool (PostgreSQL connections, one borrowed
+/// per record operation); a request body sink belongs to its connection's thread. No
+/// handler waits on Swift concurrency.
+/// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (PostgresRecords.swift,
+/// PostgresPool.swift, RecordsCheck.swift, DatabaseLocation.swift), Storage, Protocol,
+/// Crypto. Nothing of FUSE.
 import Protocol
 
 /// A request as the router sees it: headers already received, body still to come.
