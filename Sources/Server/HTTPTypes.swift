@@ -12,9 +12,9 @@
 /// table of uploads being written) or a pool (PostgreSQL connections, one borrowed
 /// per record operation); a request body sink belongs to its connection's thread. No
 /// handler waits on Swift concurrency.
-/// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (PostgresRecords.swift,
-/// PostgresPool.swift, RecordsCheck.swift, DatabaseLocation.swift), Storage, Protocol,
-/// Crypto. Nothing of FUSE.
+/// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (the PostgreSQL files:
+/// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, and ServerError for
+/// its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
 import Protocol
 
 /// A request as the router sees it: headers already received, body still to come.
