@@ -102,8 +102,7 @@ extension Catalog {
             if !damaged { return false }
             _ = unlink(target)
         }
-        let folder = (target as NSString).deletingLastPathComponent
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        try blobs.makeFolder(for: digest)
         if Glibc.link(stagingPath, target) != 0 {
             if errno == EEXIST { return false }
             throw Errno.current
@@ -119,6 +118,7 @@ extension Catalog {
         let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: content, blocks: blocks,
                                       size: size, mtimeNanoseconds: mtime, settled: settled)
         try observer?.cameraRollChanged(change, in: db)
+        if !settled { unsettledCameraRoll.insert(ino) }
         cameraRollTouched = true
     }
 
@@ -142,6 +142,10 @@ extension Catalog {
     func settle(_ ino: UInt64) throws {
         guard let observer else { return }
         try withDatabase { db in
+            // Only a camera-roll version committed unsettled in this process can need it
+            // (those of an earlier process are settled at start): every other release
+            // costs no query.
+            guard unsettledCameraRoll.remove(ino) != nil else { return }
             guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
             try write {
                 if try observer.cameraRollSettled(inode: ino, in: db) { cameraRollTouched = true }

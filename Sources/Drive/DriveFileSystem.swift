@@ -373,6 +373,9 @@ public final class DriveFileSystem: @unchecked Sendable {
     public func createAndOpen(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws -> (NodeAttributes, UInt64) {
         let a = try create(parent: parent, name: name, mode: UInt32(S_IFREG) | (mode & 0o7777), uid: uid, gid: gid)
         let node = openNode(a.ino)
+        // Empty and new: its draft needs nothing from the catalog (the first write
+        // would otherwise read the row and the block list back).
+        node.lock.withLock { if node.draft == nil { node.draft = Draft(stored: [:], size: 0) } }
         return (a, addHandle(node, writable: true))
     }
 

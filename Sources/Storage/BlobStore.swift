@@ -1,4 +1,5 @@
 import Crypto
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,6 +26,20 @@ public final class BlobStore: Sendable {
     public func path(for digest: SHA256Digest) -> String {
         let hex = digest.hex
         return "\(root)/\(hex.prefix(2))/\(hex)"
+    }
+
+    /// The folder holding `digest`'s file.
+    public func folder(for digest: SHA256Digest) -> String { "\(root)/\(digest.hex.prefix(2))" }
+
+    /// Which of the 256 folders are known to exist, so a new blob costs no mkdir(2).
+    private let madeFolders = Mutex<Set<Substring>>([])
+
+    /// Creates `digest`'s folder unless this process already saw it.
+    public func makeFolder(for digest: SHA256Digest) throws {
+        let first = digest.hex.prefix(2)
+        if madeFolders.withLock({ $0.contains(first) }) { return }
+        if mkdir(folder(for: digest), 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        madeFolders.withLock { _ = $0.insert(first) }
     }
 
     public func contains(_ digest: SHA256Digest) -> Bool { FileIO.exists(path(for: digest)) }
@@ -54,8 +69,8 @@ public final class BlobStore: Sendable {
             try? FileIO.unlink(stagingPath)
             return false
         }
-        let folder = "\(root)/\(digest.hex.prefix(2))"
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        let folder = folder(for: digest)
+        try makeFolder(for: digest)
         if durable {
             let fd = try FileIO.open(stagingPath, O_RDONLY)
             defer { FileIO.close(fd) }
@@ -73,7 +88,7 @@ public final class BlobStore: Sendable {
         let fd = try FileIO.open(path(for: digest), O_RDONLY)
         defer { FileIO.close(fd) }
         try FileIO.fsync(fd)
-        try FileIO.syncDirectory("\(root)/\(digest.hex.prefix(2))")
+        try FileIO.syncDirectory(folder(for: digest))
     }
 
     public func remove(_ digest: SHA256Digest) {
