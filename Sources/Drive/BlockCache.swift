@@ -144,7 +144,7 @@ public final class BlockCache: @unchecked Sendable {
         return try? blobs.open(hash)
     }
 
-    private func exclusively<T>(_ hash: SHA256Digest, _ body: () throws -> T) rethrows -> T {
+    func exclusively<T>(_ hash: SHA256Digest, _ body: () throws -> T) rethrows -> T {
         busy.lock()
         while busyHashes.contains(hash) { busy.wait() }
         busyHashes.insert(hash)

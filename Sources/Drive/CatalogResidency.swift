@@ -107,14 +107,16 @@ extension Catalog {
     /// from the server that no file names (`cached`), and blocks files name that have no
     /// file here (`onlineOnly`).
     func residencyTotals() throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
-        try withDatabase { db in
+        try withDatabase { db in try Self.residencyTotals(db) }
+    }
+
+    static func residencyTotals(_ db: Database) throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
             try db.queryOne("""
                 SELECT coalesce(sum(CASE WHEN resident = 1 AND refs > 0 THEN size END), 0),
                        coalesce(sum(CASE WHEN resident = 1 AND refs <= 0 THEN size END), 0),
                        coalesce(sum(CASE WHEN resident = 0 AND refs > 0 THEN size END), 0)
                 FROM blocks
                 """) { ($0.int64(0), $0.int64(1), $0.int64(2)) } ?? (0, 0, 0)
-        }
     }
 
     /// Candidates for eviction, least recently used first: fetched blocks no file or pin

@@ -783,7 +783,7 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     private func isGenerated(_ name: String) -> Bool {
         guard let prefix = virtualTree?.attributePrefix else { return false }
-        return name.hasPrefix(prefix)
+        return name.hasPrefix(prefix) && name != CacheBound.pinAttribute   // the pin is the user's
     }
 
     public func setxattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {
