@@ -67,7 +67,7 @@ import TestSupport
         }
         #expect(dropped, "done, unpinned photos become online-only")
         #expect(FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[2])), "a pinned photo stays")
-        let status = try drive.vdrive(["status"]).stdout
+        let status = try drive.vdrive(["status", "--state", drive.state]).stdout
         #expect(status.contains("online only") && !status.contains("0 B online only"), "status: \(status)")
 
         for i in photos.indices {
@@ -172,7 +172,7 @@ import TestSupport
         try Self.settings(drive, "cache-size", "1K")
         try Self.settings(drive, "optimize-storage", "on")
         #expect(Self.waitUntil(seconds: 30) {
-            (try? drive.vdrive(["status"]).stdout.contains("0 B local")) ?? false
+            (try? drive.vdrive(["status", "--state", drive.state]).stdout.contains("0 B local")) ?? false
         }, "the video became online-only")
         let before = proxy.bytesFromTarget
         let offset: Int64 = 100_000_000
