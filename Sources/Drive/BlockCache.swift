@@ -158,17 +158,30 @@ public final class BlockCache: @unchecked Sendable {
         return try body()
     }
 
-    /// One whole block in one request, checked against its SHA-256 (fetched once more
-    /// when wrong), written to a staging file and adopted.
+    /// One whole block in one request, streamed into a staging file and hashed as it
+    /// arrives, checked against its SHA-256 (fetched once more when wrong), then adopted.
     private func fetchWhole(_ hash: SHA256Digest, length: Int, interactive: Bool, _ remote: RemoteContent) throws {
         let wasDamaged = isDamaged(hash)
-        let bytes = try fetchVerified(hash, what: "block", expected: hash, length: length) { () throws(RemoteFailure) -> [UInt8] in
-            try remote.blockBytes(hash, offset: 0, length: length, interactive: interactive)
-        }
         let (fd, path) = try blobs.makeStagingFile()
         do {
             defer { FileIO.close(fd) }
-            try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+            var verified = false
+            for attempt in 1...2 where !verified {
+                try FileIO.ftruncate(fd, 0)
+                let hasher = SHA256Hasher()
+                let n = try remoteCall(hash) { () throws(RemoteFailure) -> Int in
+                    try remote.wholeBlock(hash, into: fd, interactive: interactive) { hasher.update($0) }
+                }
+                state.withLock { $0.stats.bytesFetched += Int64(n) }
+                verified = n == length && hasher.finish() == hash
+                if !verified {
+                    state.withLock { $0.stats.digestMismatches += 1 }
+                    if attempt == 2 {
+                        DriveLog.error("block \(hash.hex) from the server failed its digest twice (corrupt in transit or in the server's store): the read fails with EIO")
+                    }
+                }
+            }
+            if !verified { throw Errno.ioError }
         } catch {
             _ = unlink(path)
             throw error

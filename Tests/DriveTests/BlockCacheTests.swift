@@ -43,6 +43,17 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         return try result.get()
     }
 
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, interactive: Bool,
+                    piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
+        let length = state.withLock { $0.blocks[hash]?.count } ?? 0
+        let bytes = try blockBytes(hash, offset: 0, length: length, interactive: interactive)
+        bytes.withUnsafeBytes { raw in
+            _ = pwrite(fd, raw.baseAddress, raw.count, 0)
+            piece(raw)
+        }
+        return bytes.count
+    }
+
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
         let result: Result<[SHA256Digest], RemoteFailure> = state.withLock { s in
             if s.down { return .failure(.unavailable("connection refused")) }
