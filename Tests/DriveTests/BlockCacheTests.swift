@@ -158,6 +158,24 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         #expect(try again.catalog.verifiedChunks(digest) == 0b101)
     }
 
+    @Test func aWrongWholeBlockIsFetchedOnceMoreThenRefused() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: Blocks.size)
+        let digest = try fs.catalog.storedBlocks(ino)[0]!
+        let length = Blocks.size
+        remote.state.withLock { $0.corrupt[0] = 1 }
+        _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
+        #expect(fs.blockCache.statistics.digestMismatches == 1)
+        #expect(fs.blobs.verify(digest))
+        try fs.catalog.evict(digest)
+        remote.state.withLock { $0.corrupt[0] = 2 }
+        #expect(throws: Errno.ioError) {
+            _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
+        }
+        #expect(!fs.blobs.contains(digest), "a wrong block never reaches the store")
+        #expect(try read(fs, ino, count: 100, at: 5000) == Array(bytes[5000..<5100]))
+    }
+
     @Test func serverDownFailsWithEIOAndReadsWorkWhenItIsBack() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: 1_000_000)
@@ -345,7 +363,7 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {
         }
         let fs = try DriveFileSystem(statePath: state)
         _ = try fs.recover()
-        #expect(try fs.catalog.withDatabase { try $0.appliedMigrations() }.last == "drive-004-residency")
+        #expect(try fs.catalog.withDatabase { try $0.appliedMigrations() }.contains("drive-004-residency"))
         #expect(try fs.blockCache.totals() == ResidencyTotals(local: Int64(bytes.count), cached: 0, onlineOnly: 0))
         let fh = try fs.open(3, writable: false, truncate: false)
         var out = [UInt8](repeating: 0, count: bytes.count)
