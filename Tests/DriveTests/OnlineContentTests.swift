@@ -181,5 +181,9 @@ import TestSupport
         let sent = proxy.bytesFromTarget - before
         print("reading 64 KiB of a 200 MB online-only file: \(sent) bytes from the server")
         #expect(sent < 2 << 20, "\(sent) bytes transferred")
+        // Then the whole file in order (whole blocks, fetched ahead): byte-equal, once.
+        #expect(try sha256(ofFile: drive.path("Camera Roll/V.mp4")) == SHA256Hasher.digest(video).hex)
+        let whole = proxy.bytesFromTarget - before
+        #expect(whole < Int(Double(video.count) * 1.05), "\(whole) bytes for a \(video.count)-byte file")
     }
 }
