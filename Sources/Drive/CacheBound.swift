@@ -24,7 +24,8 @@ public protocol BackupLedger: AnyObject, Sendable {
 public struct CacheBound: Sendable {
     public static let pinAttribute = "user.vdrive.pin"
 
-    /// Bytes of blocks the store may hold (every resident block counts).
+    /// Bytes of blocks the server holds that may stay here (fetched blocks no file
+    /// names, partial blocks, and with optimize storage backed-up unpinned originals).
     public var bytes: Int64
     public var optimizeStorage: Bool
     public init(bytes: Int64, optimizeStorage: Bool) { self.bytes = bytes; self.optimizeStorage = optimizeStorage }
@@ -48,15 +49,13 @@ public struct ResidencyTotals: Sendable, Equatable {
 }
 
 extension BlockCache {
-    /// Evicts until the store's resident blocks fit `bound`, or nothing more may go.
-    /// Returns the bytes dropped.
+    /// Evicts until what the server could give back fits `bound`: blocks fetched from it
+    /// that no file names, partial blocks, and (optimize storage) the blocks of backed-up,
+    /// unpinned originals. Blocks only this machine holds never count: a bound smaller
+    /// than the local files does not make the cache churn. Returns the bytes dropped.
     @discardableResult
     public func enforce(_ bound: CacheBound, ledger: BackupLedger?) throws -> Int64 {
         flushUses()
-        let totals = try catalog.residencyTotals()
-        var over = totals.local + totals.cached - bound.bytes
-        guard over > 0 else { return 0 }
-        dropPartials()
         var originals: Set<UInt64>?
         if bound.optimizeStorage, let ledger {
             var inodes = Set<UInt64>()
@@ -65,9 +64,16 @@ extension BlockCache {
             }
             originals = inodes
         }
+        let candidates = try catalog.evictionCandidates(originals: originals).filter { !isDamaged($0.digest) }
+        let partial = try catalog.partialBytes()
+        var over = candidates.reduce(partial) { $0 + $1.size } - bound.bytes
+        guard over > 0 else { return 0 }
+        if partial > 0 {
+            dropPartials()
+            over -= partial
+        }
         var dropped: Int64 = 0
-        for candidate in try catalog.evictionCandidates(originals: originals) where over > 0 {
-            if isDamaged(candidate.digest) { continue }
+        for candidate in candidates where over > 0 {
             try exclusively(candidate.digest) { try catalog.evict(candidate.digest) }
             over -= candidate.size
             dropped += candidate.size

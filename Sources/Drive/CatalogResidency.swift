@@ -111,10 +111,7 @@ extension Catalog {
     }
 
     static func residencyTotals(_ db: Database) throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
-        // Partial blocks count as cached: their verified chunks (the last may be shorter:
-        // counted whole, at most 256 KiB off per block).
-        let partial = try db.query("SELECT chunks FROM partial_blocks") { Int64(UInt64(bitPattern: $0.int64(0)).nonzeroBitCount) }
-            .reduce(0, +) * Int64(Blocks.chunkSize)
+        let partial = try partialBytes(db)
         let t = try db.queryOne("""
                 SELECT coalesce(sum(CASE WHEN resident = 1 AND refs > 0 THEN size END), 0),
                        coalesce(sum(CASE WHEN resident = 1 AND refs <= 0 THEN size END), 0),
@@ -122,6 +119,15 @@ extension Catalog {
                 FROM blocks
                 """) { ($0.int64(0), $0.int64(1), $0.int64(2)) } ?? (0, 0, 0)
         return (t.0, t.1 + partial, t.2)
+    }
+
+    func partialBytes() throws -> Int64 { try withDatabase { try Self.partialBytes($0) } }
+
+    /// Bytes of verified chunks in partial files (the last chunk of a block may be
+    /// shorter: counted whole, at most 256 KiB off per block).
+    static func partialBytes(_ db: Database) throws -> Int64 {
+        try db.query("SELECT chunks FROM partial_blocks") { Int64(UInt64(bitPattern: $0.int64(0)).nonzeroBitCount) }
+            .reduce(0, +) * Int64(Blocks.chunkSize)
     }
 
     /// Candidates for eviction, least recently used first: fetched blocks no file or pin

@@ -5,8 +5,8 @@ import Drive
 /// `cache-size` and `optimize-storage`: the drive's keys in the same settings file as
 /// the backup's (`settings.json`; each piece keeps the other's keys when it rewrites).
 struct ResidencySettings: Equatable {
-    /// Bytes the block store may hold before blocks the server can give back are
-    /// dropped; nil: the default (`defaultCacheSize`).
+    /// Bytes of what the server could give back that may stay here (see `CacheBound`);
+    /// nil: the default (`defaultCacheSize`).
     var cacheSize: Int64?
     var optimizeStorage = false
 

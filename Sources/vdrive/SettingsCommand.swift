@@ -15,10 +15,11 @@ enum SettingsCommand {
           allow-metered      on|off  also upload over metered networks (default off)
           paused             on|off  the same as 'vdrive pause' / 'vdrive resume'
           battery-threshold  0-100   on battery, wait below this charge (default 20)
-          cache-size         SIZE    bytes of blocks the drive keeps before dropping ones the
-                                     server holds, least recently used first (20G, 500M;
-                                     default: 10% of the disk holding the state folder, at
-                                     least 1G)
+          cache-size         SIZE    bytes the drive keeps of what the server could give back
+                                     (fetched blocks; with optimize-storage, backed-up
+                                     originals) before dropping the least recently used
+                                     (20G, 500M; default: 10% of the disk holding the state
+                                     folder, at least 1G)
           optimize-storage   on|off  also drop backed-up Camera Roll originals (done, no
                                      user.vdrive.pin xattr) when over cache-size; they stay
                                      listed and are fetched again when read (default off)

@@ -278,6 +278,22 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {
         #expect(try fs.blockCache.read(digests[1], length: 300_000, at: 1000, count: 10, interactive: true) == Array(blocks[1][1000..<1010]))
     }
 
+    @Test func localFilesDoNotCountAgainstTheBound() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        _ = try store(fs, "local.bin", pseudoRandomBytes(1_000_000, seed: 81))
+        let remote = FakeRemote()
+        fs.blockCache.remote = remote
+        let fetched = pseudoRandomBytes(300_000, seed: 83)
+        let d = remote.add(fetched)
+        _ = try fs.blockCache.read(d, length: fetched.count, at: 0, count: fetched.count, interactive: true)
+        // 1.3 MB held, but only the 300 KB the server could give back count: under 500 KB.
+        #expect(try fs.blockCache.enforce(CacheBound(bytes: 500_000, optimizeStorage: false), ledger: nil) == 0)
+        #expect(fs.blobs.contains(d))
+        #expect(try fs.blockCache.enforce(CacheBound(bytes: 100_000, optimizeStorage: false), ledger: nil) == 300_000)
+        #expect(try fs.blockCache.totals() == ResidencyTotals(local: 1_000_000, cached: 0, onlineOnly: 0))
+    }
+
     @Test func optimizeStorageDropsOnlyBackedUpUnpinnedOriginalsAndTheyReadBack() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
