@@ -133,9 +133,7 @@ import TestSupport
             let photo = try BackupEndToEndTests.photo(50)
             try writeFile(drive.path("Camera Roll/D.jpg"), photo)
             try BackupEndToEndTests.waitForBackup(drive, done: 1)
-            try Self.settings(drive, "cache-size", "1K")
-            try Self.settings(drive, "optimize-storage", "on")
-            #expect(Self.waitUntil(seconds: 20) { !FileManager.default.fileExists(atPath: Self.blockFile(drive, photo)) })
+            try Self.makeOnlineOnly(drive, photo)
 
             server.stop()
             let started = Date()
@@ -153,6 +151,68 @@ import TestSupport
 
             try server.start()
             #expect(try readFile(drive.path("Camera Roll/D.jpg")) == photo)
+        }
+    }
+
+    /// A listener on `port` that never accepts: connections complete in the kernel's
+    /// backlog and requests are never answered (a hung server). Close the result.
+    static func blackHole(port: Int) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(fd, 64) == 0 else { close(fd); throw TestFailure("cannot listen on \(port): errno \(errno)") }
+        return fd
+    }
+
+    /// Makes the backed-up photo at `name` online-only (optimize storage, a 1 KiB bound).
+    static func makeOnlineOnly(_ drive: MountedDrive, _ bytes: [UInt8]) throws {
+        try settings(drive, "cache-size", "1K")
+        try settings(drive, "optimize-storage", "on")
+        guard waitUntil(seconds: 20, { !FileManager.default.fileExists(atPath: blockFile(drive, bytes)) }) else {
+            throw TestFailure("the photo did not become online-only")
+        }
+    }
+
+    @Test func aServerThatStopsAnsweringFailsReadsWithinTheTimeout() throws {
+        try Self.withServerAndDrive("vdrive-online-hung") { server, drive in
+            let photo = try BackupEndToEndTests.photo(60)
+            try writeFile(drive.path("Camera Roll/S.jpg"), photo)
+            try BackupEndToEndTests.waitForBackup(drive, done: 1)
+            try Self.makeOnlineOnly(drive, photo)
+            server.stop()
+            let hole = try Self.blackHole(port: server.port)
+            defer { close(hole) }
+            let started = Date()
+            guard case .failure(let e) = Self.readPart(drive.path("Camera Roll/S.jpg"), count: 1000, at: 0) else {
+                Issue.record("a read succeeded against a server that does not answer"); return
+            }
+            #expect(e == Errno.ioError)
+            // The remote's low-speed timeout is 5 s (connect: 2 s): bounded, not a hang.
+            #expect(Date().timeIntervalSince(started) < 30)
+            #expect(BackupEndToEndTests.list(drive.path("Camera Roll")).contains("S.jpg"), "listing works")
+        }
+    }
+
+    @Test func aUsersReadIsAllowedWhilePaused() throws {
+        try Self.withServerAndDrive("vdrive-online-paused") { _, drive in
+            let video = pseudoRandomBytes(20_000_000, seed: 91)
+            try writeFile(drive.path("Camera Roll/P.mov"), video)
+            try BackupEndToEndTests.waitForBackup(drive, done: 1)
+            try Self.settings(drive, "cache-size", "1K")
+            try Self.settings(drive, "optimize-storage", "on")
+            #expect(Self.waitUntil(seconds: 20) {
+                (try? drive.vdrive(["status", "--state", drive.state]).stdout.contains(" 0 B local")) ?? false
+            })
+            try Self.settings(drive, "paused", "on")
+            // Prefetch is held; the reader's own fetches are interactive and go.
+            #expect(try sha256(ofFile: drive.path("Camera Roll/P.mov")) == SHA256Hasher.digest(video).hex)
         }
     }
 
