@@ -130,10 +130,7 @@ import TestSupport
 
     @Test func serverDownFailsReadsFastWithOneLogLineAndReadsWorkWhenItIsBack() throws {
         try Self.withServerAndDrive("vdrive-online-down") { server, drive in
-            let photo = try BackupEndToEndTests.photo(50)
-            try writeFile(drive.path("Camera Roll/D.jpg"), photo)
-            try BackupEndToEndTests.waitForBackup(drive, done: 1)
-            try Self.makeOnlineOnly(drive, photo)
+            let photo = try Self.onlineOnlyPhoto(drive, "D.jpg", 50)
 
             server.stop()
             let started = Date()
@@ -171,7 +168,17 @@ import TestSupport
         return fd
     }
 
-    /// Makes the backed-up photo at `name` online-only (optimize storage, a 1 KiB bound).
+    /// Writes photo `index` to `Camera Roll/<name>`, waits for its backup and makes it
+    /// online-only. Returns its bytes.
+    static func onlineOnlyPhoto(_ drive: MountedDrive, _ name: String, _ index: Int) throws -> [UInt8] {
+        let photo = try BackupEndToEndTests.photo(index)
+        try writeFile(drive.path("Camera Roll/" + name), photo)
+        try BackupEndToEndTests.waitForBackup(drive, done: 1)
+        try makeOnlineOnly(drive, photo)
+        return photo
+    }
+
+    /// Makes a backed-up file online-only (optimize storage, a 1 KiB bound).
     static func makeOnlineOnly(_ drive: MountedDrive, _ bytes: [UInt8]) throws {
         try settings(drive, "cache-size", "1K")
         try settings(drive, "optimize-storage", "on")
@@ -182,10 +189,7 @@ import TestSupport
 
     @Test func aServerThatStopsAnsweringFailsReadsWithinTheTimeout() throws {
         try Self.withServerAndDrive("vdrive-online-hung") { server, drive in
-            let photo = try BackupEndToEndTests.photo(60)
-            try writeFile(drive.path("Camera Roll/S.jpg"), photo)
-            try BackupEndToEndTests.waitForBackup(drive, done: 1)
-            try Self.makeOnlineOnly(drive, photo)
+            _ = try Self.onlineOnlyPhoto(drive, "S.jpg", 60)
             server.stop()
             let hole = try Self.blackHole(port: server.port)
             defer { close(hole) }
