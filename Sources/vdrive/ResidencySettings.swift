@@ -30,9 +30,12 @@ struct ResidencySettings: Equatable {
         CacheBound(bytes: cacheSize ?? Self.defaultCacheSize(stateFolder: stateFolder), optimizeStorage: optimizeStorage)
     }
 
-    func value(_ key: Key) -> String {
+    /// The value as shown; the default cache size with what it is on this machine.
+    func value(_ key: Key, stateFolder: String = BackupPaths.stateFolder) -> String {
         switch key {
-        case .cacheSize: return cacheSize.map(Self.formatSize) ?? "default"
+        case .cacheSize:
+            return cacheSize.map(Self.formatSize)
+                ?? "default (\(ByteCountText.format(Self.defaultCacheSize(stateFolder: stateFolder))): 10% of the disk)"
         case .optimizeStorage: return optimizeStorage ? "on" : "off"
         }
     }
