@@ -45,6 +45,9 @@ public final class BlockCache: @unchecked Sendable {
     private let busy = NSCondition()
     private var busyHashes: Set<SHA256Digest> = []
     private let prefetchQueue = DispatchQueue(label: "vdrive-prefetch", attributes: .concurrent)
+    /// At most this many prefetches at once, whatever the number of readers (each holds
+    /// a connection and a thread while it waits on the network).
+    private let prefetchSlots = DispatchSemaphore(value: 4)
     /// Blocks fetched ahead of a sequential reader at once (16 MiB: enough to keep the
     /// connection busy while the reader consumes one block).
     static let prefetchDepth = 4
@@ -105,7 +108,11 @@ public final class BlockCache: @unchecked Sendable {
         }
         guard start else { return }
         prefetchQueue.async { [self] in
-            defer { _ = state.withLock { $0.prefetching.remove(hash) } }
+            prefetchSlots.wait()
+            defer {
+                prefetchSlots.signal()
+                _ = state.withLock { $0.prefetching.remove(hash) }
+            }
             _ = try? descriptor(hash, length: length, range: 0..<length, interactive: false, whole: true)
         }
     }
