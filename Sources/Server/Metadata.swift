@@ -51,6 +51,7 @@ final class Metadata: Sendable {
         """),
         BlockMigration.migration(blobRoot: blobRoot),
         FileVersions.migration,
+        BlockChunks.migration,
     ] }
 
     init(path: String, blobRoot: String) throws(ServerError) {
