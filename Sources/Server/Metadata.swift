@@ -51,6 +51,7 @@ final class Metadata: Sendable {
         """),
         BlockMigration.migration(blobRoot: blobRoot),
         FileVersions.migration,
+        FileVersions.deletionsMigration,
     ] }
 
     init(path: String, blobRoot: String) throws(ServerError) {

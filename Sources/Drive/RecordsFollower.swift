@@ -1,0 +1,91 @@
+import Foundation
+
+/// Keeps the records table up to date with the server: at start it reads the feed
+/// from the stored cursor to its end (the first mount: every version the server
+/// keeps), then asks again every `interval` seconds. Each page is applied in one
+/// transaction; `onChange` runs after a page changed something (the `Backups/` tree
+/// reloads). An unreachable server is one log line per outage; the table keeps
+/// serving the last known records.
+///
+/// Why a short interval and not a long poll: one `GET /v1/changes` with nothing new is
+/// an index lookup on the server and ~0.2 ms on loopback; a second's poll keeps a
+/// record made on another device within about a second of appearing
+/// (Docs/benchmarks.md, "Backups/ freshness") without a held connection per drive.
+/// `@unchecked Sendable`: `stopped` is read and written under `condition`.
+public final class RecordsFollower: @unchecked Sendable {
+    private let table: RecordsTable
+    private let remote: RemoteRecords
+    private let interval: Double
+    private let onChange: @Sendable () -> Void
+    private let condition = NSCondition()
+    private var stopped = false
+    private var finished = false
+    private var outage = false
+
+    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0, onChange: @escaping @Sendable () -> Void) {
+        self.table = table
+        self.remote = remote
+        self.interval = interval
+        self.onChange = onChange
+    }
+
+    /// Reads the feed from the table's cursor to its end. Returns the entries applied.
+    /// Used by the follower and by `vdrive task run us.virtualdrive.sync` (no mount).
+    @discardableResult
+    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000) throws -> Int {
+        var applied = 0
+        while true {
+            let since = try table.cursor()
+            let page = try remote.changes(since: since, limit: pageSize)
+            if page.changes.isEmpty && page.nextSequence <= since { return applied }
+            try table.apply(page)
+            applied += page.changes.count
+            if page.changes.count < pageSize { return applied }
+        }
+    }
+
+    public func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "vdrive-records"
+        thread.start()
+    }
+
+    /// Stops the thread and waits for it (at most one request's timeout).
+    public func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        while !finished { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            step()
+            condition.lock()
+            if !stopped { _ = condition.wait(until: Date(timeIntervalSinceNow: interval)) }
+            let stop = stopped
+            if stop { finished = true; condition.broadcast() }
+            condition.unlock()
+            if stop { return }
+        }
+    }
+
+    private func step() {
+        do {
+            let applied = try Self.catchUp(table, from: remote)
+            if outage {
+                outage = false
+                DriveLog.info("the workspace server answers again: Backups/ follows its changes again")
+            }
+            if applied > 0 { onChange() }
+        } catch let failure as RemoteFailure {
+            if !outage {
+                outage = true
+                DriveLog.error("Backups/ cannot reach the workspace server (\(failure)): it shows the last known records until the server answers")
+            }
+        } catch {
+            DriveLog.error("Backups/ could not store the server's records: \(error); retrying in \(interval) s")
+        }
+    }
+}

@@ -1,0 +1,89 @@
+import Foundation
+import Crypto
+import Storage
+
+/// Reads of `Backups/` files: the content's block list (kept in the records table once
+/// fetched, checked against the content hash and size), then each block the read
+/// covers: a zero block from no disk, a block this drive holds from its store, any
+/// other from the server through the block cache (only the chunks the read needs,
+/// each verified before a byte is served).
+/// `@unchecked Sendable`: immutable after init; the table and remote are thread-safe.
+public final class RemoteReads: @unchecked Sendable {
+    let table: RecordsTable
+    let remote: RemoteRecords
+
+    public init(table: RecordsTable, remote: RemoteRecords) {
+        self.table = table
+        self.remote = remote
+    }
+
+    /// The block digests of `file`'s content: kept, else fetched and kept. A list that
+    /// does not hash to the content or does not fit its size is refused (EIO).
+    func blockList(_ file: RemoteFile) throws -> [SHA256Digest] {
+        if let kept = try table.blockList(of: file.content), kept.count == Blocks.count(forSize: file.size) { return kept }
+        let fetched: [SHA256Digest]
+        do { fetched = try remote.blockList(of: file.content) } catch {
+            DriveLog.error("the block list of content \(file.content.hex) could not be fetched (\(error)): the read fails with EIO")
+            throw Errno.ioError
+        }
+        guard fetched.count == Blocks.count(forSize: file.size), ContentHash.of(blocks: fetched) == file.content else {
+            DriveLog.error("the server's block list of content \(file.content.hex) does not match it (\(fetched.count) blocks for \(file.size) bytes): the read fails with EIO")
+            throw Errno.ioError
+        }
+        try table.saveBlockList(fetched, of: file.content, size: file.size)
+        return fetched
+    }
+}
+
+/// Per open `Backups/` file: where the last read ended, so a sequential reader is
+/// recognised. `@unchecked Sendable`: `sequentialEnd` is guarded by `lock`.
+final class RemoteHandle: @unchecked Sendable {
+    let file: RemoteFile
+    private let lock = NSLock()
+    private var sequentialEnd: Int64 = -1
+    init(_ file: RemoteFile) { self.file = file }
+
+    /// True when this read continues the previous one (a copy, a player).
+    func isSequential(_ offset: Int64, count: Int) -> Bool {
+        lock.withLock {
+            defer { sequentialEnd = offset + Int64(count) }
+            return offset == sequentialEnd
+        }
+    }
+}
+
+/// What an open virtual file reads from.
+enum VirtualHandle {
+    case generated([UInt8])
+    case remote(RemoteHandle)
+}
+
+extension DriveFileSystem {
+    /// A read of a `Backups/` file: the pieces of the blocks it covers, spliced into the
+    /// reply like a local file's.
+    func readRemote(_ handle: RemoteHandle, count: Int, at offset: Int64) throws -> ReadSource {
+        let file = handle.file
+        guard offset < file.size, count > 0 else { return .pieces([]) }
+        guard let reads = remoteReads else {
+            DriveLog.error("a Backups/ file was read but no workspace server is configured: the read fails with EIO")
+            throw Errno.ioError
+        }
+        let blocks = try reads.blockList(file)
+        let sequential = handle.isSequential(offset, count: count)
+        let pieces: [ReadPiece] = try Self.blockSpans(offset: offset, count: count, size: file.size).map { span in
+            let digest = blocks[span.index]
+            let length = Blocks.length(ofBlock: span.index, fileSize: file.size)
+            if Blocks.isZero(digest, length: length) { return .zeros(span.length) }
+            let fd = try remoteBlock(digest, length: length, range: span.inBlock..<(span.inBlock + span.length), whole: sequential)
+            return .block(fd, offset: Int64(span.inBlock), length: span.length)
+        }
+        return .pieces(pieces)
+    }
+
+    /// A descriptor from which `range` of block `digest` reads verified bytes.
+    private func remoteBlock(_ digest: SHA256Digest, length: Int, range: Range<Int>, whole: Bool) throws -> SharedDescriptor {
+        if let fd = try? blobs.open(digest) { return SharedDescriptor(fd) }
+        DriveLog.error("block \(digest.hex) of a Backups/ file is not held here: the read fails with EIO")
+        throw Errno.ioError
+    }
+}
