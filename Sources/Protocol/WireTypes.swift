@@ -187,7 +187,7 @@ public struct FileVersionsResponse: Codable, Sendable {
 public struct ChangesResponse: Codable, Sendable {
     public var changes: [FileRecord]
     /// The administrator's deletions in the same sequence range (absent from servers
-    /// before `server-004-deletions`).
+    /// before `server-005-deletions`).
     public var deletions: [VersionDeletion]?
     /// Pass as `since` next time; equals `since` when there was nothing new.
     public var nextSequence: Int64

@@ -45,12 +45,12 @@ enum FileVersions {
     DROP TABLE files;
     """)
 
-    /// `server-004-deletions`: the administrator's deletions as entries of the change
+    /// `server-005-deletions`: the administrator's deletions as entries of the change
     /// feed, so a follower (a mounted drive's `Backups/`) removes a deleted version
     /// without listing everything again. Each deleted version gets one row with a
     /// sequence of its own (from the same sequence space as versions) naming the
     /// version's sequence.
-    static let deletionsMigration = Migration("server-004-deletions", """
+    static let deletionsMigration = Migration("server-005-deletions", """
     CREATE TABLE version_deletions (
         sequence INTEGER PRIMARY KEY,
         device_id INTEGER NOT NULL,
