@@ -331,6 +331,35 @@ public final class WorkspaceClient: Sendable {
         return written
     }
 
+    /// Bytes `[offset, offset + length)` of one stored block, in memory (at most one
+    /// block). Not checked here: the caller holds the digest the bytes must have.
+    public func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int) throws(ClientError) -> [UInt8] {
+        let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex,
+                                           headers: [authHeader, "Range: bytes=\(offset)-\(offset + length - 1)"],
+                                           responseLimit: Blocks.size)
+        try check(reply, expect: [206, 200])
+        if reply.status == 200 {   // a server that ignored the Range sent the whole block
+            guard reply.body.count >= offset + length else { throw .invalidResponse("block \(hash.hex) is shorter than the range asked") }
+            return Array(reply.body[offset..<(offset + length)])
+        }
+        return reply.body
+    }
+
+    /// A stored block's chunk digests (`GET /v1/blocks/<hash>/chunks`), checked for shape:
+    /// one per `Blocks.chunkSize` piece of the block's size.
+    public func chunkDigests(_ hash: SHA256Digest) throws(ClientError) -> [SHA256Digest] {
+        let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex + API.chunksSuffix,
+                                           headers: [authHeader], responseLimit: 64 << 10)
+        try check(reply, expect: [200])
+        let body = try decode(BlockChunksResponse.self, reply)
+        let digests = body.chunks.compactMap(SHA256Digest.init(hex:))
+        let expected = Int((body.size + Int64(Blocks.chunkSize) - 1) / Int64(Blocks.chunkSize))
+        guard body.chunkSize == Blocks.chunkSize, digests.count == body.chunks.count, digests.count == expected else {
+            throw .invalidResponse("the chunk list of block \(hash.hex) does not fit its size \(body.size) in \(Blocks.chunkSize)-byte chunks")
+        }
+        return digests
+    }
+
     /// GET of `path` (with one Range) into `fd`; `hook` sees every piece written.
     private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64,
                        hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {

@@ -55,7 +55,7 @@ extension Catalog {
                     for s in change.staged {
                         try db.run("""
                             INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
-                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, gen = excluded.gen WHERE blocks.damaged = 1
+                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
                             """, s.digest.hex, s.length, generation)
                     }
                     try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
@@ -149,9 +149,12 @@ extension Catalog {
         }
     }
 
+    /// Blocks no file or pin names any more. A block fetched from the server stays as
+    /// cache (the cache bound evicts it, BlockCache.swift); one not held locally has no file.
     func takeUnreferencedBlocks() throws -> [SHA256Digest] {
-        let hashes = try db.query("SELECT hash FROM blocks WHERE refs <= 0") { SHA256Digest(hex: $0.string(0) ?? "") }
-        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE refs <= 0") }
+        let unreferenced = "refs <= 0 AND (fetched = 0 OR resident = 0)"
+        let hashes = try db.query("SELECT hash FROM blocks WHERE \(unreferenced)") { SHA256Digest(hex: $0.string(0) ?? "") }
+        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE \(unreferenced)") }
         return hashes.compactMap { $0 }
     }
 
@@ -186,7 +189,7 @@ extension Catalog {
     /// Blocks stored by commits newer than `generation`, for the check after an unclean stop.
     func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
         try withDatabase { db in
-            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0 AND resident = 1", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
         }
     }
 
@@ -225,7 +228,7 @@ extension Catalog {
     func counts() throws -> (inodes: Int64, bytes: Int64) {
         try withDatabase { db in
             let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
-            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks") { $0.int64(0) } ?? 0
+            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks WHERE resident = 1") { $0.int64(0) } ?? 0
             return (inodes, bytes)
         }
     }

@@ -43,11 +43,12 @@ final class RemoteHandle: @unchecked Sendable {
     private var sequentialEnd: Int64 = -1
     init(_ file: RemoteFile) { self.file = file }
 
-    /// True when this read continues the previous one (a copy, a player).
+    /// True when this read continues the previous one past the file's start (a copy, a
+    /// player; a thumbnailer reading the first bytes is not one), as for local files.
     func isSequential(_ offset: Int64, count: Int) -> Bool {
         lock.withLock {
             defer { sequentialEnd = offset + Int64(count) }
-            return offset == sequentialEnd
+            return offset > 0 && offset == sequentialEnd
         }
     }
 }
@@ -70,20 +71,23 @@ extension DriveFileSystem {
         }
         let blocks = try reads.blockList(file)
         let sequential = handle.isSequential(offset, count: count)
-        let pieces: [ReadPiece] = try Self.blockSpans(offset: offset, count: count, size: file.size).map { span in
+        let spans = Self.blockSpans(offset: offset, count: count, size: file.size)
+        // The block cache: the stored block when this drive holds it, else the chunks the
+        // read covers (a sequential reader: the whole block), verified before use.
+        let pieces: [ReadPiece] = try spans.map { span in
             let digest = blocks[span.index]
             let length = Blocks.length(ofBlock: span.index, fileSize: file.size)
             if Blocks.isZero(digest, length: length) { return .zeros(span.length) }
-            let fd = try remoteBlock(digest, length: length, range: span.inBlock..<(span.inBlock + span.length), whole: sequential)
+            let fd = try blockCache.descriptor(digest, length: length, range: span.inBlock..<(span.inBlock + span.length),
+                                               interactive: true, whole: sequential)
             return .block(fd, offset: Int64(span.inBlock), length: span.length)
         }
+        if sequential, let last = spans.last {
+            for index in (last.index + 1)..<min(blocks.count, last.index + 1 + BlockCache.prefetchDepth) {
+                let length = Blocks.length(ofBlock: index, fileSize: file.size)
+                if !Blocks.isZero(blocks[index], length: length) { blockCache.prefetch(blocks[index], length: length) }
+            }
+        }
         return .pieces(pieces)
-    }
-
-    /// A descriptor from which `range` of block `digest` reads verified bytes.
-    private func remoteBlock(_ digest: SHA256Digest, length: Int, range: Range<Int>, whole: Bool) throws -> SharedDescriptor {
-        if let fd = try? blobs.open(digest) { return SharedDescriptor(fd) }
-        DriveLog.error("block \(digest.hex) of a Backups/ file is not held here: the read fails with EIO")
-        throw Errno.ioError
     }
 }

@@ -51,6 +51,7 @@ final class Metadata: Sendable {
         """),
         BlockMigration.migration(blobRoot: blobRoot),
         FileVersions.migration,
+        BlockChunks.migration,
         FileVersions.deletionsMigration,
     ] }
 
