@@ -11,7 +11,11 @@ import Crypto
 /// the feed changed it (`reload()`), so a lookup is a dictionary access.
 /// `@unchecked Sendable`: the index is replaced and read under `lock`.
 public final class BackupsTree: VirtualTree, @unchecked Sendable {
-    public let rootName = "Backups"
+    /// "Backups", unless the workspace has a folder of its own by that name (made before
+    /// this tree existed): then `alternativeRootName`, so nothing of the user's is hidden.
+    public let rootName: String
+    public static let preferredRootName = "Backups"
+    public static let alternativeRootName = "Backups (all devices)"
     /// `Backups/` adds no attributes to real files; its prefix is the drive's own.
     public let attributePrefix = "user.vdrive."
 
@@ -19,7 +23,10 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
     private let lock = NSLock()
     private var index: Index?
 
-    public init(table: RecordsTable) { self.table = table }
+    public init(table: RecordsTable, rootName: String = BackupsTree.preferredRootName) {
+        self.table = table
+        self.rootName = rootName
+    }
 
     /// Forgets the index: the next lookup reads the table again.
     public func reload() { lock.withLock { index = nil } }

@@ -94,6 +94,12 @@ struct VirtualPath {
 }
 
 extension DriveFileSystem {
+    /// True when the workspace root holds a real entry called `name` (a virtual tree
+    /// given that name would hide it). Counts no kernel lookup.
+    public func rootHasEntry(named name: String) -> Bool {
+        (try? catalog.lookup(parent: Catalog.rootIno, name: Array(name.utf8))) != nil
+    }
+
     /// The tree and inner path of a virtual inode, nil for a catalog inode.
     func virtualPath(of ino: UInt64) -> VirtualPath? {
         guard VirtualInodes.contains(ino), let full = virtualInodes.path(of: ino) else { return nil }

@@ -10,7 +10,12 @@ final class BackupsWiring {
 
     init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
         let table = try RecordsTable(catalogPath: fs.catalogPath)
-        let tree = BackupsTree(table: table)
+        var name = BackupsTree.preferredRootName
+        if fs.rootHasEntry(named: name) {
+            name = BackupsTree.alternativeRootName
+            printError("the workspace has a folder of its own called '\(BackupsTree.preferredRootName)': every device's backups are in '\(name)' instead (rename that folder to get '\(BackupsTree.preferredRootName)/' back)")
+        }
+        let tree = BackupsTree(table: table, rootName: name)
         fs.virtualTrees.append(tree)
         guard let remote else { follower = nil; return }
         let records = try ClientRemoteRecords.forRemote(remote)

@@ -174,6 +174,22 @@ import Storage
         #expect(throws: Errno.notPermitted) { try s.fs.rmdir(parent: 1, name: Array("Backups".utf8)) }
     }
 
+    @Test func aWorkspaceFolderCalledBackupsIsNotHidden() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        #expect(!fs.rootHasEntry(named: "Backups"))
+        _ = try fs.create(parent: 1, name: Array("Backups".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        #expect(fs.rootHasEntry(named: "Backups"))
+        // The wiring then names the tree otherwise: both are listed, the user's folder stays writable.
+        fs.virtualTrees.append(BackupsTree(table: try RecordsTable(catalogPath: fs.catalogPath), rootName: BackupsTree.alternativeRootName))
+        #expect(try fs.readdir(1, after: 0, limit: 100).map { String(decoding: $0.name, as: UTF8.self) }
+                == [".", "..", "Camera Roll", "Backups", "Backups (all devices)"])
+        let mine = try fs.lookup(parent: 1, name: Array("Backups".utf8))
+        #expect(!VirtualInodes.contains(mine.ino))
+        _ = try fs.create(parent: mine.ino, name: Array("notes.txt".utf8), mode: 0o644, uid: 0, gid: 0)
+    }
+
     @Test func theServerDownKeepsTheLastKnownRecords() throws {
         let s = try Setup(); defer { s.dir.remove() }
         s.feed.record("phone", "a.jpg", [1], captured: Self.july2019)
