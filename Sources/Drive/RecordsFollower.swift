@@ -16,31 +16,30 @@ public final class RecordsFollower: @unchecked Sendable {
     private let table: RecordsTable
     private let remote: RemoteRecords
     private let interval: Double
-    private let onChange: @Sendable () -> Void
+    private let onChange: @Sendable (Set<RecordKey>) -> Void
     private let condition = NSCondition()
     private var stopped = false
     private var finished = false
     private var outage = false
 
-    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0, onChange: @escaping @Sendable () -> Void) {
+    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0, onChange: @escaping @Sendable (Set<RecordKey>) -> Void) {
         self.table = table
         self.remote = remote
         self.interval = interval
         self.onChange = onChange
     }
 
-    /// Reads the feed from the table's cursor to its end. Returns the entries applied.
-    /// Used by the follower and by `vdrive task run us.virtualdrive.sync` (no mount).
+    /// Reads the feed from the table's cursor to its end. Returns the files whose
+    /// records changed. Used by the follower and by `vdrive task run us.virtualdrive.sync`.
     @discardableResult
-    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000) throws -> Int {
-        var applied = 0
+    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000) throws -> Set<RecordKey> {
+        var changed = Set<RecordKey>()
         while true {
             let since = try table.cursor()
             let page = try remote.changes(since: since, limit: pageSize)
-            if page.changes.isEmpty && page.nextSequence <= since { return applied }
-            try table.apply(page)
-            applied += page.changes.count
-            if page.changes.count < pageSize { return applied }
+            if page.changes.isEmpty && page.nextSequence <= since { return changed }
+            changed.formUnion(try table.apply(page))
+            if page.changes.count < pageSize { return changed }
         }
     }
 
@@ -73,12 +72,12 @@ public final class RecordsFollower: @unchecked Sendable {
 
     private func step() {
         do {
-            let applied = try Self.catchUp(table, from: remote)
+            let changed = try Self.catchUp(table, from: remote)
             if outage {
                 outage = false
                 DriveLog.info("the workspace server answers again: Backups/ follows its changes again")
             }
-            if applied > 0 { onChange() }
+            if !changed.isEmpty { onChange(changed) }
         } catch let failure as RemoteFailure {
             if !outage {
                 outage = true

@@ -73,19 +73,21 @@ public final class RecordsTable: @unchecked Sendable {
     }
 
     /// Applies a page of the feed (entries at or below the stored cursor are skipped)
-    /// and moves the cursor to its end. Returns whether any record changed.
+    /// and moves the cursor to its end. Returns the files whose records changed.
     @discardableResult
-    public func apply(_ page: RemoteChangePage) throws -> Bool {
+    public func apply(_ page: RemoteChangePage) throws -> Set<RecordKey> {
         try locked { db in
             try db.transaction {
                 let cursor = try db.queryOne("SELECT cursor FROM remote_feed WHERE id = 1") { $0.int64(0) } ?? 0
-                var changed = false
+                var changed = Set<RecordKey>()
                 for change in page.changes where change.sequence > cursor {
                     switch change {
-                    case .recorded(let v): try Self.record(v, db)
-                    case .deleted(_, let version): try Self.delete(version: version, db)
+                    case .recorded(let v):
+                        try Self.record(v, db)
+                        changed.insert(RecordKey(device: v.device, path: v.path))
+                    case .deleted(_, let version):
+                        if let key = try Self.delete(version: version, db) { changed.insert(key) }
                     }
-                    changed = true
                 }
                 if page.nextSequence > cursor {
                     try db.run("UPDATE remote_feed SET cursor = ? WHERE id = 1", page.nextSequence)
@@ -120,15 +122,17 @@ public final class RecordsTable: @unchecked Sendable {
         try nameFile(device: v.device, path: v.path, folder: BackupsLayout.folder(for: v.shownDate), db)
     }
 
-    private static func delete(version sequence: Int64, _ db: Database) throws {
+    /// Returns the file the deleted version belonged to (nil: not known here).
+    private static func delete(version sequence: Int64, _ db: Database) throws -> RecordKey? {
         guard let gone = try db.queryOne("SELECT device, path FROM remote_versions WHERE sequence = ?", sequence, row: {
             ($0.string(0) ?? "", $0.string(1) ?? "")
-        }) else { return }
+        }) else { return nil }
         try db.run("DELETE FROM remote_versions WHERE sequence = ?", sequence)
         // An older version may be current now, dated in another folder.
         if let current = try current(device: gone.0, path: gone.1, db) {
             try nameFile(device: current.device, path: current.path, folder: BackupsLayout.folder(for: current.shownDate), db)
         }
+        return RecordKey(device: gone.0, path: gone.1)
     }
 
     /// Gives (device, path) its permanent name in `folder`, unless it has one there.
@@ -150,21 +154,34 @@ public final class RecordsTable: @unchecked Sendable {
         }
     }
 
-    /// The names given: (device, path, folder) → name.
-    func names() throws -> [NameKey: String] {
+    /// One file's versions, oldest first.
+    func versions(of key: RecordKey) throws -> [RemoteVersion] {
         try locked { db in
-            var out: [NameKey: String] = [:]
-            for (key, name) in try db.query("SELECT device, path, folder, name FROM remote_names", row: {
-                (NameKey(device: $0.string(0) ?? "", path: $0.string(1) ?? "", folder: $0.string(2) ?? ""), $0.string(3) ?? "")
-            }) { out[key] = name }
+            try db.query("SELECT \(Self.columns) FROM remote_versions WHERE device = ? AND path = ? ORDER BY sequence",
+                         key.device, key.path, row: Self.version).compactMap { $0 }
+        }
+    }
+
+    /// The names given: file → (folder → name).
+    func names() throws -> [RecordKey: [String: String]] {
+        try locked { db in
+            var out: [RecordKey: [String: String]] = [:]
+            for (key, folder, name) in try db.query("SELECT device, path, folder, name FROM remote_names", row: {
+                (RecordKey(device: $0.string(0) ?? "", path: $0.string(1) ?? ""), $0.string(2) ?? "", $0.string(3) ?? "")
+            }) { out[key, default: [:]][folder] = name }
             return out
         }
     }
 
-    struct NameKey: Hashable {
-        let device: String
-        let path: String
-        let folder: String
+    /// The names one file was given: folder → name.
+    func names(of key: RecordKey) throws -> [String: String] {
+        try locked { db in
+            var out: [String: String] = [:]
+            for (folder, name) in try db.query("SELECT folder, name FROM remote_names WHERE device = ? AND path = ?", key.device, key.path, row: {
+                ($0.string(0) ?? "", $0.string(1) ?? "")
+            }) { out[folder] = name }
+            return out
+        }
     }
 
     /// A content's block list, when it was fetched before.

@@ -20,7 +20,7 @@ final class BackupsWiring {
         guard let remote else { follower = nil; return }
         let records = try ClientRemoteRecords.forRemote(remote)
         fs.remoteReads = RemoteReads(table: table, remote: records)
-        follower = RecordsFollower(table: table, remote: records, interval: Self.interval) { tree.reload() }
+        follower = RecordsFollower(table: table, remote: records, interval: Self.interval) { tree.update($0) }
     }
 
     /// Seconds between two questions to the feed (`VDRIVE_FEED_INTERVAL` overrides, for benchmarks).

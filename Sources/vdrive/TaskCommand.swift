@@ -70,8 +70,8 @@ enum TaskCommand {
         try db.migrate(all)
         let table = try RecordsTable(catalogPath: catalog)
         do {
-            let applied = try RecordsFollower.catchUp(table, from: try ClientRemoteRecords.forRemote(remote))
-            print("Backups: \(applied) change(s) learned from the server (feed at \(try table.cursor()))")
+            let changed = try RecordsFollower.catchUp(table, from: try ClientRemoteRecords.forRemote(remote))
+            print("Backups: \(changed.count) file(s) changed on the server (feed at \(try table.cursor()))")
         } catch let failure as RemoteFailure {
             throw CLIError("could not follow the server's change feed at \(remote.url): \(failure); Backups/ keeps the last known records", code: ExitCode.unavailable)
         }
