@@ -67,23 +67,47 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
 
     public func entries(in path: String) -> [VirtualEntry]? {
         withIndex { index in
-            guard case .directory = index.nodes[path] else { return nil }
-            return (index.children[path] ?? [:]).map { VirtualEntry(name: $0.key, isDirectory: $0.value) }
+            index.folders[path].map { folder in
+                folder.entries.map { name, entry in
+                    if case .folder = entry { return VirtualEntry(name: name, isDirectory: true) }
+                    return VirtualEntry(name: name, isDirectory: false)
+                }
+            }
         }
     }
 
     public func content(of path: String) -> [UInt8]? { nil }
 
-    public func node(at path: String) -> VirtualNode? { withIndex { $0.nodes[path] } }
+    public func node(at path: String) -> VirtualNode? { withIndex { $0.node(at: path) } }
 
     public func attributes(ofFileAt path: String, ino: UInt64) -> [String: [UInt8]] { [:] }
 
-    /// The tree's paths (relative to `Backups/`): nodes, each folder's children (name →
-    /// is a folder), and the paths each file placed, so a change removes exactly those.
+    /// The tree (paths relative to `Backups/`): its folders by path, each with its
+    /// entries by name, and where each file was placed, so a change removes exactly that.
+    /// Files are kept by name in their folder, not by whole path: names are short
+    /// (Swift keeps up to 15 bytes without an allocation). `vdrive-bench backups`
+    /// measures its memory (benchmarks.md).
     struct Index {
-        var nodes: [String: VirtualNode] = ["": .directory(mtime: nil)]
-        var children: [String: [String: Bool]] = ["": [:]]
-        var placed: [RecordKey: [String]] = [:]
+        var folders: [String: Folder] = ["": Folder()]
+        var placed: [RecordKey: Placement] = [:]
+
+        struct Folder {
+            /// The newest date of what it holds (nil while empty).
+            var mtime: Int64?
+            var entries: [String: Entry] = [:]
+        }
+
+        enum Entry {
+            case folder
+            case file(RemoteFile)
+        }
+
+        /// A file's current version (`name` in `folder`) and its older versions (names in `folder/.versions`).
+        struct Placement {
+            let folder: String
+            let name: String
+            let older: [String]
+        }
 
         init() {}
 
@@ -102,52 +126,55 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
             settle(affected)
         }
 
+        func node(at path: String) -> VirtualNode? {
+            if let folder = folders[path] { return .directory(mtime: folder.mtime) }
+            let (parent, name) = Self.split(path)
+            guard case .file(let file)? = folders[parent]?.entries[name] else { return nil }
+            return .remote(file)
+        }
+
         /// Adds a file's current version and its older ones; returns the folders touched.
         /// `names`: folder → the name the table gave the file there.
         mutating func place(_ all: ArraySlice<RemoteVersion>, names: [String: String]) -> Set<String> {
             guard let latest = all.last, latest.device != ".", latest.device != ".." else { return [] }
             let key = RecordKey(device: latest.device, path: latest.path)
-            let folder = BackupsLayout.folder(for: latest.shownDate)
-            let name = names[folder] ?? BackupsLayout.baseName(of: latest.path)
-            let month = latest.device + "/" + folder
-            var paths = [month + "/" + name]
-            var touched: Set<String> = [month]
+            let date = BackupsLayout.folder(for: latest.shownDate)
+            let name = names[date] ?? BackupsLayout.baseName(of: latest.path)
+            let month = latest.device + "/" + date
             addFolders(month)
-            add(month + "/" + name, .remote(RemoteFile(content: latest.content, size: latest.size, mtime: latest.shownDate)))
+            folders[month]!.entries[name] = .file(RemoteFile(content: latest.content, size: latest.size, mtime: latest.shownDate))
+            var touched: Set<String> = [month]
             let older = all.dropLast()
+            var labels: [String] = []
             if !older.isEmpty {
                 let versionsFolder = month + "/" + BackupsLayout.versionsFolder
                 addFolders(versionsFolder)
                 touched.insert(versionsFolder)
-                let labels = BackupsLayout.versionNames(of: name, older.map { ($0.sequence, $0.recordedAt ?? $0.mtime) })
+                labels = BackupsLayout.versionNames(of: name, older.map { ($0.sequence, $0.recordedAt ?? $0.mtime) })
                 for (v, label) in zip(older, labels) {
-                    add(versionsFolder + "/" + label, .remote(RemoteFile(content: v.content, size: v.size, mtime: v.shownDate)))
-                    paths.append(versionsFolder + "/" + label)
+                    folders[versionsFolder]!.entries[label] = .file(RemoteFile(content: v.content, size: v.size, mtime: v.shownDate))
                 }
             }
-            placed[key] = paths
+            placed[key] = Placement(folder: month, name: name, older: labels)
             return touched
         }
 
         /// Removes what a file placed; returns the folders touched.
         mutating func remove(_ key: RecordKey) -> Set<String> {
-            guard let paths = placed.removeValue(forKey: key) else { return [] }
-            var touched = Set<String>()
-            for path in paths {
-                nodes[path] = nil
-                let (parent, name) = Self.split(path)
-                children[parent]?[name] = nil
-                touched.insert(parent)
-            }
-            return touched
+            guard let p = placed.removeValue(forKey: key) else { return [] }
+            folders[p.folder]?.entries[p.name] = nil
+            guard !p.older.isEmpty else { return [p.folder] }
+            let versionsFolder = p.folder + "/" + BackupsLayout.versionsFolder
+            for label in p.older { folders[versionsFolder]?.entries[label] = nil }
+            return [p.folder, versionsFolder]
         }
 
         /// Folders touched, deepest first: an empty one goes (its parent is touched in
-        /// turn), the others take their newest child's date.
-        mutating func settle(_ folders: Set<String>) {
+        /// turn), the others take their newest entry's date.
+        mutating func settle(_ touched: Set<String>) {
             // By depth, deepest first: a folder's parent is one level up, settled after it.
             var levels: [Int: Set<String>] = [:]
-            for f in folders { levels[Self.depth(f), default: []].insert(f) }
+            for f in touched { levels[Self.depth(f), default: []].insert(f) }
             var depth = levels.keys.max() ?? -1
             while depth >= 0 {
                 for folder in levels.removeValue(forKey: depth) ?? [] {
@@ -158,44 +185,32 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
         }
 
         /// Settles one folder; returns its parent when that must be settled too.
-        private mutating func settle(_ folder: String) -> String? {
-            guard nodes[folder] != nil else { return nil }
-            let names = children[folder] ?? [:]
-            if names.isEmpty && !folder.isEmpty {
-                nodes[folder] = nil
-                children[folder] = nil
-                let (parent, name) = Self.split(folder)
-                children[parent]?[name] = nil
+        private mutating func settle(_ path: String) -> String? {
+            guard let folder = folders[path] else { return nil }
+            if folder.entries.isEmpty && !path.isEmpty {
+                folders[path] = nil
+                let (parent, name) = Self.split(path)
+                folders[parent]?.entries[name] = nil
                 return parent
             }
-            let newest = names.keys.compactMap { name -> Int64? in
-                switch nodes[folder.isEmpty ? name : folder + "/" + name] {
-                case .remote(let f)?: return f.mtime
-                case .directory(let m)?: return m
-                default: return nil
+            let newest = folder.entries.compactMap { name, entry -> Int64? in
+                switch entry {
+                case .file(let f): return f.mtime
+                case .folder: return folders[path.isEmpty ? name : path + "/" + name]?.mtime
                 }
             }.max()
-            if case .directory(let old) = nodes[folder], old != newest {
-                nodes[folder] = .directory(mtime: newest)
-                if !folder.isEmpty { return Self.split(folder).parent }
-            }
-            return nil
-        }
-
-        private mutating func add(_ path: String, _ node: VirtualNode) {
-            nodes[path] = node
-            let (parent, name) = Self.split(path)
-            var isDirectory = false
-            if case .directory = node { isDirectory = true }
-            children[parent, default: [:]][name] = isDirectory
+            guard newest != folder.mtime else { return nil }
+            folders[path]!.mtime = newest
+            return path.isEmpty ? nil : Self.split(path).parent
         }
 
         /// `device/2019/07` and each folder above it, as far as they are missing.
         private mutating func addFolders(_ path: String) {
-            guard !path.isEmpty, nodes[path] == nil else { return }
-            addFolders(Self.split(path).parent)
-            add(path, .directory(mtime: nil))
-            children[path] = [:]
+            guard !path.isEmpty, folders[path] == nil else { return }
+            let (parent, name) = Self.split(path)
+            addFolders(parent)
+            folders[path] = Folder()
+            folders[parent]!.entries[name] = .folder
         }
 
         static func split(_ path: String) -> (parent: String, name: String) {
