@@ -18,6 +18,7 @@ public final class RecordsFollower: @unchecked Sendable {
     private let interval: Double
     private let onChange: @Sendable (Set<RecordKey>) -> Void
     private let condition = NSCondition()
+    private var started = false
     private var stopped = false
     private var finished = false
     private var outage = false
@@ -44,6 +45,7 @@ public final class RecordsFollower: @unchecked Sendable {
     }
 
     public func start() {
+        condition.withLock { started = true }
         let thread = Thread { [self] in run() }
         thread.name = "vdrive-records"
         thread.start()
@@ -54,7 +56,7 @@ public final class RecordsFollower: @unchecked Sendable {
         condition.lock()
         stopped = true
         condition.broadcast()
-        while !finished { condition.wait() }
+        while started && !finished { condition.wait() }
         condition.unlock()
     }
 

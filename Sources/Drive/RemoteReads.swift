@@ -36,12 +36,21 @@ public final class RemoteReads: @unchecked Sendable {
 }
 
 /// Per open `Backups/` file: where the last read ended, so a sequential reader is
-/// recognised. `@unchecked Sendable`: `sequentialEnd` is guarded by `lock`.
+/// recognised, and its block list. `@unchecked Sendable`: both are guarded by `lock`.
 final class RemoteHandle: @unchecked Sendable {
     let file: RemoteFile
     private let lock = NSLock()
     private var sequentialEnd: Int64 = -1
+    private var blocks: [SHA256Digest]?
     init(_ file: RemoteFile) { self.file = file }
+
+    /// The content's block list, asked of `reads` once per open file.
+    func blockList(_ reads: RemoteReads) throws -> [SHA256Digest] {
+        if let kept = lock.withLock({ blocks }) { return kept }
+        let list = try reads.blockList(file)
+        lock.withLock { blocks = list }
+        return list
+    }
 
     /// True when this read continues the previous one past the file's start (a copy, a
     /// player; a thumbnailer reading the first bytes is not one), as for local files.
@@ -69,7 +78,7 @@ extension DriveFileSystem {
             DriveLog.error("a Backups/ file was read but no workspace server is configured: the read fails with EIO")
             throw Errno.ioError
         }
-        let blocks = try reads.blockList(file)
+        let blocks = try handle.blockList(reads)
         let sequential = handle.isSequential(offset, count: count)
         let spans = Self.blockSpans(offset: offset, count: count, size: file.size)
         // The block cache: the stored block when this drive holds it, else the chunks the
