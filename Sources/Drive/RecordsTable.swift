@@ -58,8 +58,13 @@ public final class RecordsTable: @unchecked Sendable {
     private let db: Database
 
     /// A connection of its own to the catalog at `catalogPath` (migrated already).
+    /// `synchronous=NORMAL` on this connection only: in WAL mode a commit then skips its
+    /// fsync. The records can always be learned again from the server, and a page and
+    /// its cursor are one transaction, so a power cut loses the last pages together
+    /// (the next catch-up asks for them again), never one without the other.
     public init(catalogPath: String) throws {
         db = try Database(path: catalogPath)
+        try db.execute("PRAGMA synchronous=NORMAL")
     }
 
     private func locked<T>(_ body: (Database) throws -> T) throws -> T {
