@@ -56,6 +56,7 @@ extension BlockCache {
         let totals = try catalog.residencyTotals()
         var over = totals.local + totals.cached - bound.bytes
         guard over > 0 else { return 0 }
+        dropPartials()
         var originals: Set<UInt64>?
         if bound.optimizeStorage, let ledger {
             var inodes = Set<UInt64>()
@@ -73,6 +74,18 @@ extension BlockCache {
         }
         if dropped > 0 { DriveLog.info("cache bound \(bound.bytes) bytes: \(dropped) bytes of blocks the server holds were dropped (read again on demand)") }
         return dropped
+    }
+
+    /// Partial blocks go first when the store is over its bound: at most 4 MiB each, and
+    /// the chunks a reader needs again are one request away.
+    func dropPartials() {
+        for name in (try? FileIO.listDirectory(partialRoot)) ?? [] {
+            guard let d = SHA256Digest(hex: name) else { continue }
+            try? exclusively(d) {
+                _ = unlink(partialPath(d))
+                try catalog.forgetPartial(d, chunkDigestsToo: false)
+            }
+        }
     }
 
     /// Local, cached and online-only bytes.

@@ -542,9 +542,13 @@ public final class DriveFileSystem: @unchecked Sendable {
             let committed = node.committed!
             let size = node.committedSize
             let spans = Self.blockSpans(offset: offset, count: count, size: size)
-            // A reader continuing where its last read ended (past the start: a program
-            // that reads the first bytes of a file, a thumbnailer, is not one).
-            let sequential = offset > 0 && offset == node.sequentialEnd
+            // A reader continuing where its last read ended, with more than two chunks
+            // read in order: it gets whole blocks and the next ones fetched ahead. A
+            // program reading a file's first bytes (a thumbnailer, `file`, `head -c`), and
+            // the kernel's first readahead for it, fetch only the chunks they cover.
+            let continues = offset > 0 && offset == node.sequentialEnd
+            node.sequentialRun = continues ? node.sequentialRun + Int64(count) : Int64(count)
+            let sequential = continues && node.sequentialRun > Int64(2 * Blocks.chunkSize)
             let planned: [PlannedPiece] = try spans.map { span in
                 guard let digest = committed[span.index] else { return .ready(.zeros(span.length)) }
                 if let fd = try residentReader(node, digest) {

@@ -113,6 +113,8 @@ final class OpenNode: @unchecked Sendable {
     /// Where the last read ended (a read starting there is sequential), and the block
     /// last asked of the disk ahead of the reader.
     var sequentialEnd: Int64 = 0
+    /// Bytes read in order up to `sequentialEnd` (a thumbnailer's first read is not a run).
+    var sequentialRun: Int64 = 0
     var prefetched: SHA256Digest?
 
     init(ino: UInt64) { self.ino = ino }
