@@ -18,10 +18,15 @@ enum BackupsLayout {
 
     /// "2019/07": the UTC year and month of `seconds`.
     static func folder(for seconds: Int64) -> String {
+        let p = utc(seconds)
+        return String(format: "%04d/%02d", Int(p.tm_year) + 1900, Int(p.tm_mon) + 1)
+    }
+
+    private static func utc(_ seconds: Int64) -> tm {
         var t = time_t(seconds)
         var parts = tm()
         gmtime_r(&t, &parts)
-        return String(format: "%04d/%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1)
+        return parts
     }
 
     /// The last component of a device path.
@@ -51,9 +56,7 @@ enum BackupsLayout {
 
     /// "2026-11-30 121503": the UTC date and time of `seconds`.
     static func stamp(_ seconds: Int64) -> String {
-        var t = time_t(seconds)
-        var p = tm()
-        gmtime_r(&t, &p)
+        let p = utc(seconds)
         return String(format: "%04d-%02d-%02d %02d%02d%02d", Int(p.tm_year) + 1900, Int(p.tm_mon) + 1, Int(p.tm_mday),
                       Int(p.tm_hour), Int(p.tm_min), Int(p.tm_sec))
     }
