@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Crypto
 import Storage
 
@@ -11,6 +12,8 @@ import Storage
 public final class RemoteReads: @unchecked Sendable {
     let table: RecordsTable
     let remote: RemoteRecords
+    /// True from a failed block-list fetch to the next good one: one log line per outage.
+    private let outage = Mutex(false)
 
     public init(table: RecordsTable, remote: RemoteRecords) {
         self.table = table
@@ -23,9 +26,15 @@ public final class RemoteReads: @unchecked Sendable {
         if let kept = try table.blockList(of: file.content), kept.count == Blocks.count(forSize: file.size) { return kept }
         let fetched: [SHA256Digest]
         do { fetched = try remote.blockList(of: file.content) } catch {
-            DriveLog.error("the block list of content \(file.content.hex) could not be fetched (\(error)): the read fails with EIO")
+            var unavailable = false
+            if case .unavailable = error { unavailable = true }
+            let first = outage.withLock { o in defer { o = o || unavailable }; return !o }
+            if first || !unavailable {
+                DriveLog.error("the block list of content \(file.content.hex) could not be fetched (\(error)): reads of Backups/ files not read before fail with EIO until the server answers")
+            }
             throw Errno.ioError
         }
+        outage.withLock { $0 = false }
         guard fetched.count == Blocks.count(forSize: file.size), ContentHash.of(blocks: fetched) == file.content else {
             DriveLog.error("the server's block list of content \(file.content.hex) does not match it (\(fetched.count) blocks for \(file.size) bytes): the read fails with EIO")
             throw Errno.ioError

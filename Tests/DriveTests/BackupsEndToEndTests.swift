@@ -222,5 +222,17 @@ import Storage
         #expect(listed.contains("phone/2019/07/clip.mov") && !listed.contains("phone/2026/11/late-0.jpg"))
         var st = stat()
         #expect(stat(laptop.path("Backups/phone/2019/07/clip.mov"), &st) == 0 && st.st_size == 9 << 20)
+        // A file never read here cannot be read without the server: EIO, not a hang.
+        let started = Date()
+        let fd = open(laptop.path("Backups/phone/2026/11/by-task.jpg"), O_RDONLY)
+        #expect(fd >= 0, "opening reads nothing")
+        var byte: UInt8 = 0
+        let n = read(fd, &byte, 1)
+        let e = errno
+        close(fd)
+        #expect(n == -1 && e == EIO, "read with the server down: \(n), errno \(e)")
+        print(String(format: "Backups/ read with the server down failed (EIO) after %.0f ms", Date().timeIntervalSince(started) * 1000))
+        // Files read before are in the block cache: they still read.
+        #expect(try sha256(ofFile: laptop.path("Backups/phone/2019/07/clip.mov")) == Self.sha(clip))
     }
 }
