@@ -3,15 +3,16 @@ import Foundation
 /// Keeps the records table up to date with the server: at start it reads the feed
 /// from the stored cursor to its end (the first mount: every version the server
 /// keeps), then asks again every `interval` seconds. Each page is applied in one
-/// transaction; `onChange` runs after a page changed something (the `Backups/` tree
-/// reloads). An unreachable server is one log line per outage; the table keeps
-/// serving the last known records.
+/// transaction; `onChange` gets the files a catch-up changed (the `Backups/` tree
+/// places them again). An unreachable server is one log line per outage; the table
+/// keeps serving the last known records.
 ///
 /// Why a short interval and not a long poll: one `GET /v1/changes` with nothing new is
-/// an index lookup on the server and ~0.2 ms on loopback; a second's poll keeps a
-/// record made on another device within about a second of appearing
-/// (Docs/benchmarks.md, "Backups/ freshness") without a held connection per drive.
-/// `@unchecked Sendable`: `stopped` is read and written under `condition`.
+/// one index lookup on the server; a second's poll keeps a record made on another
+/// device within about a second of appearing (Docs/benchmarks.md, "Backups/
+/// freshness") without a held connection per drive or new server machinery.
+/// `@unchecked Sendable`: `started`, `stopped`, `finished` are used under `condition`;
+/// `outage` only by the follower's thread.
 public final class RecordsFollower: @unchecked Sendable {
     private let table: RecordsTable
     private let remote: RemoteRecords

@@ -30,7 +30,7 @@ public final class RemoteReads: @unchecked Sendable {
             if case .unavailable = error { unavailable = true }
             let first = outage.withLock { o in defer { o = o || unavailable }; return !o }
             if first || !unavailable {
-                DriveLog.error("the block list of content \(file.content.hex) could not be fetched (\(error)): reads of Backups/ files not read before fail with EIO until the server answers")
+                DriveLog.error("the block list of content \(file.content.hex) could not be fetched (\(error)): reads of Backups/ files not read before fail with EIO")
             }
             throw Errno.ioError
         }
