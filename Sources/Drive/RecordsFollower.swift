@@ -8,7 +8,7 @@ import Foundation
 /// keeps serving the last known records.
 ///
 /// Why a short interval and not a long poll: one `GET /v1/changes` with nothing new is
-/// one index lookup on the server; a second's poll keeps a record made on another
+/// two primary-key range reads on the server; a second's poll keeps a record made on another
 /// device within about a second of appearing (Docs/benchmarks.md, "Backups/
 /// freshness") without a held connection per drive or new server machinery.
 /// `@unchecked Sendable`: `started`, `stopped`, `finished` are used under `condition`;
