@@ -386,6 +386,12 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
     }
 
+    /// True for an open generated file (`.backup/status`): its size changes under it.
+    func isGeneratedHandle(_ fh: UInt64) -> Bool {
+        if case .generated? = tables.withLock({ virtualHandles[fh] }) { return true }
+        return false
+    }
+
     /// Creates and opens a new, empty file.
     public func createAndOpen(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32) throws -> (NodeAttributes, UInt64) {
         let a = try create(parent: parent, name: name, mode: UInt32(S_IFREG) | (mode & 0o7777), uid: uid, gid: gid)

@@ -191,6 +191,15 @@ import Storage
             #expect(copied[inside]?.mtime == want.mtime, "restored \(inside): capture date as mtime")
         }
         #expect(copied.keys.contains { $0.hasPrefix("2026/11/.versions/IMG_0001 (") }, "cp -a copies the older versions too")
+        // A program that maps the file (an image viewer, a player) reads the same bytes.
+        let mapped = open(fresh.path("Backups/phone/2015/03/DSC_1999.jpg"), O_RDONLY)
+        let map = mmap(nil, shared.count, PROT_READ, MAP_SHARED, mapped, 0)
+        #expect(map != MAP_FAILED, "mmap of a Backups/ file: errno \(errno)")
+        if let map, map != MAP_FAILED {
+            #expect(Array(UnsafeRawBufferPointer(start: map, count: shared.count)) == shared)
+            munmap(map, shared.count)
+        }
+        close(mapped)
 
         // Backups/ is read-only: every change fails with EROFS, as on a read-only mount.
         let file = laptop.path("Backups/phone/2015/03/DSC_1999.jpg")
