@@ -58,8 +58,9 @@ public struct RemoteFile: Sendable, Equatable, Hashable {
 }
 
 /// Inode numbers for virtual paths (`.backup/status`, `Backups/phone/2019`, keyed by
-/// the path from the workspace root): a range the catalog never reaches, assigned on
-/// first sight and stable for the life of the process.
+/// the path from the workspace root, and for a remote file its content after a NUL): a
+/// range the catalog never reaches, assigned on first sight and stable for the life of
+/// the process.
 /// `@unchecked Sendable`: the tables are guarded by `lock`.
 final class VirtualInodes: @unchecked Sendable {
     static let base: UInt64 = 1 << 56
@@ -102,7 +103,8 @@ extension DriveFileSystem {
 
     /// The tree and inner path of a virtual inode, nil for a catalog inode.
     func virtualPath(of ino: UInt64) -> VirtualPath? {
-        guard VirtualInodes.contains(ino), let full = virtualInodes.path(of: ino) else { return nil }
+        guard VirtualInodes.contains(ino), let key = virtualInodes.path(of: ino) else { return nil }
+        let full = key.split(separator: "\u{0}", maxSplits: 1).first.map(String.init) ?? key
         let root = full.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard let tree = virtualTrees.first(where: { $0.rootName == root[0] }) else { return nil }
         return VirtualPath(tree: tree, path: root.count > 1 ? String(root[1]) : "")
@@ -111,7 +113,12 @@ extension DriveFileSystem {
     /// Attributes of a virtual path: folders r-x, files r--, owned by the mount's user.
     func virtualAttributes(_ v: VirtualPath) throws -> NodeAttributes {
         guard let node = v.tree.node(at: v.path) else { throw Errno.noSuchFileOrDirectory }
-        let ino = virtualInodes.ino(for: v.full)
+        // A remote file's inode is its path and content: a new version at the same path
+        // is a new inode to the kernel, so pages cached from the old one (still open
+        // somewhere) are never served as the new one's.
+        var key = v.full
+        if case .remote(let file) = node { key += "\u{0}" + file.content.hex }
+        let ino = virtualInodes.ino(for: key)
         let now = nowNanoseconds()
         switch node {
         case .directory(let mtime):

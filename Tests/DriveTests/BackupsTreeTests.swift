@@ -192,6 +192,32 @@ import Storage
         #expect(throws: Errno.notPermitted) { try s.fs.rmdir(parent: 1, name: Array("Backups".utf8)) }
     }
 
+    /// A new version at the same path is a new inode (the kernel's cached pages of the
+    /// old one are never served as the new one's); a handle open before reads the old.
+    @Test func aNewVersionIsANewInodeAndAnOpenHandleKeepsItsVersion() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        let old = Array("old photo".utf8), new = Array("new photo, longer".utf8)
+        for (name, bytes) in [("old.jpg", old), ("new.jpg", new)] {   // blocks this drive holds
+            let fh = try s.fs.createAndOpen(parent: 1, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0).1
+            _ = try bytes.withUnsafeBytes { try s.fs.write(fh, $0, at: 0) }
+            try s.fs.flush(fh); s.fs.release(fh)
+        }
+        s.feed.record("phone", "IMG.jpg", old, captured: Self.july2019)
+        try s.sync()
+        var month = try s.fs.lookup(parent: 1, name: Array("Backups".utf8)).ino
+        for name in ["phone", "2019", "07"] { month = try s.fs.lookup(parent: month, name: Array(name.utf8)).ino }
+        let first = try s.fs.lookup(parent: month, name: Array("IMG.jpg".utf8))
+        let fh = try s.fs.open(first.ino, writable: false, truncate: false)
+        s.feed.record("phone", "IMG.jpg", new, captured: Self.july2019)
+        try s.sync()
+        let second = try s.fs.lookup(parent: month, name: Array("IMG.jpg".utf8))
+        #expect(second.ino != first.ino && second.size == Int64(new.count))
+        var buf = [UInt8](repeating: 0, count: 64)
+        let n = try buf.withUnsafeMutableBytes { try s.fs.read(fh, into: $0, at: 0) }
+        #expect(Array(buf[0..<n]) == old, "the handle reads the version it opened")
+        s.fs.release(fh)
+    }
+
     @Test func aWorkspaceFolderCalledBackupsIsNotHidden() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
