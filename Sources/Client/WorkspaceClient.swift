@@ -345,6 +345,16 @@ public final class WorkspaceClient: Sendable {
         return reply.body
     }
 
+    /// Downloads one whole stored block into `fd` from offset 0, handing every piece
+    /// written to `piece`; not checked here (the caller hashes the pieces). Returns the
+    /// bytes written.
+    @discardableResult
+    public func streamBlock(_ hash: SHA256Digest, to fd: Int32, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
+        try withoutActuallyEscaping(piece) { piece throws(ClientError) -> Int64 in
+            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, hook: piece, progress: nil)
+        }
+    }
+
     /// A stored block's chunk digests (`GET /v1/blocks/<hash>/chunks`), checked for shape:
     /// one per `Blocks.chunkSize` piece of the block's size.
     public func chunkDigests(_ hash: SHA256Digest) throws(ClientError) -> [SHA256Digest] {

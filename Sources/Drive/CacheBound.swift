@@ -34,7 +34,7 @@ public struct CacheBound: Sendable {
 public struct ResidencyTotals: Sendable, Equatable {
     /// Blocks files here name, held here.
     public var local: Int64
-    /// Blocks fetched from the server that no file names (cache).
+    /// Blocks fetched from the server that no file names, and chunks of partial blocks (cache).
     public var cached: Int64
     /// Blocks files here name that are only on the server.
     public var onlineOnly: Int64

@@ -104,19 +104,24 @@ extension Catalog {
     }
 
     /// Bytes of the store by kind: blocks a local file names (`local`), blocks fetched
-    /// from the server that no file names (`cached`), and blocks files name that have no
-    /// file here (`onlineOnly`).
+    /// from the server that no file names and partial blocks (`cached`), and blocks files
+    /// name that have no file here (`onlineOnly`).
     func residencyTotals() throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
         try withDatabase { db in try Self.residencyTotals(db) }
     }
 
     static func residencyTotals(_ db: Database) throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
-            try db.queryOne("""
+        // Partial blocks count as cached: their verified chunks (the last may be shorter:
+        // counted whole, at most 256 KiB off per block).
+        let partial = try db.query("SELECT chunks FROM partial_blocks") { Int64(UInt64(bitPattern: $0.int64(0)).nonzeroBitCount) }
+            .reduce(0, +) * Int64(Blocks.chunkSize)
+        let t = try db.queryOne("""
                 SELECT coalesce(sum(CASE WHEN resident = 1 AND refs > 0 THEN size END), 0),
                        coalesce(sum(CASE WHEN resident = 1 AND refs <= 0 THEN size END), 0),
                        coalesce(sum(CASE WHEN resident = 0 AND refs > 0 THEN size END), 0)
                 FROM blocks
                 """) { ($0.int64(0), $0.int64(1), $0.int64(2)) } ?? (0, 0, 0)
+        return (t.0, t.1 + partial, t.2)
     }
 
     /// Candidates for eviction, least recently used first: fetched blocks no file or pin

@@ -604,14 +604,16 @@ public final class DriveFileSystem: @unchecked Sendable {
     private func readAhead(_ node: OpenNode, _ committed: [Int: SHA256Digest], size: Int64, after index: Int) {
         for ahead in 1...BlockCache.prefetchDepth {
             guard let next = committed[index + ahead] else { continue }
-            if let fd = try? residentReader(node, next) {
-                if ahead == 1 && node.prefetched != next {
+            // Only the next block's descriptor is opened (and kept with the file's
+            // readers); `prefetch` returns at once for blocks further on that are here.
+            if ahead == 1, let fd = try? residentReader(node, next) {
+                if node.prefetched != next {
                     Self.adviseWillNeed(fd.fd)
                     node.prefetched = next
                 }
-            } else {
-                blockCache.prefetch(next, length: Blocks.length(ofBlock: index + ahead, fileSize: size))
+                continue
             }
+            blockCache.prefetch(next, length: Blocks.length(ofBlock: index + ahead, fileSize: size))
         }
     }
 

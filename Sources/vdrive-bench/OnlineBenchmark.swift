@@ -5,14 +5,16 @@ import Client
 ///
 /// Issue 9's online-only figures, through a real mount and a real `vdrive serve` on
 /// loopback. Two videos are written into the Camera Roll, backed up, then made
-/// online-only (optimize storage, a 1 KiB cache bound); before every round they are
-/// online-only again and the page cache is dropped.
+/// online-only (optimize storage, a 1 KiB cache bound, raised to 100 GiB while
+/// measuring); before every measurement they are online-only again and the page
+/// cache is dropped.
 ///
 /// - First byte: `head -c 1` of the `--first-gib` file (2) through the mount, beside
 ///   `head -c 1` of a local file (the cost of starting `head`). Target: at most 50 ms.
 /// - Cold sequential read of the `--seq-gib` file (1): `cat FILE > /dev/null` through
-///   the mount beside `curl -o /dev/null` of the same content from the server
-///   (`GET /v1/contents/<hash>`, one connection). Target: at least 0.8x curl's throughput.
+///   the mount (which stores what it fetches) beside `curl -o FILE` of the same content
+///   from the server (`GET /v1/contents/<hash>`, one connection, a file on the same disk),
+///   and `curl -o /dev/null` for reference. Target: at least 0.8x curl's throughput.
 enum OnlineBenchmark {
     static let usage = "       vdrive-bench online [--first-gib N] [--seq-gib N] [--rounds N] [--dir DIR]"
 
@@ -39,45 +41,65 @@ enum OnlineBenchmark {
         try Bench.sh("head -c \(firstGiB << 30) /dev/urandom > '\(first)' && head -c \(seqGiB << 30) /dev/urandom > '\(sequential)'")
         try Bench.sh("head -c 1048576 /dev/urandom > \(dir)/local.bin")
         try mount.waitUntilBackedUp(done: 2, seconds: 1800)
-        try mount.setting("cache-size", "1K")
         try mount.setting("optimize-storage", "on")
         let token = try String(contentsOfFile: "\(dir)/token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
         guard let hash = try WorkspaceClient(baseURL: server.base, token: token).listFiles(prefix: "Camera Roll/VID_seq.mov").first?.hash else {
             throw Bench.Failure(description: "the server has no record of VID_seq.mov")
         }
 
-        var firstByte: [Double] = [], spawn: [Double] = [], driveRate: [Double] = [], curlRate: [Double] = []
+        var firstByte: [Double] = [], firstRead: [Double] = [], spawn: [Double] = []
+        var driveRate: [Double] = [], curlRate: [Double] = [], curlNullRate: [Double] = []
         let bytes = Double(seqGiB << 30)
+        let curl = "curl -sS -f -H 'Authorization: Bearer \(token)' \(server.base)/v1/contents/\(hash)"
         for r in 1...rounds {
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
             spawn.append(try Bench.time { try Bench.sh("head -c 1 \(dir)/local.bin > /dev/null") })
             firstByte.append(try Bench.time { try Bench.sh("head -c 1 '\(first)' > /dev/null") })
+            try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
-            curlRate.append(bytes / (try Bench.time {
-                try Bench.sh("curl -sS -f -o /dev/null -H 'Authorization: Bearer \(token)' \(server.base)/v1/contents/\(hash)")
-            }))
+            firstRead.append(try Bench.time { try readOneByte(first) })
+            Bench.dropCaches()
+            curlRate.append(bytes / (try Bench.time { try Bench.sh("\(curl) -o \(dir)/curl.out") }))
+            try Bench.sh("rm -f \(dir)/curl.out")
+            Bench.dropCaches()
+            curlNullRate.append(bytes / (try Bench.time { try Bench.sh("\(curl) -o /dev/null") }))
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
             driveRate.append(bytes / (try Bench.time { try Bench.sh("cat '\(sequential)' > /dev/null") }))
-            print("online round \(r): first byte \(Bench.f(firstByte.last! * 1000, 1)) ms (head of a local file \(Bench.f(spawn.last! * 1000, 1)) ms); "
-                  + "cold sequential \(Bench.f(driveRate.last! / 1e6, 0)) MB/s vs curl \(Bench.f(curlRate.last! / 1e6, 0)) MB/s "
-                  + "(\(Bench.f(driveRate.last! / curlRate.last!))x)")
+            print("online round \(r): first byte: head -c 1 \(Bench.f(firstByte.last! * 1000, 1)) ms (of a local file \(Bench.f(spawn.last! * 1000, 1)) ms), "
+                  + "open+read+close \(Bench.f(firstRead.last! * 1000, 1)) ms; cold sequential \(Bench.f(driveRate.last! / 1e6, 0)) MB/s vs curl -o FILE "
+                  + "\(Bench.f(curlRate.last! / 1e6, 0)) MB/s (\(Bench.f(driveRate.last! / curlRate.last!))x), curl -o /dev/null \(Bench.f(curlNullRate.last! / 1e6, 0)) MB/s")
         }
         let median = { (v: [Double]) in v.sorted()[v.count / 2] }
         print("")
         print(Bench.table(["figure (median of \(rounds))", "mount", "baseline", "ratio", "target"], [
             ["first byte of an online-only \(firstGiB) GiB file, head -c 1", "\(Bench.f(median(firstByte) * 1000, 1)) ms",
              "\(Bench.f(median(spawn) * 1000, 1)) ms (head -c 1 of a local file)", "-", "<= 50 ms"],
-            ["cold sequential read of an online-only \(seqGiB) GiB file", "\(Bench.f(median(driveRate) / 1e6, 0)) MB/s (cat)",
-             "\(Bench.f(median(curlRate) / 1e6, 0)) MB/s (curl -o /dev/null)",
+            ["the same, open + read 1 byte + close in the benchmark", "\(Bench.f(median(firstRead) * 1000, 1)) ms", "-", "-", "<= 50 ms"],
+            ["cold sequential read of an online-only \(seqGiB) GiB file", "\(Bench.f(median(driveRate) / 1e6, 0)) MB/s (cat > /dev/null)",
+             "\(Bench.f(median(curlRate) / 1e6, 0)) MB/s (curl -o FILE; -o /dev/null: \(Bench.f(median(curlNullRate) / 1e6, 0)) MB/s)",
              Bench.f(median(zip(driveRate, curlRate).map { $0 / $1 })) + "x", ">= 0.8x"],
         ]))
     }
 
+    /// Opens a file, reads its first byte and closes it.
+    static func readOneByte(_ path: String) throws {
+        let fd = open(path, O_RDONLY)
+        guard fd >= 0 else { throw Bench.Failure(description: "cannot open \(path): errno \(errno)") }
+        defer { close(fd) }
+        var byte: UInt8 = 0
+        guard read(fd, &byte, 1) == 1 else { throw Bench.Failure(description: "cannot read \(path): errno \(errno)") }
+    }
+
     /// Waits until no block of the drive is held locally (the bound drops what the last
     /// round fetched, partial blocks included).
+    /// The bound is 1 KiB only while waiting: during a measurement it is large, so the
+    /// mount does not drop blocks it is fetching (a 1 KiB bound would evict each block
+    /// a second after the reader fetched it, which is no user's setting).
     static func waitUntilOnlineOnly(vdrive: String, mount: BackupBenchmark.Mount) throws {
+        try mount.setting("cache-size", "1K")
+        defer { try? mount.setting("cache-size", "100G"); usleep(1_500_000) }
         for _ in 0..<600 {
             let status = try Bench.sh("XDG_CONFIG_HOME=\(mount.dir)/config XDG_DATA_HOME=\(mount.dir)/data \(vdrive) status --state \(mount.dir)/state")
             let partials = (try? FileManager.default.contentsOfDirectory(atPath: mount.dir + "/state/blobs/partial")) ?? []

@@ -49,15 +49,20 @@ enum SettingsCommand {
             print(settings.value(key))
             return ExitCode.ok
         }
+        try change(file.path) { "\(key.rawValue) = \(try file.update { try $0.set(key, args[1]) }.value(key))" }
+        return ExitCode.ok
+    }
+
+    /// Runs a change of the settings file and prints its line; a bad value is a usage
+    /// error, a file that cannot be written is EX_CANTCREAT.
+    private static func change(_ path: String, _ body: () throws -> String) throws {
         do {
-            let updated = try file.update { try $0.set(key, args[1]) }
-            print("\(key.rawValue) = \(updated.value(key))")
+            print(try body())
         } catch let error as SettingsError {
             throw CLIError(error.description, code: ExitCode.usage)
         } catch {
-            throw CLIError("\(file.path): \(error)", code: ExitCode.cantCreate)
+            throw CLIError("\(path): \(error)", code: ExitCode.cantCreate)
         }
-        return ExitCode.ok
     }
 
     static func loadOrFail(_ file: SettingsFile) throws -> BackupSettings {
@@ -74,14 +79,7 @@ enum SettingsCommand {
             print(try loadOrFail { try ResidencySettings.load(path) }.value(key))
             return ExitCode.ok
         }
-        do {
-            let updated = try ResidencySettings.update(path, key, args[1])
-            print("\(key.rawValue) = \(updated.value(key))")
-        } catch let error as SettingsError {
-            throw CLIError(error.description, code: ExitCode.usage)
-        } catch {
-            throw CLIError("\(path): \(error)", code: ExitCode.cantCreate)
-        }
+        try change(path) { "\(key.rawValue) = \(try ResidencySettings.update(path, key, args[1]).value(key))" }
         return ExitCode.ok
     }
 }

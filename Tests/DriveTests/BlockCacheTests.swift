@@ -43,6 +43,17 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         return try result.get()
     }
 
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, interactive: Bool,
+                    piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
+        let length = state.withLock { $0.blocks[hash]?.count } ?? 0
+        let bytes = try blockBytes(hash, offset: 0, length: length, interactive: interactive)
+        bytes.withUnsafeBytes { raw in
+            _ = pwrite(fd, raw.baseAddress, raw.count, 0)
+            piece(raw)
+        }
+        return bytes.count
+    }
+
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
         let result: Result<[SHA256Digest], RemoteFailure> = state.withLock { s in
             if s.down { return .failure(.unavailable("connection refused")) }
@@ -145,6 +156,24 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         let at = 2 * Blocks.chunkSize
         #expect(try read(again, ino, count: 1000, at: Int64(at)) == Array(bytes[at..<(at + 1000)]))
         #expect(try again.catalog.verifiedChunks(digest) == 0b101)
+    }
+
+    @Test func aWrongWholeBlockIsFetchedOnceMoreThenRefused() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: Blocks.size)
+        let digest = try fs.catalog.storedBlocks(ino)[0]!
+        let length = Blocks.size
+        remote.state.withLock { $0.corrupt[0] = 1 }
+        _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
+        #expect(fs.blockCache.statistics.digestMismatches == 1)
+        #expect(fs.blobs.verify(digest))
+        try fs.catalog.evict(digest)
+        remote.state.withLock { $0.corrupt[0] = 2 }
+        #expect(throws: Errno.ioError) {
+            _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
+        }
+        #expect(!fs.blobs.contains(digest), "a wrong block never reaches the store")
+        #expect(try read(fs, ino, count: 100, at: 5000) == Array(bytes[5000..<5100]))
     }
 
     @Test func serverDownFailsWithEIOAndReadsWorkWhenItIsBack() throws {

@@ -44,11 +44,7 @@ import Testing
         #expect(throws: ClientError.notFound) { try s.client.chunkDigests(SHA256Hasher.digest([1, 2, 3])) }
         let f = TestFile(in: s.dir.path, size: 3000, seed: 52)
         try s.store(f, at: "f")
-        let path = s.blobRoot + "/" + f.digest.hex.prefix(2) + "/" + f.digest.hex
-        chmod(path, 0o600)
-        var bytes = f.bytes
-        bytes[7] ^= 1
-        writeFile(path, bytes)
+        s.damageStoredBlock(f)
         // A list of wrong bytes would vouch for them: the server refuses instead.
         #expect(throws: ClientError.self) { try s.client.chunkDigests(f.digest) }
     }

@@ -73,6 +73,15 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         return first
     }
 
+    /// Flips one byte of a stored block's file (damage in the server's store).
+    func damageStoredBlock(_ f: TestFile) {
+        let path = blobRoot + "/" + f.digest.hex.prefix(2) + "/" + f.digest.hex
+        chmod(path, 0o600)
+        var bytes = f.bytes
+        bytes[7] ^= 1
+        writeFile(path, bytes)
+    }
+
     /// Number of block files in the store.
     func blockCount() -> Int { countBlockFiles(blobRoot) }
 
