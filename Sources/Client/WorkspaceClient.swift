@@ -272,6 +272,12 @@ public final class WorkspaceClient: Sendable {
         return (reply.changes, reply.nextSequence)
     }
 
+    /// One page of the change feed with the administrator's deletions; pass its
+    /// `nextSequence` next time.
+    public func changesPage(since: Int64, limit: Int = API.maxChangesPage) throws(ClientError) -> ChangesResponse {
+        try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
+    }
+
     /// This device's stored backup cursor, nil before the first `setWatermark`.
     public func watermark() throws(ClientError) -> Watermark? {
         try decode(WatermarkResponse.self, call("GET", API.watermark)).watermark

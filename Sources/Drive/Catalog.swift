@@ -85,7 +85,7 @@ final class Catalog: @unchecked Sendable {
     init(path: String, blobs: BlobStore, extraMigrations: [Migration] = []) throws {
         self.blobs = blobs
         db = try Database(path: path)
-        let migrations = CatalogSchema.migrations + extraMigrations
+        let migrations = CatalogSchema.migrations + RecordsTable.migrations + extraMigrations
         try db.refuseNewerSchema(known: migrations)
         try db.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a commit survives a process kill; durability against power

@@ -23,11 +23,20 @@ public final class DriveFileSystem: @unchecked Sendable {
     private var handles: [UInt64: FileHandle] = [:]
     private var nextHandle: UInt64 = 1
     private var lookups: [UInt64: UInt64] = [:]
-    /// The generated `.backup` tree and `user.vdrive.*` attributes, when a provider is set.
-    public var virtualTree: VirtualTree?
+    /// The generated read-only trees at the workspace root (`.backup`, `Backups`) and
+    /// the `user.vdrive.*` attributes of real files. Set before the mount serves.
+    public var virtualTrees: [VirtualTree] = []
+    /// The first tree (the `.backup` tree), for callers that set one.
+    public var virtualTree: VirtualTree? {
+        get { virtualTrees.first }
+        set { virtualTrees = (newValue.map { [$0] } ?? []) + virtualTrees.dropFirst() }
+    }
     let virtualInodes = VirtualInodes()
-    /// Open virtual files: a snapshot of the content taken at open, so reads are consistent.
-    private var virtualHandles: [UInt64: [UInt8]] = [:]
+    /// Open virtual files: a snapshot of a generated file's content taken at open, so
+    /// reads are consistent; or the backed-up content a `Backups/` file showed at open.
+    private var virtualHandles: [UInt64: VirtualHandle] = [:]
+    /// How `Backups/` files get their bytes (block lists, remote blocks); nil: reads fail with EIO.
+    public var remoteReads: RemoteReads?
 
     /// Counters for tests and benchmarks.
     public struct Statistics: Sendable {
@@ -89,7 +98,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     public func startBackgroundWork() { durability.start() }
 
     /// Every migration a catalog opened with these extras carries, in order.
-    public static func catalogMigrations(extra: [Migration]) -> [Migration] { CatalogSchema.migrations + extra }
+    public static func catalogMigrations(extra: [Migration]) -> [Migration] { CatalogSchema.migrations + RecordsTable.migrations + extra }
 
     /// The catalog database's path (other pieces open their own connections to it).
     public var catalogPath: String { catalog.databasePath }
@@ -159,9 +168,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func lookup(parent: UInt64, name: [UInt8]) throws -> NodeAttributes {
-        if let path = virtualChildPath(parent: parent, name: name), let tree = virtualTree {
-            return try virtualAttributes(path, tree: tree)
-        }
+        if let v = virtualChildPath(parent: parent, name: name) { return try virtualAttributes(v) }
         let a = withLiveContent(try catalog.lookup(parent: parent, name: name))
         remember(a.ino)
         return a
@@ -169,8 +176,8 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     public func getattr(_ ino: UInt64) throws -> NodeAttributes {
         if VirtualInodes.contains(ino) {
-            guard let tree = virtualTree, let path = virtualInodes.path(of: ino) else { throw Errno.noSuchFileOrDirectory }
-            return try virtualAttributes(path, tree: tree)
+            guard let v = virtualPath(of: ino) else { throw Errno.noSuchFileOrDirectory }
+            return try virtualAttributes(v)
         }
         return withLiveContent(try catalog.attributes(ino))
     }
@@ -273,39 +280,40 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func unlink(parent: UInt64, name: [UInt8]) throws {
-        if virtualChildPath(parent: parent, name: name) != nil { throw Errno.notPermitted }
+        try refuseVirtualRemoval(parent: parent, name: name)
         let ino = try catalog.remove(parent: parent, name: name, directory: false)
         durability.noteMetadataChanged()
         releaseIfUnused(ino)
     }
 
     public func rmdir(parent: UInt64, name: [UInt8]) throws {
-        if virtualChildPath(parent: parent, name: name) != nil { throw Errno.notPermitted }
+        try refuseVirtualRemoval(parent: parent, name: name)
         let ino = try catalog.remove(parent: parent, name: name, directory: true)
         durability.noteMetadataChanged()
         releaseIfUnused(ino)
     }
 
     public func rename(parent: UInt64, name: [UInt8], newParent: UInt64, newName: [UInt8], flags: UInt32) throws {
-        if virtualChildPath(parent: parent, name: name) != nil || virtualChildPath(parent: newParent, name: newName) != nil {
-            throw Errno.notPermitted
-        }
+        try refuseVirtualRemoval(parent: parent, name: name)
+        try refuseVirtualRemoval(parent: newParent, name: newName)
         let replaced = try catalog.rename(parent: parent, name: name, newParent: newParent, newName: newName, flags: flags)
         durability.noteMetadataChanged()
         if let replaced { releaseIfUnused(replaced) }
     }
 
-    /// The readdir offset of the virtual tree's entry in the root listing: after every catalog entry.
-    static let virtualRootOffset = Int64.max - 1
+    /// Where the virtual trees' entries start in the root listing: after every catalog entry.
+    static let virtualRootOffset = Int64.max - 16
 
     public func readdir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
         if VirtualInodes.contains(ino) { return try virtualReaddir(ino, after: offset) }
-        if offset >= Self.virtualRootOffset { return [] }
+        if offset >= Self.virtualRootOffset {
+            return ino == Catalog.rootIno ? try virtualRootEntries(after: offset) : []
+        }
         var out = try catalog.list(directory: ino, after: offset, limit: limit).map {
             DirectoryEntryInfo(offset: $0.offset, name: $0.name, attributes: $0.attributes)
         }
-        if ino == Catalog.rootIno, out.count < limit, let tree = virtualTree {
-            out.append(DirectoryEntryInfo(offset: Self.virtualRootOffset, name: Array(tree.rootName.utf8), attributes: try virtualAttributes("", tree: tree)))
+        if ino == Catalog.rootIno, out.count < limit {
+            out += try virtualRootEntries(after: offset).prefix(limit - out.count)
         }
         return out
     }
@@ -363,14 +371,25 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     private func openVirtual(_ ino: UInt64, writable: Bool) throws -> UInt64 {
         if writable { throw Errno(EROFS) }
-        guard let tree = virtualTree, let path = virtualInodes.path(of: ino) else { throw Errno.noSuchFileOrDirectory }
-        guard let content = tree.content(of: path) else { throw Errno.isDirectory }
+        guard let v = virtualPath(of: ino), let node = v.tree.node(at: v.path) else { throw Errno.noSuchFileOrDirectory }
+        let handle: VirtualHandle
+        switch node {
+        case .directory: throw Errno.isDirectory
+        case .generated(let content): handle = .generated(content)
+        case .remote(let file): handle = .remote(RemoteHandle(file))
+        }
         return tables.withLock {
             let fh = nextHandle
             nextHandle += 1
-            virtualHandles[fh] = content
+            virtualHandles[fh] = handle
             return fh
         }
+    }
+
+    /// True for an open generated file (`.backup/status`): its size changes under it.
+    func isGeneratedHandle(_ fh: UInt64) -> Bool {
+        if case .generated? = tables.withLock({ virtualHandles[fh] }) { return true }
+        return false
     }
 
     /// Creates and opens a new, empty file.
@@ -487,7 +506,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// Splits [offset, offset+count) of a file of `size` bytes into per-block pieces.
-    private static func blockSpans(offset: Int64, count: Int, size: Int64) -> [(index: Int, inBlock: Int, length: Int)] {
+    static func blockSpans(offset: Int64, count: Int, size: Int64) -> [(index: Int, inBlock: Int, length: Int)] {
         var spans: [(Int, Int, Int)] = []
         var pos = offset
         let end = min(size, offset + Int64(count))
@@ -507,12 +526,17 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// are spliced, so its reads never allocate one).
     func readSource(_ fh: UInt64, count: Int, at offset: Int64,
                     buffer makeBuffer: () -> UnsafeMutableRawBufferPointer) throws -> ReadSource {
-        if let content = tables.withLock({ virtualHandles[fh] }) {
+        switch tables.withLock({ virtualHandles[fh] }) {
+        case .generated(let content)?:
             guard offset < content.count else { return .bytes(0) }
             let buffer = makeBuffer()
             let n = min(buffer.count, content.count - Int(offset))
             content.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + Int(offset), byteCount: n) }
             return .bytes(n)
+        case .remote(let handle)?:
+            return try readRemote(handle, count: count, at: offset)
+        case nil:
+            break
         }
         let node = try handle(fh).node
         let planned: [PlannedPiece] = try node.lock.withLock {
@@ -784,15 +808,14 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// Generated attributes of a real file (`user.vdrive.*`), empty without a provider.
     private func generatedAttributes(_ ino: UInt64) -> [String: [UInt8]] {
-        guard let tree = virtualTree, !VirtualInodes.contains(ino),
+        guard !virtualTrees.isEmpty, !VirtualInodes.contains(ino),
               let a = try? catalog.attributes(ino), a.isRegularFile,
               let path = try? catalog.path(ofInode: ino) else { return [:] }
-        return tree.attributes(ofFileAt: path, ino: ino)
+        return virtualTrees.reduce(into: [:]) { out, tree in out.merge(tree.attributes(ofFileAt: path, ino: ino)) { a, _ in a } }
     }
 
     private func isGenerated(_ name: String) -> Bool {
-        guard let prefix = virtualTree?.attributePrefix else { return false }
-        return name.hasPrefix(prefix) && name != CacheBound.pinAttribute   // the pin is the user's
+        virtualTrees.contains { name.hasPrefix($0.attributePrefix) } && name != CacheBound.pinAttribute   // the pin is the user's
     }
 
     public func setxattr(_ ino: UInt64, name: String, value: [UInt8], create: Bool, replace: Bool) throws {

@@ -186,9 +186,27 @@ public struct FileVersionsResponse: Codable, Sendable {
 /// `GET /v1/changes?since=&limit=`
 public struct ChangesResponse: Codable, Sendable {
     public var changes: [FileRecord]
+    /// The administrator's deletions in the same sequence range (absent from servers
+    /// before `server-005-deletions`).
+    public var deletions: [VersionDeletion]?
     /// Pass as `since` next time; equals `since` when there was nothing new.
     public var nextSequence: Int64
-    public init(changes: [FileRecord], nextSequence: Int64) { self.changes = changes; self.nextSequence = nextSequence }
+    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64) {
+        self.changes = changes; self.deletions = deletions; self.nextSequence = nextSequence
+    }
+}
+
+/// One version deleted by the administrator (`vdrive serve backup delete`), as an entry
+/// of the change feed: `version` is the deleted version's `sequence`.
+public struct VersionDeletion: Codable, Sendable, Equatable {
+    public var sequence: Int64
+    public var device: String
+    public var path: String
+    public var hash: String
+    public var version: Int64
+    public init(sequence: Int64, device: String, path: String, hash: String, version: Int64) {
+        self.sequence = sequence; self.device = device; self.path = path; self.hash = hash; self.version = version
+    }
 }
 
 /// A device's backup cursor: every commit with a device sequence up to `sequence`

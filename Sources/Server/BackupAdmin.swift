@@ -56,7 +56,8 @@ public struct BackupAdmin: Sendable {
     /// Deletes those versions in one transaction and returns them. When the current
     /// version goes and older ones stay, the newest remaining one is current (it is
     /// the one with the highest sequence).
-    /// The deletion is not in the change feed (a follower learns it by listing again).
+    /// Each deleted version is an entry of the change feed (`deletions` of
+    /// `GET /v1/changes`), so followers drop it too.
     @discardableResult
     public func delete(device: String, path: String, version: String? = nil) throws -> [Version] {
         try metadata.withDatabase { db in
@@ -65,7 +66,7 @@ public struct BackupAdmin: Sendable {
                 // Sequences are never reused: a feed reader may be past the highest one.
                 try db.run("INSERT OR REPLACE INTO settings(key, value) VALUES (?, ?)", FileVersions.sequenceFloorKey,
                            try FileVersions.nextSequence(in: db) - 1)
-                for v in doomed { try db.run("DELETE FROM file_versions WHERE sequence = ?", v.sequence) }
+                try FileVersions.delete(sequences: doomed.map(\.sequence), now: ServerContext.now(), in: db)
                 return doomed
             }
         }

@@ -52,6 +52,7 @@ final class Metadata: Sendable {
         BlockMigration.migration(blobRoot: blobRoot),
         FileVersions.migration,
         BlockChunks.migration,
+        FileVersions.deletionsMigration,
     ] }
 
     init(path: String, blobRoot: String) throws(ServerError) {
