@@ -419,7 +419,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// about to overwrite all of it, else zeros. At most one block is ever copied.
     private func dirtyBlock(_ d: Draft, _ index: Int, length: Int, overwritten: Bool) throws -> DirtyBlock {
         if let b = d.dirty[index] { return b }
-        let (fd, path) = try blobs.makeStagingFile()
+        let (fd, path) = try blobs.takeStagingFile()
         var copied = false
         do {
             if !overwritten, let digest = d.stored[index] {
@@ -436,7 +436,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             _ = Glibc.unlink(path)
             throw error
         }
-        let b = DirtyBlock(fd: fd, path: path, hashed: !copied)
+        let b = DirtyBlock(fd: fd, path: path, store: blobs, hashed: !copied)
         d.dirty[index] = b
         d.stored[index] = nil
         return b
