@@ -30,6 +30,13 @@ enum UploadHandlers {
             var anyCreated = false
             var expires = ServerContext.now() + context.configuration.uploadExpiry
             for block in try context.absentBlocks(manifest) {
+                if let objects = context.objects {
+                    // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
+                    let planned = objects.plan(block, expiresIn: context.configuration.uploadExpiry)
+                    blocks.append(planned.info)
+                    expires = min(expires, planned.expires)
+                    continue
+                }
                 // A block stored since absentBlocks looked (another device) needs no upload.
                 guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
                                                                             tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
@@ -111,6 +118,10 @@ enum TusHandlers {
     static func options() -> HTTPResponse { Tus.options() }
 
     static func create(_ request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> Route {
+        if context.objects != nil {
+            // tus keeps an upload's bytes on the server's disk; a scaled server keeps none.
+            return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
+        }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
         if request.header("Upload-Defer-Length") != nil {
             return .respond(.error(400, "bad_request", "Upload-Defer-Length is not supported; send Upload-Length", field: "Upload-Defer-Length"))
