@@ -21,7 +21,7 @@ enum Methods {
         }
         if path.hasPrefix(API.tusPrefix) { return ["HEAD", "PATCH", "DELETE", "OPTIONS"] }
         if path.hasPrefix(API.contentPrefix) { return path.hasSuffix(API.blocksSuffix) ? ["GET"] : ["GET", "HEAD"] }
-        if path.hasPrefix(API.blockPrefix) { return path.hasSuffix(API.verifySuffix) ? ["POST"] : ["GET", "HEAD", "PUT"] }
+        if path.hasPrefix(API.blockPrefix) { return path.dropFirst(API.blockPrefix.count).hasSuffix(API.verifySuffix) ? ["POST"] : ["GET", "HEAD", "PUT"] }
         return nil
     }
 

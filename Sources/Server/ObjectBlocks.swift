@@ -76,8 +76,11 @@ final class ObjectBlocks: Sendable {
 
     /// Stores a whole block the server received itself (`PUT /v1/blocks/<hash>`), already
     /// checked against its hash; the store checks it again (the digest is the signed payload hash).
-    func put(_ digest: SHA256Digest, bytes: UnsafeRawBufferPointer) throws(ObjectStoreError) {
-        try store.put(Self.key(digest), bytes: bytes, sha256: digest)
+    func put(_ digest: SHA256Digest, bytes: [UInt8]) throws(ObjectStoreError) {
+        let result: Result<Void, ObjectStoreError> = bytes.withUnsafeBytes { raw in
+            do throws(ObjectStoreError) { try store.put(Self.key(digest), bytes: raw, sha256: digest); return .success(()) } catch { return .failure(error) }
+        }
+        try result.get()
     }
 }
 

@@ -83,6 +83,16 @@ import Testing
         // The bearer token never goes to the store: the client follows without it (a whole block, checked).
         let blockFD = Glibc.open(server.dir.path + "/block", O_RDWR | O_CREAT | O_TRUNC, 0o600); defer { close(blockFD) }
         #expect(try server.client.downloadBlock(tickets[3].hash, to: blockFD) == 1000)
+
+        // A whole block PUT through the server (scripts, curl -T): checked, then stored in the bucket.
+        let g = TestFile(in: server.dir.path, size: 70_000, seed: 6)
+        var wrong = g.bytes
+        wrong[0] ^= 1
+        #expect(try server.send("PUT", "/v1/blocks/\(g.digest.hex)", headers: ["Expect:"], body: .bytes(wrong)).status == 460)
+        #expect(try store.object(g.digest) == nil)
+        #expect(try server.send("PUT", "/v1/blocks/\(g.digest.hex)", headers: ["Expect:"], body: .bytes(g.bytes)).status == 201)
+        #expect(try store.object(g.digest) == 70_000)
+        #expect(try server.hasBlock(g.digest))
     }
 
     /// The error a client call threw, nil when it succeeded.
