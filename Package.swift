@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Client", "Protocol", "Crypto"]),
-        .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),
+        .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
