@@ -7,7 +7,8 @@ import Crypto
 /// Content travels in blocks (Crypto's `Blocks`): the server is asked which contents it
 /// has (whole-file dedup), then which blocks of one content it lacks (block-level dedup,
 /// with the offset it holds for each), each missing block is a resumable tus upload of
-/// at most 4 MiB, and the file record makes the content visible once every block is
+/// at most 4 MiB (or, from a server keeping blocks in an object store, one presigned
+/// PUT of the whole block that the server then verifies), and the file record makes the content visible once every block is
 /// there and the block list hashes to the content hash.
 public protocol BackupTransport: Sendable {
     /// The subset of `hashes` (content hashes) the server holds as verified contents.

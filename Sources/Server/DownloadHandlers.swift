@@ -18,7 +18,7 @@ enum DownloadHandlers {
             return try respond(request, etag: digest.hex, size: manifest.size) { start, length in
                 if let objects = context.objects {
                     // Scaled store: assembled from the bucket, one block in memory at a time.
-                    return .stream(length: length, reader: OffsetReader(ObjectContentReader(manifest: manifest, objects: objects), start: start))
+                    return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, source: .objects(objects)), start: start))
                 }
                 // A range inside one stored block is sent straight from its file (sendfile).
                 let index = Int(start / Int64(Blocks.size))
@@ -26,7 +26,7 @@ enum DownloadHandlers {
                 if length > 0, within + length <= Int64(manifest.length(ofBlock: index)), !manifest.isZero(index) {
                     return .file(fd: try context.blockStore.open(manifest.blocks[index]), offset: within, length: length)
                 }
-                return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, store: context.blockStore), start: start))
+                return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, source: .folder(context.blockStore)), start: start))
             }
         } catch {
             return ServerContext.failure(error)
