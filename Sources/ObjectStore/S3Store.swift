@@ -87,7 +87,11 @@ public final class S3Store: Sendable {
             }
             return try connection.perform(method: method, url: url(key, query: query), headers: lines)
         } catch {
-            throw .unreachable(error.description)
+            switch error {
+            case .unreachable(let message): throw .unreachable(message)
+            case .timedOut: throw .unreachable("no answer in time (connect or low-speed timeout)")
+            default: throw .unreachable(error.description)
+            }
         }
     }
 

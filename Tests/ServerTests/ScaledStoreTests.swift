@@ -198,6 +198,19 @@ import Testing
         #expect(Array(FileManager.default.contents(atPath: out)!) == f.bytes)
     }
 
+    @Test func aServerWhoseStoreRefusesItsKeyDoesNotStart() throws {
+        let store = try Store(); defer { store.stop() }
+        let dir = store.dir.path
+        try "aws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = wrong\n".write(toFile: dir + "/wrong", atomically: true, encoding: .utf8)
+        let (status, _, stderr) = try run(vdriveBinary(), ["serve", "--data", dir + "/data", "--listen", "127.0.0.1:0",
+                                                           "--store", store.weed.storeURL + "&credentials=" + dir + "/wrong"])
+        #expect(status == 69)
+        #expect(stderr.contains("s3://\(store.weed.bucket)") && stderr.contains("403"), "\(stderr)")
+        let (missing, _, missingText) = try run(vdriveBinary(), ["serve", "--data", dir + "/data", "--store", store.weed.storeURL + "&credentials=" + dir + "/nothing"])
+        #expect(missing == 78)
+        #expect(missingText.contains(dir + "/nothing"))
+    }
+
     @Test func twoServerProcessesServeOneDeviceAndSurviveAKill() throws {
         let store = try Store(); defer { store.stop() }
         let dir = store.dir.path
