@@ -198,6 +198,31 @@ import Testing
         #expect(Array(FileManager.default.contents(atPath: out)!) == f.bytes)
     }
 
+    @Test func restoreReadsBlocksFromTheStoreThroughRedirects() throws {
+        let store = try Store(); defer { store.stop() }
+        let dir = store.dir.path
+        try "aws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = \(store.weed.secretKey)\n".write(toFile: dir + "/credentials", atomically: true, encoding: .utf8)
+        let token = try DeviceRegistry(dataDirectory: dir + "/data").add("phone")
+        writeFile(dir + "/token", Array(token.utf8))
+        let server = try ServerProcess(data: dir + "/data", extra: ["--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"])
+        defer { server.kill(SIGTERM) }
+        let client = WorkspaceClient(baseURL: server.base, token: token)
+        // A photo and a video with a hole (block 1 all zeros: never stored, never fetched).
+        let photo = TestFile(in: dir, size: 300_000, seed: 41)
+        let video = TestFile(in: dir, name: "video", bytes: randomBytes(Blocks.size, seed: 42) + [UInt8](repeating: 0, count: Blocks.size) + randomBytes(1000, seed: 43))
+        for (i, (f, path)) in [(photo, "Camera Roll/IMG_0001.jpg"), (video, "Camera Roll/VID_0001.mov")].enumerated() {
+            let fd = f.open(); defer { close(fd) }
+            try client.uploadFile(fd: fd, size: f.size)
+            try client.recordFile(FileRecord(path: path, hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex),
+                                             captureDate: nil, mtime: 1_600_000_000, deviceSequence: Int64(i + 1)))
+        }
+        let (status, out, err) = try run(vdriveBinary(), ["restore", "phone", dir + "/restored", "--server", server.base, "--token-file", dir + "/token"])
+        #expect(status == 0, "\(err)")
+        #expect(out.hasPrefix("Restored 2 file(s)"), "\(out)")
+        #expect(FileManager.default.contents(atPath: dir + "/restored/Camera Roll/IMG_0001.jpg") == Data(photo.bytes))
+        #expect(FileManager.default.contents(atPath: dir + "/restored/Camera Roll/VID_0001.mov") == Data(video.bytes))
+    }
+
     @Test func aServerWhoseStoreRefusesItsKeyDoesNotStart() throws {
         let store = try Store(); defer { store.stop() }
         let dir = store.dir.path
