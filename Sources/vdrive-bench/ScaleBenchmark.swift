@@ -19,7 +19,7 @@ import TestSupport
 /// so an upload never hashes. curl gets one process per device with a config of that
 /// device's presigned PUTs (connections kept alive), run in parallel.
 enum ScaleBenchmark {
-    static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--dir DIR] [--vdrive PATH]"
+    static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--embedded] [--dir DIR] [--vdrive PATH]"
 
     struct Options {
         var devices = 8
@@ -28,6 +28,8 @@ enum ScaleBenchmark {
         var servers = [2]
         var dir = NSTemporaryDirectory() + "vdrive-bench-scale"
         var vdrive = Bench.sibling("vdrive")
+        /// Also the same devices against one embedded server (tus into its own folder).
+        var embedded = false
     }
 
     struct Photo {
@@ -44,7 +46,7 @@ enum ScaleBenchmark {
             "--servers": { o.servers = $0.split(separator: ",").compactMap { Int($0) } },
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
-        ])
+        ], flags: ["--embedded": { o.embedded = true }])
         guard o.photoKiB * 3 / 2 * 1024 <= Blocks.size else { throw Bench.Failure(description: "--photo-kib must keep photos within one 4 MiB block (at most 2730)") }
         try? FileManager.default.removeItem(atPath: o.dir)
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
@@ -75,6 +77,15 @@ enum ScaleBenchmark {
             say("  vdrive, \(count) server(s): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
             rows.append(["devices → \(count) vdrive serve → SeaweedFS", "\(count)", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
                          r.rss.map { Bench.f($0, 1) }.joined(separator: ", "), r.cpu.map { Bench.f($0) }.joined(separator: ", "), Bench.f(cpuPerGB)])
+        }
+        if o.embedded {
+            // The same devices and photos against one embedded server (tus into its folder):
+            // what a server spends when the bytes do go through it.
+            let r = try deviceRun(o, photos: photos, servers: 1, round: o.servers.count, store: nil)
+            let rate = Double(totalBytes) / r.seconds / 1e6
+            say("  vdrive, embedded (tus): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
+            rows.append(["devices → 1 vdrive serve, embedded (tus to its disk)", "1", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
+                         Bench.f(r.rss[0], 1), Bench.f(r.cpu[0]), Bench.f(r.cpu[0] / (Double(totalBytes) / 1e9))])
         }
         say()
         say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl", "server peak RSS MB", "server CPU s", "server CPU s per GB"], rows))
@@ -149,11 +160,12 @@ enum ScaleBenchmark {
 
     struct DeviceRun { var seconds: Double; var rss: [Double]; var cpu: [Double] }
 
-    /// The devices through `count` server processes sharing one records file and the bucket.
-    static func deviceRun(_ o: Options, photos: [[Photo]], servers count: Int, round: Int, store: String) throws -> DeviceRun {
+    /// The devices through `count` server processes sharing one records file and the
+    /// bucket (`store`), or one embedded server (`store` nil: tus into its folder).
+    static func deviceRun(_ o: Options, photos: [[Photo]], servers count: Int, round: Int, store: String?) throws -> DeviceRun {
         let data = o.dir + "/server-\(round)"
         let tokens = try (0..<o.devices).map { try DeviceRegistry(dataDirectory: data).add("device-\($0)") }
-        let servers = try (0..<count).map { _ in try RunningServer(vdrive: o.vdrive, data: data, extra: ["--store", store]) }
+        let servers = try (0..<count).map { _ in try RunningServer(vdrive: o.vdrive, data: data, extra: store.map { ["--store", $0] } ?? []) }
         defer { for s in servers { s.stop() } }
         let samplers = servers.map { RSSSampler(pid: $0.pid) }
         for s in samplers { s.start() }
