@@ -65,18 +65,27 @@ enum ScaleBenchmark {
         let s3 = S3Store(location: location, credentials: S3Credentials(accessKey: weed.accessKey, secretKey: weed.secretKey))
         try s3.createBucket()
 
-        let curlSeconds = try curlRun(o, photos: photos, store: s3)
+        // The store's own CPU per run: what the verification read adds to its work.
+        let gigabytes = Double(totalBytes) / 1e9
+        func storeCPU(_ body: () throws -> Void) rethrows -> String {
+            let before = Bench.cpuSeconds(pid: weed.pid ?? 0)
+            try body()
+            return Bench.f((Bench.cpuSeconds(pid: weed.pid ?? 0) - before) / gigabytes)
+        }
+        var curlSeconds = 0.0
+        let curlStore = try storeCPU { curlSeconds = try curlRun(o, photos: photos, store: s3) }
         let curlRate = Double(totalBytes) / curlSeconds / 1e6
         say("  curl straight to SeaweedFS: \(Bench.f(curlSeconds)) s, \(Bench.f(curlRate, 0)) MB/s")
 
-        var rows: [[String]] = [["curl → SeaweedFS (presigned PUT)", "–", Bench.f(curlSeconds), Bench.f(curlRate, 0), "1.00", "–", "–", "–"]]
+        var rows: [[String]] = [["curl → SeaweedFS (presigned PUT)", "–", Bench.f(curlSeconds), Bench.f(curlRate, 0), "1.00", "–", "–", "–", curlStore]]
         for (round, count) in o.servers.enumerated() {
-            let r = try deviceRun(o, photos: photos, servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials)
+            var r = DeviceRun(seconds: 0, rss: [], cpu: [])
+            let store = try storeCPU { r = try deviceRun(o, photos: photos, servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials) }
             let rate = Double(totalBytes) / r.seconds / 1e6
-            let cpuPerGB = r.cpu.reduce(0, +) / (Double(totalBytes) / 1e9)
+            let cpuPerGB = r.cpu.reduce(0, +) / gigabytes
             say("  vdrive, \(count) server(s): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
             rows.append(["devices → \(count) vdrive serve → SeaweedFS", "\(count)", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
-                         r.rss.map { Bench.f($0, 1) }.joined(separator: ", "), r.cpu.map { Bench.f($0) }.joined(separator: ", "), Bench.f(cpuPerGB)])
+                         r.rss.map { Bench.f($0, 1) }.joined(separator: ", "), r.cpu.map { Bench.f($0) }.joined(separator: ", "), Bench.f(cpuPerGB), store])
         }
         if o.embedded {
             // The same devices and photos against one embedded server (tus into its folder):
@@ -85,10 +94,10 @@ enum ScaleBenchmark {
             let rate = Double(totalBytes) / r.seconds / 1e6
             say("  vdrive, embedded (tus): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
             rows.append(["devices → 1 vdrive serve, embedded (tus to its disk)", "1", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
-                         Bench.f(r.rss[0], 1), Bench.f(r.cpu[0]), Bench.f(r.cpu[0] / (Double(totalBytes) / 1e9))])
+                         Bench.f(r.rss[0], 1), Bench.f(r.cpu[0]), Bench.f(r.cpu[0] / gigabytes), "–"])
         }
         say()
-        say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl", "server peak RSS MB", "server CPU s", "server CPU s per GB"], rows))
+        say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl", "server peak RSS MB", "server CPU s", "server CPU s per GB", "store CPU s per GB"], rows))
     }
 
     /// Pseudo-random photos, sizes spread over ±50 % of the mean, hashed as written.
