@@ -118,10 +118,6 @@ enum TusHandlers {
     static func options() -> HTTPResponse { Tus.options() }
 
     static func create(_ request: HTTPRequest, device: Metadata.Device, context: ServerContext) -> Route {
-        if context.objects != nil {
-            // tus keeps an upload's bytes on the server's disk; a scaled server keeps none.
-            return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
-        }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
         if request.header("Upload-Defer-Length") != nil {
             return .respond(.error(400, "bad_request", "Upload-Defer-Length is not supported; send Upload-Length", field: "Upload-Defer-Length"))
@@ -145,6 +141,11 @@ enum TusHandlers {
         guard let digest = SHA256Digest(hex: hex) else {
             // Base64 of 64 bytes that are not hex digits: the form fits, the content does not.
             return .respond(.error(422, "bad_request", "Upload-Metadata sha256 is base64 of 64 bytes that are not hex digits; send base64 of the 64 hex digits (or of the 32 raw bytes)", field: "Upload-Metadata.sha256"))
+        }
+        if context.objects != nil {
+            // tus keeps an upload's bytes on the server's disk; a scaled server keeps none.
+            // (Checked after the headers, so a malformed request is still a 400.)
+            return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
         }
         do {
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
