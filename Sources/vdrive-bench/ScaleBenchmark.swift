@@ -103,21 +103,13 @@ enum ScaleBenchmark {
     /// Pseudo-random photos, sizes spread over ±50 % of the mean, hashed as written.
     static func makePhotos(_ o: Options) throws -> [[Photo]] {
         var out: [[Photo]] = []
-        var state: UInt64 = 0x2545F4914F6CDD1D
         for d in 0..<o.devices {
             let folder = o.dir + "/photos/d\(d)"
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             var device: [Photo] = []
             for i in 0..<o.photos {
                 let size = o.photoKiB * 1024 / 2 + (i * 7919 + d * 104_729) % (o.photoKiB * 1024)
-                var bytes = [UInt8](repeating: 0, count: size)
-                bytes.withUnsafeMutableBytes { raw in
-                    let words = raw.bindMemory(to: UInt64.self)
-                    for w in 0..<words.count {
-                        state ^= state << 13; state ^= state >> 7; state ^= state << 17
-                        words[w] = state
-                    }
-                }
+                let bytes = randomBytes(size, seed: UInt64(d * 1_000_003 + i + 1))
                 let path = folder + "/IMG_\(i).jpg"
                 ServerBenchmark.writeAll(path, bytes)
                 let hasher = ContentHasher()
