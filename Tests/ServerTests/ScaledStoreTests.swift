@@ -50,7 +50,9 @@ import Testing
             #expect(headers == ["x-amz-checksum-sha256: " + Base64.encode(t.hash.bytes)])
         }
         // Nothing is kept for the plan: no upload row, no staging file.
-        #expect(try server.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: 10"]).status == 404)
+        let tusCreation = try server.send("POST", "/v1/tus", headers: ["Tus-Resumable: 1.0.0", "Upload-Length: \(tickets[0].length)",
+                                                                       "Upload-Metadata: sha256 " + Base64.encode(Array(tickets[0].hash.hex.utf8))])
+        #expect(tusCreation.status == 404, "no tus uploads on a scaled server: \(tusCreation.text)")
 
         // Block 0 PUT to the store but not verified: not a block yet (no dedup for anyone).
         let fd = f.open(); defer { close(fd) }
