@@ -23,16 +23,19 @@ let package = Package(
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
         .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
         .target(name: "Protocol", dependencies: ["Crypto"]),
-        .target(name: "Client", dependencies: ["CCurl", "Protocol", "Crypto"]),
-        .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto"]),
+        .target(name: "HTTPClient", dependencies: ["CCurl", "Crypto"]),
+        .target(name: "Client", dependencies: ["HTTPClient", "Protocol", "Crypto"]),
+        .target(name: "ObjectStore", dependencies: ["HTTPClient", "Crypto"]),
+        .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Client", "Protocol", "Crypto"]),
-        .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport"]),
+        .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
+        .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport"]),
+        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
     ]
 )

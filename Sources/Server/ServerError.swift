@@ -9,6 +9,8 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
     case dataFolder(String, Errno)
     case database(String, String)
     case newerSchema(String)
+    /// The object store (`--store s3://…`) refused or did not answer.
+    case store(String, String)
 
     public var description: String {
         switch self {
@@ -19,6 +21,7 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
         case .dataFolder(let p, let e): return "the data folder \(p) is not usable (\(e)); pass a writable folder with --data"
         case .database(let p, let m): return "cannot open the server database \(p): \(m); check the file, or pass another --data folder"
         case .newerSchema(let m): return m
+        case .store(let l, let m): return "the block store \(l) is not usable: \(m) (--store; Docs/operations.md, \"Scaled server\")"
         }
     }
 }

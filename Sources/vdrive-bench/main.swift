@@ -24,6 +24,7 @@ case "posix": exit(runReportingFailure(PosixBenchmark.run, rest))
 case "link": exit(runReportingFailure(LinkBenchmark.run, rest))
 case "backups": exit(runReportingFailure(BackupsBenchmark.run, rest))
 case "online": exit(runReportingFailure(OnlineBenchmark.run, rest))
+case "scale": exit(runReportingFailure(ScaleBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
     print(PosixBenchmark.usage)
@@ -31,6 +32,7 @@ default:
     print(LinkBenchmark.usage)
     print(BackupsBenchmark.usage)
     print(OnlineBenchmark.usage)
+    print(ScaleBenchmark.usage)
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
 }

@@ -39,9 +39,12 @@ import CLinux
         return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    @Test func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames() throws {
+    /// Against the embedded server (blocks in its folder, tus) and a scaled one (blocks
+    /// in a real SeaweedFS, presigned S3 PUTs verified by the server).
+    @Test(arguments: StoreKind.allCases)
+    func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames(store: StoreKind) throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
-        let server = try LocalServer(folder: dir.path); defer { server.stop() }
+        let server = try LocalServer(folder: dir.path, store: store); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-mount", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
 
@@ -69,6 +72,8 @@ import CLinux
         }
         try Self.waitForBackup(drive, done: 200)
         #expect(server.contentHashes() == expected, "the server holds exactly the unique contents")
+        #expect(server.blockCount() == expected.count, "each photo is one block, stored once")
+        if store == .s3 { #expect(server.blockFileCount() == 0, "a scaled server keeps no block on its disk") }
         let done = Self.list(drive.path(".backup/done"))
         #expect(done.count == 200)
         #expect(!done.contains { $0.hasPrefix(".") || $0.hasSuffix(".part") }, "temporary names are never backed up")
