@@ -7,7 +7,8 @@ import Crypto
 /// Content travels in blocks (Crypto's `Blocks`): the server is asked which contents it
 /// has (whole-file dedup), then which blocks of one content it lacks (block-level dedup,
 /// with the offset it holds for each), each missing block is a resumable tus upload of
-/// at most 4 MiB, and the file record makes the content visible once every block is
+/// at most 4 MiB (or, from a server keeping blocks in an object store, one presigned
+/// PUT of the whole block that the server then verifies), and the file record makes the content visible once every block is
 /// there and the block list hashes to the content hash.
 public protocol BackupTransport: Sendable {
     /// The subset of `hashes` (content hashes) the server holds as verified contents.
@@ -28,6 +29,12 @@ public protocol BackupTransport: Sendable {
     /// The chunk is bytes the uploader has already read (see Docs/backup.md, "Reading once").
     func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
                progress: (Int64) -> Bool) throws -> Int64
+
+    /// Sends one whole block to an object store with its presigned PUT (`block.kind` is
+    /// `.s3`), then has the server verify it; after this returns the block is stored and
+    /// recorded. An expired URL throws `.expiredURL`; bytes the store or the server find
+    /// not to be the block throw `.checksumMismatch`.
+    func put(_ block: BlockUpload, chunk: UnsafeRawBufferPointer, progress: (Int64) -> Bool) throws
 
     /// Records a file of this device. When the content is not yet present the server checks
     /// the record's block list against its hash and that every non-zero block is stored,
@@ -65,9 +72,24 @@ public struct BlockUpload: Sendable, Equatable {
     public var length: Int64
     public var url: String
     public var offset: Int64
+    public var kind: Kind
 
-    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64) {
-        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+    /// How the block travels: tus PATCHes to the server, or one presigned PUT to the
+    /// server's object store with these (signed) headers.
+    public enum Kind: Sendable, Equatable {
+        case tus
+        case s3(headers: [String])
+    }
+
+    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64, kind: Kind = .tus) {
+        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset; self.kind = kind
+    }
+}
+
+extension BackupTransport {
+    /// Transports that only ever plan tus uploads (the in-memory ones of tests) never get an S3 block.
+    public func put(_ block: BlockUpload, chunk: UnsafeRawBufferPointer, progress: (Int64) -> Bool) throws {
+        throw BackupTransportError(.permanent, "this transport plans tus uploads only; it cannot send block \(block.index) to an object store")
     }
 }
 

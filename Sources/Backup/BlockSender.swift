@@ -70,6 +70,14 @@ final class BlockSender {
         }
         var sent: Int64 = 0
         do {
+            if case .s3 = block.kind {
+                // A whole block to the object store (the plan of a scaled server always starts at 0).
+                try transport.put(block, chunk: bytes) { now in
+                    sent = max(sent, now)
+                    return progress(now)
+                }
+                return Sent(bytesSent: sent, captureDate: date)
+            }
             let newOffset = try transport.patch(url: block.url, offset: start, chunk: bytes, chunkSHA256: checksum) { now in
                 sent = max(sent, now)
                 return progress(now)

@@ -27,8 +27,10 @@ public struct BlockTicket: Sendable, Equatable {
     public var length: Int64
     public var url: String
     public var offset: Int64
-    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64) {
-        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+    /// How to send it: tus PATCHes (embedded store) or one presigned S3 PUT (scaled store).
+    public var kind: UploadKind
+    public init(index: Int, hash: SHA256Digest, length: Int64, url: String, offset: Int64, kind: UploadKind = .tus) {
+        self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset; self.kind = kind
     }
 
     /// Where the block starts in its file.
@@ -88,7 +90,7 @@ public final class WorkspaceClient: Sendable {
             guard let hash = SHA256Digest(hex: b.hash), b.index >= 0, b.index < blocks.count, blocks[b.index] == hash else {
                 throw .invalidResponse("create upload listed block \(b.index) as '\(b.hash)', which is not that block of this content")
             }
-            tickets.append(BlockTicket(index: b.index, hash: hash, length: b.length, url: b.url, offset: b.offset))
+            tickets.append(BlockTicket(index: b.index, hash: hash, length: b.length, url: b.url, offset: b.offset, kind: try UploadKind(b)))
         }
         return .blocks(tickets, expiresAt: expires)
     }
@@ -155,6 +157,10 @@ public final class WorkspaceClient: Sendable {
     /// (`createUpload` again). `progress` gets the block's bytes on the server so far.
     public func uploadBlock(_ ticket: BlockTicket, fd: Int32, chunkSize: Int64 = Int64(Blocks.size), checksum: Bool = true,
                             progress: ((Int64) -> Bool)? = nil) throws(ClientError) {
+        if case .s3(let headers) = ticket.kind {
+            return try putBlock(url: ticket.url, hash: ticket.hash, headers: headers,
+                                body: .file(fd: fd, offset: ticket.fileOffset, length: ticket.length), progress: progress)
+        }
         var offset = ticket.offset
         var conflicts = 0
         while offset < ticket.length {
@@ -272,6 +278,12 @@ public final class WorkspaceClient: Sendable {
         return (reply.changes, reply.nextSequence)
     }
 
+    /// One page of the change feed with the administrator's deletions; pass its
+    /// `nextSequence` next time.
+    public func changesPage(since: Int64, limit: Int = API.maxChangesPage) throws(ClientError) -> ChangesResponse {
+        try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
+    }
+
     /// This device's stored backup cursor, nil before the first `setWatermark`.
     public func watermark() throws(ClientError) -> Watermark? {
         try decode(WatermarkResponse.self, call("GET", API.watermark)).watermark
@@ -325,24 +337,71 @@ public final class WorkspaceClient: Sendable {
         return written
     }
 
+    /// Bytes `[offset, offset + length)` of one stored block, in memory (at most one
+    /// block). Not checked here: the caller holds the digest the bytes must have.
+    public func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int) throws(ClientError) -> [UInt8] {
+        let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex,
+                                           headers: [authHeader, "Range: bytes=\(offset)-\(offset + length - 1)"],
+                                           responseLimit: Blocks.size)
+        try check(reply, expect: [206, 200])
+        if reply.status == 200 {   // a server that ignored the Range sent the whole block
+            guard reply.body.count >= offset + length else { throw .invalidResponse("block \(hash.hex) is shorter than the range asked") }
+            return Array(reply.body[offset..<(offset + length)])
+        }
+        return reply.body
+    }
+
+    /// Downloads one whole stored block into `fd` from offset 0, handing every piece
+    /// written to `piece`; not checked here (the caller hashes the pieces). Returns the
+    /// bytes written.
+    @discardableResult
+    public func streamBlock(_ hash: SHA256Digest, to fd: Int32, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
+        try withoutActuallyEscaping(piece) { piece throws(ClientError) -> Int64 in
+            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, hook: piece, progress: nil)
+        }
+    }
+
+    /// A stored block's chunk digests (`GET /v1/blocks/<hash>/chunks`), checked for shape:
+    /// one per `Blocks.chunkSize` piece of the block's size.
+    public func chunkDigests(_ hash: SHA256Digest) throws(ClientError) -> [SHA256Digest] {
+        let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex + API.chunksSuffix,
+                                           headers: [authHeader], responseLimit: 64 << 10)
+        try check(reply, expect: [200])
+        let body = try decode(BlockChunksResponse.self, reply)
+        let digests = body.chunks.compactMap(SHA256Digest.init(hex:))
+        let expected = Int((body.size + Int64(Blocks.chunkSize) - 1) / Int64(Blocks.chunkSize))
+        guard body.chunkSize == Blocks.chunkSize, digests.count == body.chunks.count, digests.count == expected else {
+            throw .invalidResponse("the chunk list of block \(hash.hex) does not fit its size \(body.size) in \(Blocks.chunkSize)-byte chunks")
+        }
+        return digests
+    }
+
     /// GET of `path` (with one Range) into `fd`; `hook` sees every piece written.
     private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64,
                        hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
         var headers = [authHeader]
         if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
         let counter = ByteCounter()
-        let reply = try connection.perform(method: "GET", url: baseURL + path, headers: headers,
+        var reply = try connection.perform(method: "GET", url: baseURL + path, headers: headers,
                                            sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
                                                counter.count += Int64(chunk.count)
                                                hook?(chunk)
                                            }, progress: progress)
+        if reply.status == 307, let location = reply.header("Location"), counter.count == 0 {
+            // A scaled server's blocks come from its object store: follow once, without the token.
+            reply = try connection.perform(method: "GET", url: location, headers: Array(headers.dropFirst()),
+                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
+                                               counter.count += Int64(chunk.count)
+                                               hook?(chunk)
+                                           }, progress: progress)
+        }
         try check(reply, expect: range == nil ? [200] : [206, 200])
         return counter.count
     }
 
     // MARK: plumbing
 
-    private var authHeader: String { "Authorization: Bearer \(token)" }
+    var authHeader: String { "Authorization: Bearer \(token)" }
 
     /// A PATCH's headers. `Expect:` (empty) keeps libcurl from sending
     /// `Expect: 100-continue` and waiting for the server's `100 Continue` before the body,
@@ -377,7 +436,7 @@ public final class WorkspaceClient: Sendable {
     }
 
     /// Maps an HTTP status outside `expect` to a `ClientError`.
-    private func check(_ reply: HTTPResult, expect: Set<Int>) throws(ClientError) {
+    func check(_ reply: HTTPResult, expect: Set<Int>) throws(ClientError) {
         if expect.contains(reply.status) { return }
         let error = try? WireJSON.decode(ErrorResponse.self, from: reply.body)
         let message = error?.message ?? (reply.body.isEmpty ? "no details" : String(decoding: reply.body.prefix(300), as: UTF8.self))

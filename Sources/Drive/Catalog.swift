@@ -53,12 +53,20 @@ final class Catalog: @unchecked Sendable {
     let lock = NSLock()
     /// The commit generation: increases with every content commit (see Durability.swift).
     var generation: Int64 = 0
+    /// Inode rows as last read, dropped on every change (see `init`, `node`).
+    var attributeCache: [UInt64: NodeAttributes] = [:]
+    /// See `securityXattrInodes`.
+    private var securityInodes: Set<UInt64>?
     var observer: CameraRollObserver?
     /// Whether a writable handle is open on an inode (set by the file system; takes only
     /// its leaf lock, so it may be called under the catalog lock).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
     /// Set by a transaction that recorded a camera-roll change; read after it commits.
     var cameraRollTouched = false
+    /// Inodes with a camera-roll version committed unsettled (a writable handle was
+    /// open): the ones a release must settle. May hold extra inodes (a rolled-back
+    /// commit): settling those finds nothing to do.
+    var unsettledCameraRoll: Set<UInt64> = []
 
     /// Runs a write transaction, then tells the observer about camera-roll changes it
     /// committed. Called with the lock held.
@@ -77,7 +85,7 @@ final class Catalog: @unchecked Sendable {
     init(path: String, blobs: BlobStore, extraMigrations: [Migration] = []) throws {
         self.blobs = blobs
         db = try Database(path: path)
-        let migrations = CatalogSchema.migrations + extraMigrations
+        let migrations = CatalogSchema.migrations + RecordsTable.migrations + extraMigrations
         try db.refuseNewerSchema(known: migrations)
         try db.execute("PRAGMA journal_mode = WAL")
         // NORMAL in WAL mode: a commit survives a process kill; durability against power
@@ -89,6 +97,12 @@ final class Catalog: @unchecked Sendable {
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
         try BlockMigration.removeSplitBlobFiles(db, store: blobs)
         try bootstrapIfNew()
+        // Every change of an inode row through this connection drops its cached copy;
+        // a rollback drops them all (a row read inside the transaction may not stand).
+        // Only this connection writes inodes, so the cache is exact.
+        db.observeChanges(rowChanged: { [unowned self] table, rowid in
+            if table == "inodes" { attributeCache.removeValue(forKey: UInt64(rowid)) }
+        }, rolledBack: { [unowned self] in attributeCache.removeAll() })
     }
 
     var databasePath: String { db.path }
@@ -123,12 +137,22 @@ final class Catalog: @unchecked Sendable {
                        content: r.string(c + 10).flatMap(SHA256Digest.init(hex:)), stored: r.int64(c + 11))
     }
 
+    /// The attributes of an inode: from the cache of recently used rows, else one query.
+    /// The kernel asks for the same few inodes many times around each file it writes
+    /// (the file, its folder, permission checks between requests); each query is a read
+    /// transaction with its own locks.
     func node(_ ino: UInt64) throws -> NodeAttributes {
+        if let a = attributeCache[ino] { return a }
         guard let a = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
             throw Errno.noSuchFileOrDirectory
         }
+        if attributeCache.count >= Self.attributeCacheLimit { attributeCache.removeAll(keepingCapacity: true) }
+        attributeCache[ino] = a
         return a
     }
+
+    /// 4,096 rows of about 120 bytes: the working set of a busy folder, bounded.
+    static let attributeCacheLimit = 4096
 
     private func child(_ parent: UInt64, _ name: [UInt8]) throws -> NodeAttributes? {
         try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content, i.stored FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
@@ -234,18 +258,21 @@ final class Catalog: @unchecked Sendable {
     func create(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64 = 0, symlinkTarget: [UInt8]? = nil) throws -> NodeAttributes {
         try withDatabase { db in
             try Self.checkName(name)
-            let dir = try directory(parent)
-            if dir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
-            if try child(parent, name) != nil { throw Errno.fileExists }
-            var mode = mode
-            var gid = gid
-            if dir.mode & UInt32(S_ISGID) != 0 {
-                gid = dir.gid
-                if mode & S_IFMT == S_IFDIR { mode |= UInt32(S_ISGID) }
+            // The checks inside the write transaction: one set of locks for the whole create.
+            let a = try db.transaction {
+                let dir = try directory(parent)
+                if dir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
+                if try child(parent, name) != nil { throw Errno.fileExists }
+                var mode = mode
+                var gid = gid
+                if dir.mode & UInt32(S_ISGID) != 0 {
+                    gid = dir.gid
+                    if mode & S_IFMT == S_IFDIR { mode |= UInt32(S_ISGID) }
+                }
+                return try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
             }
-            return try db.transaction {
-                try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
-            }
+            attributeCache[a.ino] = a   // the row just written: the kernel asks for it next
+            return a
         }
     }
 
@@ -434,6 +461,10 @@ final class Catalog: @unchecked Sendable {
             let exists = try db.queryOne("SELECT 1 FROM xattrs WHERE ino = ? AND name = ?", ino, name, row: { _ in true }) ?? false
             if create && exists { throw Errno.fileExists }
             if replace && !exists { throw Errno.noData }
+            if name.hasPrefix(Self.securityPrefix) {
+                _ = try securityXattrInodes(db)
+                securityInodes?.insert(ino)
+            }
             try db.transaction {
                 try db.run("INSERT INTO xattrs(ino, name, value) VALUES (?, ?, ?) ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value", ino, name, value)
                 try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino = ?", nowNanoseconds(), ino)
@@ -444,11 +475,26 @@ final class Catalog: @unchecked Sendable {
     func getXattr(_ ino: UInt64, name: String) throws -> [UInt8] {
         try withDatabase { db in
             _ = try node(ino)
+            // The kernel asks for security.capability before every write and chown of a
+            // file (to clear file capabilities); almost no file has one.
+            if name.hasPrefix(Self.securityPrefix), try !securityXattrInodes(db).contains(ino) { throw Errno.noData }
             guard let v = try db.queryOne("SELECT value FROM xattrs WHERE ino = ? AND name = ?", ino, name, row: { $0.bytes(0) ?? [] }) else {
                 throw Errno.noData
             }
             return v
         }
+    }
+
+    private static let securityPrefix = "security."
+
+    /// The inodes that may have a `security.*` attribute, read once. Only this connection
+    /// writes attributes, so it stays a superset: setting one adds its inode; removals
+    /// and deletions leave it (a later lookup then asks the table).
+    private func securityXattrInodes(_ db: Database) throws -> Set<UInt64> {
+        if let known = securityInodes { return known }
+        let rows = try db.query("SELECT DISTINCT ino FROM xattrs WHERE name >= 'security.' AND name < 'security/'") { UInt64($0.int64(0)) }
+        securityInodes = Set(rows)
+        return securityInodes!
     }
 
     func listXattrs(_ ino: UInt64) throws -> [String] {

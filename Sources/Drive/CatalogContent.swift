@@ -55,7 +55,7 @@ extension Catalog {
                     for s in change.staged {
                         try db.run("""
                             INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
-                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, gen = excluded.gen WHERE blocks.damaged = 1
+                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
                             """, s.digest.hex, s.length, generation)
                     }
                     try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
@@ -102,8 +102,7 @@ extension Catalog {
             if !damaged { return false }
             _ = unlink(target)
         }
-        let folder = (target as NSString).deletingLastPathComponent
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        try blobs.makeFolder(for: digest)
         if Glibc.link(stagingPath, target) != 0 {
             if errno == EEXIST { return false }
             throw Errno.current
@@ -119,6 +118,7 @@ extension Catalog {
         let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: content, blocks: blocks,
                                       size: size, mtimeNanoseconds: mtime, settled: settled)
         try observer?.cameraRollChanged(change, in: db)
+        if !settled { unsettledCameraRoll.insert(ino) }
         cameraRollTouched = true
     }
 
@@ -142,6 +142,10 @@ extension Catalog {
     func settle(_ ino: UInt64) throws {
         guard let observer else { return }
         try withDatabase { db in
+            // Only a camera-roll version committed unsettled in this process can need it
+            // (those of an earlier process are settled at start): every other release
+            // costs no query.
+            guard unsettledCameraRoll.remove(ino) != nil else { return }
             guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
             try write {
                 if try observer.cameraRollSettled(inode: ino, in: db) { cameraRollTouched = true }
@@ -149,9 +153,12 @@ extension Catalog {
         }
     }
 
+    /// Blocks no file or pin names any more. A block fetched from the server stays as
+    /// cache (the cache bound evicts it, BlockCache.swift); one not held locally has no file.
     func takeUnreferencedBlocks() throws -> [SHA256Digest] {
-        let hashes = try db.query("SELECT hash FROM blocks WHERE refs <= 0") { SHA256Digest(hex: $0.string(0) ?? "") }
-        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE refs <= 0") }
+        let unreferenced = "refs <= 0 AND (fetched = 0 OR resident = 0)"
+        let hashes = try db.query("SELECT hash FROM blocks WHERE \(unreferenced)") { SHA256Digest(hex: $0.string(0) ?? "") }
+        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE \(unreferenced)") }
         return hashes.compactMap { $0 }
     }
 
@@ -186,7 +193,7 @@ extension Catalog {
     /// Blocks stored by commits newer than `generation`, for the check after an unclean stop.
     func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
         try withDatabase { db in
-            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0 AND resident = 1", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
         }
     }
 
@@ -225,7 +232,7 @@ extension Catalog {
     func counts() throws -> (inodes: Int64, bytes: Int64) {
         try withDatabase { db in
             let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
-            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks") { $0.int64(0) } ?? 0
+            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks WHERE resident = 1") { $0.int64(0) } ?? 0
             return (inodes, bytes)
         }
     }

@@ -135,5 +135,26 @@ enum CatalogSchema {
         ALTER TABLE inodes DROP COLUMN blob;
         DELETE FROM blobs;
         """),
+        // Blocks the drive does not hold (see BlockCache.swift): `resident` = 0 for a block
+        // whose file was dropped (optimize storage) or never fetched; `fetched` = 1 for one
+        // that came from the server (kept as cache while no file names it, evicted by
+        // `used_ns`, least recently used first). `block_chunks` keeps each remote block's
+        // chunk digests (fetched once); `partial_blocks` records which chunks of a block
+        // being fetched piecewise are verified in its partial file (a bit per chunk).
+        Migration("drive-004-residency", """
+        ALTER TABLE blocks ADD COLUMN resident INTEGER NOT NULL DEFAULT 1;
+        ALTER TABLE blocks ADD COLUMN fetched INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE blocks ADD COLUMN used_ns INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX blocks_cache_order ON blocks(used_ns) WHERE resident = 1;
+        CREATE TABLE block_chunks (
+            hash TEXT PRIMARY KEY,
+            digests BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE partial_blocks (
+            hash TEXT PRIMARY KEY,
+            length INTEGER NOT NULL,
+            chunks INTEGER NOT NULL DEFAULT 0
+        ) WITHOUT ROWID;
+        """),
     ]
 }

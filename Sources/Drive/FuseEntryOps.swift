@@ -10,6 +10,10 @@ enum FuseEntryOps {
             do {
                 let a = try ctx.fs.lookup(parent: UInt64(parent), name: n)
                 ctx.replyEntry(req, a)
+            } catch Errno.noSuchFileOrDirectory where VirtualInodes.contains(UInt64(parent)) {
+                // Not cached: a generated tree (Backups/) gains names the drive did not
+                // create, and a cached absence would hide a new backup for entry_timeout.
+                fuse_reply_err(req, ENOENT)
             } catch Errno.noSuchFileOrDirectory {
                 // A negative entry: the kernel caches the absence for entry_timeout.
                 var e = fuse_entry_param()

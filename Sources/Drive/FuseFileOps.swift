@@ -30,7 +30,9 @@ enum FuseFileOps {
                 let fh = try ctx.fs.open(UInt64(ino), writable: writable, truncate: flags & O_TRUNC != 0)
                 vd_fi_set_fh(fi, fh)
                 // Generated files change size between stat and read: bypass the page cache.
-                if VirtualInodes.contains(UInt64(ino)) { vd_fi_set_direct_io(fi, 1) }
+                // A Backups/ file is a fixed content per open (a new version is seen at the
+                // next open, which drops cached pages): cached, mmap-able, read ahead.
+                if ctx.fs.isGeneratedHandle(fh) { vd_fi_set_direct_io(fi, 1) }
                 // keep_cache stays off: after a failed commit (ENOSPC) the kernel's pages
                 // hold content that never became the file's, and a new open must not see it.
                 if fuse_reply_open(req, fi) != 0 { ctx.fs.release(fh) }

@@ -82,7 +82,10 @@ public final class FuseSession {
 
         var options = "fsname=vdrive,subtype=vdrive,default_permissions"
         if getuid() == 0 { options += ",allow_other" }
-        let argv = ["vdrive", "-o", options]
+        // VDRIVE_FUSE_DEBUG=1 makes libfuse print every request and reply on stderr
+        // (what the kernel asks, in which order: how per-file costs were counted).
+        let debug = ProcessInfo.processInfo.environment["VDRIVE_FUSE_DEBUG"] == "1"
+        let argv = ["vdrive", "-o", options] + (debug ? ["-d"] : [])
         var cargs = argv.map { strdup($0) }
         defer { cargs.forEach { free($0) } }
         var args = fuse_args(argc: Int32(cargs.count), argv: nil, allocated: 0)

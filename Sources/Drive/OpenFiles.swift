@@ -17,14 +17,17 @@ final class SharedDescriptor: Sendable {
 final class DirtyBlock {
     let fd: Int32
     let path: String
+    /// The store the staging file came from, and goes back to.
+    let store: BlobStore
     /// Fed with every byte in [0, hashedUpTo) in order; nil once a write broke the order
     /// (or the block started as a copy of stored bytes): the digest is then read back.
     var hasher: SHA256Hasher?
     var hashedUpTo = 0
 
-    init(fd: Int32, path: String, hashed: Bool) {
+    init(fd: Int32, path: String, store: BlobStore, hashed: Bool) {
         self.fd = fd
         self.path = path
+        self.store = store
         self.hasher = hashed ? SHA256Hasher() : nil
     }
 
@@ -48,9 +51,10 @@ final class DirtyBlock {
         return (try BlobStore.hash(fd: fd, upTo: Int64(length)), false)
     }
 
+    /// Gives the staging file back to the store: reused when its content was not
+    /// stored, removed from the staging folder when it is now a stored block.
     func discard() {
-        FileIO.close(fd)
-        _ = unlink(path)
+        store.returnStagingFile(fd: fd, path: path)
     }
 }
 
@@ -113,6 +117,8 @@ final class OpenNode: @unchecked Sendable {
     /// Where the last read ended (a read starting there is sequential), and the block
     /// last asked of the disk ahead of the reader.
     var sequentialEnd: Int64 = 0
+    /// Bytes read in order up to `sequentialEnd` (a thumbnailer's first read is not a run).
+    var sequentialRun: Int64 = 0
     var prefetched: SHA256Digest?
 
     init(ino: UInt64) { self.ino = ino }

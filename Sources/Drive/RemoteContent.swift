@@ -13,6 +13,12 @@ public protocol RemoteContent: AnyObject, Sendable {
     /// prefetch and bulk work (held while backups are paused or the network is metered).
     func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int, interactive: Bool) throws(RemoteFailure) -> [UInt8]
 
+    /// The whole block `hash`, written to `fd` from offset 0 as it arrives; every piece
+    /// written is also handed to `piece` (the drive hashes them, so the bytes are read
+    /// once and never held in memory whole). Returns the bytes written.
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, interactive: Bool,
+                    piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int
+
     /// The SHA-256 of each `Blocks.chunkSize` piece of block `hash`, in order (the last
     /// may be shorter). Lets a partial read be verified without fetching the whole block.
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest]

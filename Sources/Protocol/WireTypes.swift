@@ -24,6 +24,8 @@ public enum API {
     public static let blocksSuffix = "/blocks"
     /// `/v1/blocks/<hash>`: one stored block.
     public static let blockPrefix = "/v1/blocks/"
+    /// `POST /v1/blocks/<hash>/verify`: the server checks a block a device PUT to the object store.
+    public static let verifySuffix = "/verify"
     public static let uploads = "/v1/uploads"
     public static let tus = "/v1/tus"
     public static let tusPrefix = "/v1/tus/"
@@ -103,9 +105,18 @@ public struct BlockUploadInfo: Codable, Sendable, Equatable {
     public var length: Int64
     public var url: String
     public var offset: Int64
-    public init(index: Int, hash: String, length: Int64, url: String, offset: Int64) {
+    /// How to send it: `tus` (PATCHes to `url` from `offset`: the embedded store) or `s3`
+    /// (one PUT of the whole block to `url` with `headers`, then `POST /v1/blocks/<hash>/verify`).
+    public var kind: String
+    /// `s3` only: the headers the PUT must carry as they are (they are signed).
+    public var headers: [String: String]?
+    public init(index: Int, hash: String, length: Int64, url: String, offset: Int64, kind: String = BlockUploadInfo.tus,
+                headers: [String: String]? = nil) {
         self.index = index; self.hash = hash; self.length = length; self.url = url; self.offset = offset
+        self.kind = kind; self.headers = headers
     }
+    public static let tus = "tus"
+    public static let s3 = "s3"
 }
 
 public struct CreateUploadResponse: Codable, Sendable, Equatable {
@@ -186,9 +197,27 @@ public struct FileVersionsResponse: Codable, Sendable {
 /// `GET /v1/changes?since=&limit=`
 public struct ChangesResponse: Codable, Sendable {
     public var changes: [FileRecord]
+    /// The administrator's deletions in the same sequence range (absent from servers
+    /// before `server-005-deletions`).
+    public var deletions: [VersionDeletion]?
     /// Pass as `since` next time; equals `since` when there was nothing new.
     public var nextSequence: Int64
-    public init(changes: [FileRecord], nextSequence: Int64) { self.changes = changes; self.nextSequence = nextSequence }
+    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64) {
+        self.changes = changes; self.deletions = deletions; self.nextSequence = nextSequence
+    }
+}
+
+/// One version deleted by the administrator (`vdrive serve backup delete`), as an entry
+/// of the change feed: `version` is the deleted version's `sequence`.
+public struct VersionDeletion: Codable, Sendable, Equatable {
+    public var sequence: Int64
+    public var device: String
+    public var path: String
+    public var hash: String
+    public var version: Int64
+    public init(sequence: Int64, device: String, path: String, hash: String, version: Int64) {
+        self.sequence = sequence; self.device = device; self.path = path; self.hash = hash; self.version = version
+    }
 }
 
 /// A device's backup cursor: every commit with a device sequence up to `sequence`

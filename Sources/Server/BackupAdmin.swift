@@ -56,7 +56,8 @@ public struct BackupAdmin: Sendable {
     /// Deletes those versions in one transaction and returns them. When the current
     /// version goes and older ones stay, the newest remaining one is current (it is
     /// the one with the highest sequence).
-    /// The deletion is not in the change feed (a follower learns it by listing again).
+    /// Each deleted version is an entry of the change feed (`deletions` of
+    /// `GET /v1/changes`), so followers drop it too.
     @discardableResult
     public func delete(device: String, path: String, version: String? = nil) throws -> [Version] {
         try metadata.withSession { db in
@@ -64,7 +65,7 @@ public struct BackupAdmin: Sendable {
                 let doomed = try select(device: device, path: path, version: version, in: db)
                 // Sequences are never reused: a feed reader may be past the highest one.
                 try FileVersions.setSequenceFloor(try FileVersions.nextSequence(in: db) - 1, in: db)
-                for v in doomed { try db.run("DELETE FROM file_versions WHERE sequence = ?", v.sequence) }
+                try FileVersions.delete(sequences: doomed.map(\.sequence), now: ServerContext.now(), in: db)
                 return doomed
             }
         }

@@ -1,4 +1,5 @@
 import Crypto
+import ObjectStore
 import Protocol
 import Storage
 #if canImport(Glibc)
@@ -29,6 +30,9 @@ enum BlockPut {
                     return .respond(.error(409, "size_conflict", "the workspace has block \(digest.hex) with \(existing) bytes, not \(length)", field: "Content-Length"))
                 }
                 return .respond(.json(200, CreateUploadResponse(status: CreateUploadResponse.present)))
+            }
+            if let objects = context.objects {
+                return .read(ObjectPutBody(context: context, objects: objects, digest: digest, length: length))
             }
             let staging = try context.blockStore.makeStagingFile()
             return .read(PutBody(context: context, digest: digest, length: length, fd: staging.fd, path: staging.path))
@@ -81,4 +85,47 @@ final class PutBody: RequestBody {
         FileIO.close(fd)
         _ = unlink(path)
     }
+}
+
+/// A whole-block PUT to a server keeping blocks in an object store: the block (at most
+/// 4 MiB) is held in memory, checked against its hash, then stored with a signed PUT and
+/// recorded. Nothing touches the server's disk, so any server process can take it.
+final class ObjectPutBody: RequestBody {
+    private let context: ServerContext
+    private let objects: ObjectBlocks
+    private let digest: SHA256Digest
+    private let length: Int64
+    private var bytes: [UInt8] = []
+    private var tooLong = false
+
+    init(context: ServerContext, objects: ObjectBlocks, digest: SHA256Digest, length: Int64) {
+        self.context = context; self.objects = objects; self.digest = digest; self.length = length
+        bytes.reserveCapacity(Int(length))
+    }
+
+    func receive(_ chunk: UnsafeRawBufferPointer) {
+        guard !tooLong else { return }
+        if Int64(bytes.count + chunk.count) > length { tooLong = true; return }
+        bytes.append(contentsOf: chunk)
+    }
+
+    func finish() -> HTTPResponse {
+        if tooLong { return .error(413, "body_too_large", "the body is longer than its Content-Length \(length)") }
+        let actual = SHA256Hasher.digest(bytes)
+        guard actual == digest, Int64(bytes.count) == length else {
+            return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
+                          "the \(bytes.count) bytes sent hash to \(actual.hex), not \(digest.hex); nothing was stored")
+        }
+        do {
+            try objects.put(digest, bytes: bytes)
+            try context.recordBlock(digest, size: length, uploadID: nil)
+        } catch let error as ObjectStoreError {
+            return error.response
+        } catch {
+            return ServerContext.failure(error)
+        }
+        return .json(201, CreateUploadResponse(status: CreateUploadResponse.present))
+    }
+
+    func abort() { bytes = [] }
 }

@@ -2,21 +2,28 @@ import Crypto
 import Protocol
 import Storage
 
-/// A content's bytes assembled from its blocks for a streamed reply: each piece is read
-/// from the block file that holds it (opened when the reply reaches it, one at a time),
-/// zero blocks are served as zeros without touching the disk. Blocks were verified
-/// against their hashes when stored; the client checks them again (block hashes, or
-/// the content hash of a whole download).
+/// A content's bytes assembled from its blocks for a streamed reply: zero blocks are
+/// served as zeros without a read; a stored block is read from its file (opened when
+/// the reply reaches it, one at a time) or, on a server keeping blocks in an object
+/// store, fetched whole into memory (at most 4 MiB, one at a time). Blocks were
+/// verified against their hashes when stored; the client checks them again (block
+/// hashes, or the content hash of a whole download).
 /// `@unchecked Sendable`: used by its connection's thread only (BodyReader's rule).
 final class ContentReader: BodyReader, @unchecked Sendable {
+    enum Source {
+        case folder(BlobStore)
+        case objects(ObjectBlocks)
+    }
+
     private let manifest: BlockManifest
-    private let store: BlobStore
+    private let source: Source
     private var openIndex = -1
     private var fd: Int32 = -1
+    private var held: [UInt8] = []
 
-    init(manifest: BlockManifest, store: BlobStore) {
+    init(manifest: BlockManifest, source: Source) {
         self.manifest = manifest
-        self.store = store
+        self.source = source
     }
 
     func read(at position: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int? {
@@ -31,9 +38,19 @@ final class ContentReader: BodyReader, @unchecked Sendable {
         }
         if openIndex != index {
             closeBlock()
-            guard let opened = try? store.open(manifest.blocks[index]) else { return nil }
-            fd = opened
+            switch source {
+            case .folder(let store):
+                guard let opened = try? store.open(manifest.blocks[index]) else { return nil }
+                fd = opened
+            case .objects(let objects):
+                guard let bytes = try? objects.bytes(manifest.blocks[index]), bytes.count == manifest.length(ofBlock: index) else { return nil }
+                held = bytes
+            }
             openIndex = index
+        }
+        if case .objects = source {
+            held.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(within)..<Int(within) + count])) }
+            return count
         }
         guard let n = try? FileIO.pread(fd, into: piece, at: within), n > 0 else { return nil }
         return n
@@ -44,6 +61,7 @@ final class ContentReader: BodyReader, @unchecked Sendable {
     private func closeBlock() {
         if fd >= 0 { FileIO.close(fd) }
         fd = -1
+        held = []
         openIndex = -1
     }
 }

@@ -95,15 +95,16 @@ enum FileHandlers {
     }
 
     /// `GET /v1/changes?since=N&limit=M`: versions recorded after server sequence N, in
-    /// order, each with its device (an older version of a path is never replaced here).
+    /// order, each with its device (an older version of a path is never replaced here),
+    /// and the administrator's deletions after N (`deletions`), both cut at one sequence.
     static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
         do {
             let since = try request.integer("since", default: 0, in: 0...Int64.max)
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
-            let records = try context.metadata.withSession { db in
-                try FileVersions.changes(since: since, limit: limit, in: db)
+            let (records, deletions) = try context.metadata.withSession { db in
+                (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db))
             }
-            return .json(200, ChangesResponse(changes: records, nextSequence: records.last?.sequence ?? since))
+            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit)).response)
         } catch {
             return ServerContext.failure(error)
         }

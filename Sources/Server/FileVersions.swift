@@ -45,6 +45,22 @@ enum FileVersions {
     DROP TABLE files;
     """)
 
+    /// `server-005-deletions`: the administrator's deletions as entries of the change
+    /// feed, so a follower (a mounted drive's `Backups/`) removes a deleted version
+    /// without listing everything again. Each deleted version gets one row with a
+    /// sequence of its own (from the same sequence space as versions) naming the
+    /// version's sequence.
+    static let deletionsMigration = Migration("server-005-deletions", """
+    CREATE TABLE version_deletions (
+        sequence INTEGER PRIMARY KEY,
+        device_id INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        version_sequence INTEGER NOT NULL,
+        deleted_at INTEGER NOT NULL
+    );
+    """)
+
     /// `settings` key: the highest sequence ever handed out, written before a deletion.
     static let sequenceFloorKey = "version_sequence_floor"
 
@@ -71,7 +87,8 @@ enum FileVersions {
         // The floor is stored as the bytes of its decimal digits (settings.value is BLOB / BYTEA).
         let number = db.dialect == .sqlite ? "CAST(value AS INTEGER)" : "CAST(convert_from(value, 'UTF8') AS BIGINT)"
         let floor = try db.queryOne("SELECT \(number) FROM settings WHERE key = ?", sequenceFloorKey) { $0.int64(0) } ?? 0
-        return max(highest, floor) + 1
+        let deletion = try db.queryOne("SELECT COALESCE(MAX(sequence), 0) FROM version_deletions") { $0.int64(0) } ?? 0
+        return max(highest, floor, deletion) + 1
     }
 
     /// Records `sequence` as the highest ever handed out (before a deletion may remove it).
@@ -153,5 +170,28 @@ enum FileVersions {
     static func changes(since: Int64, limit: Int64, in db: any RecordSession) throws -> [FileRecord] {
         try db.query("SELECT \(columns) FROM file_versions v JOIN devices d ON d.id = v.device_id WHERE v.sequence > ? ORDER BY v.sequence LIMIT ?",
                      since, limit, row: fileRecord)
+    }
+
+    /// Deletes the versions with these sequences and records each deletion in the feed
+    /// under a new sequence. Runs in the caller's transaction.
+    static func delete(sequences: [Int64], now: Int64, in db: any RecordSession) throws {
+        for old in sequences {
+            let next = try nextSequence(in: db)
+            try db.run("""
+                INSERT INTO version_deletions(sequence, device_id, path, hash, version_sequence, deleted_at)
+                SELECT CAST(? AS BIGINT), device_id, path, hash, sequence, CAST(? AS BIGINT) FROM file_versions WHERE sequence = ?
+                """, next, now, old)
+            try db.run("DELETE FROM file_versions WHERE sequence = ?", old)
+        }
+    }
+
+    /// Deletions recorded after server sequence `since`, in order.
+    static func deletions(since: Int64, limit: Int64, in db: any RecordSession) throws -> [VersionDeletion] {
+        try db.query("""
+            SELECT x.sequence, d.name, x.path, x.hash, x.version_sequence FROM version_deletions x JOIN devices d ON d.id = x.device_id
+            WHERE x.sequence > ? ORDER BY x.sequence LIMIT ?
+            """, since, limit) {
+            VersionDeletion(sequence: $0.int64(0), device: $0.string(1) ?? "", path: $0.string(2) ?? "", hash: $0.string(3) ?? "", version: $0.int64(4))
+        }
     }
 }

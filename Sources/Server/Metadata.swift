@@ -52,6 +52,8 @@ final class Metadata: Sendable {
         """), postgres: PostgresSchema.initial),
         RecordMigration(sqlite: BlockMigration.migration(blobRoot: blobRoot), postgres: PostgresSchema.blocks),
         RecordMigration(sqlite: FileVersions.migration, postgres: PostgresSchema.versions),
+        RecordMigration(sqlite: BlockChunks.migration, postgres: PostgresSchema.blockChunks),
+        RecordMigration(sqlite: FileVersions.deletionsMigration, postgres: PostgresSchema.deletions),
     ] }
 
     /// Opens (and migrates) the records at `location`.
@@ -173,6 +175,17 @@ final class Metadata: Sendable {
                     try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)
                 }
             }
+        }
+    }
+
+    /// A block's kept chunk digests (32 bytes each, in order), nil when none are kept.
+    func blockChunks(_ hash: String) throws -> [UInt8]? {
+        try withSession { db in try db.queryOne("SELECT digests FROM block_chunks WHERE hash = ?", hash) { $0.bytes(0) ?? [] } }
+    }
+
+    func setBlockChunks(_ hash: String, _ digests: [UInt8]) throws {
+        try withSession { db in
+            try db.run("INSERT INTO block_chunks(hash, digests) VALUES (?, ?) ON CONFLICT(hash) DO UPDATE SET digests = excluded.digests", hash, digests)
         }
     }
 

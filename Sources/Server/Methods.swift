@@ -21,7 +21,12 @@ enum Methods {
         }
         if path.hasPrefix(API.tusPrefix) { return ["HEAD", "PATCH", "DELETE", "OPTIONS"] }
         if path.hasPrefix(API.contentPrefix) { return path.hasSuffix(API.blocksSuffix) ? ["GET"] : ["GET", "HEAD"] }
-        if path.hasPrefix(API.blockPrefix) { return ["GET", "HEAD", "PUT"] }
+        if path.hasPrefix(API.blockPrefix) {
+            let rest = path.dropFirst(API.blockPrefix.count)
+            if rest.hasSuffix(API.chunksSuffix) { return ["GET"] }
+            if rest.hasSuffix(API.verifySuffix) { return ["POST"] }
+            return ["GET", "HEAD", "PUT"]
+        }
         return nil
     }
 

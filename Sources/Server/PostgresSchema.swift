@@ -91,4 +91,19 @@ enum PostgresSchema {
         SELECT sequence, device_id, path, hash, size, capture_date, mtime, device_sequence, NULL FROM files ORDER BY sequence;
     DROP TABLE files;
     """
+
+    static let blockChunks = """
+    CREATE TABLE block_chunks (hash TEXT COLLATE "C" PRIMARY KEY, digests BYTEA NOT NULL);
+    """
+
+    static let deletions = """
+    CREATE TABLE version_deletions (
+        sequence BIGINT PRIMARY KEY,
+        device_id BIGINT NOT NULL,
+        path TEXT COLLATE "C" NOT NULL,
+        hash TEXT COLLATE "C" NOT NULL,
+        version_sequence BIGINT NOT NULL,
+        deleted_at BIGINT NOT NULL
+    );
+    """
 }

@@ -65,6 +65,14 @@ final class Router: HTTPHandler {
         }
         if path.hasPrefix(API.blockPrefix) {
             let hashText = String(path.dropFirst(API.blockPrefix.count))
+            if hashText.hasSuffix(API.chunksSuffix) {
+                let blockHash = String(hashText.dropLast(API.chunksSuffix.count))
+                return authenticated(request) { _ in .respond(BlockChunks.handle(hash: blockHash, context: self.context)) }
+            }
+            if hashText.hasSuffix(API.verifySuffix) {
+                let hash = String(hashText.dropLast(API.verifySuffix.count))
+                return authenticated(request) { _ in .respond(BlockVerify.verify(hash: hash, context: self.context)) }
+            }
             if method == "PUT" { return authenticated(request) { _ in BlockPut.put(request, hash: hashText, context: self.context) } }
             return authenticated(request) { _ in .respond(DownloadHandlers.block(request, hash: hashText, context: self.context)) }
         }

@@ -14,6 +14,8 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
     case databaseUnavailable(String, String)
     /// The PostgreSQL server refused the login, or the role may not create or write the tables.
     case databasePermission(String, String)
+    /// The object store (`--store s3://…`) refused or did not answer.
+    case store(String, String)
 
     public var description: String {
         switch self {
@@ -26,6 +28,7 @@ public enum ServerError: Error, CustomStringConvertible, Sendable {
         case .newerSchema(let m): return m
         case .databaseUnavailable(let l, let m): return "the records database \(l) is unreachable: \(m); start PostgreSQL or check --database (vdrive serve check tells more)"
         case .databasePermission(let l, let m): return "the records database \(l) refused: \(m); check the user, password and grants in --database (vdrive serve check tells more)"
+        case .store(let l, let m): return "the block store \(l) is not usable: \(m) (--store; Docs/operations.md, \"Scaled server\")"
         }
     }
 }

@@ -30,6 +30,13 @@ enum UploadHandlers {
             var anyCreated = false
             var expires = ServerContext.now() + context.configuration.uploadExpiry
             for block in try context.absentBlocks(manifest) {
+                if let objects = context.objects {
+                    // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
+                    let planned = objects.plan(block, expiresIn: context.configuration.uploadExpiry)
+                    blocks.append(planned.info)
+                    expires = min(expires, planned.expires)
+                    continue
+                }
                 // A block stored since absentBlocks looked (another device) needs no upload.
                 guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
                                                                             tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
@@ -119,6 +126,11 @@ enum TusHandlers {
         guard let digest = SHA256Digest(hex: hex) else {
             // Base64 of 64 bytes that are not hex digits: the form fits, the content does not.
             return .respond(.error(422, "bad_request", "Upload-Metadata sha256 is base64 of 64 bytes that are not hex digits; send base64 of the 64 hex digits (or of the 32 raw bytes)", field: "Upload-Metadata.sha256"))
+        }
+        if context.objects != nil {
+            // tus keeps an upload's bytes on the server's disk; a scaled server keeps none.
+            // (Checked after the headers, so a malformed request is still a 400.)
+            return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
         }
         do {
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,

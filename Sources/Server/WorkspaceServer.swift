@@ -1,4 +1,5 @@
 import Crypto
+import ObjectStore
 import Protocol
 import Storage
 import Synchronization
@@ -20,14 +21,17 @@ public struct ServerConfiguration: Sendable {
     /// fdatasync the staging file at the end of every PATCH before its offset is recorded.
     /// Off by default: see Docs/protocol.md, "Kill safety".
     public var syncEveryPatch: Bool
+    /// Where blocks are kept: `blobs/` in the data folder (default) or an S3 bucket.
+    public var store: BlockStoreChoice
     /// The records: nil for the SQLite file `server.db` in the data folder.
     public var database: DatabaseLocation?
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
-                database: DatabaseLocation? = nil) {
+                store: BlockStoreChoice = .folder, database: DatabaseLocation? = nil) {
         self.dataDirectory = dataDirectory; self.host = host; self.port = port
         self.uploadExpiry = uploadExpiry; self.publicURL = publicURL; self.syncEveryPatch = syncEveryPatch
+        self.store = store
         self.database = database
     }
 
@@ -70,11 +74,15 @@ final class ServerContext: Sendable {
     let blockStore: BlobStore
     let presigner: Presigner
     let uploads: UploadTable
+    /// The S3 bucket holding the blocks of a scaled server; nil for the embedded store
+    /// (then `blockStore` holds them).
+    let objects: ObjectBlocks?
     private let lastSweep = Mutex(ServerContext.now())
 
-    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner) {
+    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner, objects: ObjectBlocks?) {
         self.configuration = configuration; self.metadata = metadata; self.blockStore = blockStore; self.presigner = presigner
         self.uploads = UploadTable()
+        self.objects = objects
     }
 
     static func open(_ configuration: ServerConfiguration) throws(ServerError) -> ServerContext {
@@ -89,9 +97,18 @@ final class ServerContext: Sendable {
         let metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
         let key: [UInt8]
         do { key = try metadata.presignKey() } catch { throw .records(configuration.records, error) }
-        let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key))
+        let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key),
+                                    objects: try openObjects(configuration.store))
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
         return context
+    }
+
+    /// The bucket of an S3 store, checked (and created when missing) before serving.
+    private static func openObjects(_ choice: BlockStoreChoice) throws(ServerError) -> ObjectBlocks? {
+        guard case .s3(let location, let credentials) = choice else { return nil }
+        let objects = ObjectBlocks(store: S3Store(location: location, credentials: credentials))
+        do { try objects.prepare() } catch { throw .store("s3://\(location.bucket) at \(location.endpoint)", error.description) }
+        return objects
     }
 
     static func now() -> Int64 { Int64(time(nil)) }

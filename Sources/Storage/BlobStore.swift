@@ -1,4 +1,5 @@
 import Crypto
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,12 +28,62 @@ public final class BlobStore: Sendable {
         return "\(root)/\(hex.prefix(2))/\(hex)"
     }
 
+    /// The folder holding `digest`'s file.
+    public func folder(for digest: SHA256Digest) -> String { "\(root)/\(digest.hex.prefix(2))" }
+
+    /// Which of the 256 folders are known to exist, so a new blob costs no mkdir(2).
+    private let madeFolders = Mutex<Set<Substring>>([])
+
+    /// Creates `digest`'s folder unless this process already saw it.
+    public func makeFolder(for digest: SHA256Digest) throws {
+        let first = digest.hex.prefix(2)
+        if madeFolders.withLock({ $0.contains(first) }) { return }
+        if mkdir(folder(for: digest), 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        madeFolders.withLock { _ = $0.insert(first) }
+    }
+
     public func contains(_ digest: SHA256Digest) -> Bool { FileIO.exists(path(for: digest)) }
 
     /// The size of a stored blob, or nil when it is missing.
     public func size(of digest: SHA256Digest) -> Int64? {
         guard let st = try? FileIO.status(path(for: digest)) else { return nil }
         return Int64(st.st_size)
+    }
+
+    /// Empty staging files kept for reuse (see `takeStagingFile`), at most `spareLimit`.
+    private let spares = Mutex<[(fd: Int32, path: String)]>([])
+    private static let spareLimit = 32
+
+    /// An empty staging file: a spare one when there is one, else a new one. Give it
+    /// back with `returnStagingFile` when its content was not stored.
+    ///
+    /// Why reuse: a file whose content the store already has (a copy of a file already
+    /// on the drive, a tree unpacked twice) would otherwise create an inode and free it
+    /// again at once. On ext4 without a journal, every inode allocation in a block
+    /// group steps over the inodes freed there in the last seconds, checking each one
+    /// (`recently_deleted`); with thousands freed in the staging folder's group, that
+    /// scan took a fifth of the mount's CPU while unpacking a tree (perf, Docs/benchmarks.md).
+    public func takeStagingFile() throws -> (fd: Int32, path: String) {
+        if let spare = spares.withLock({ $0.popLast() }) { return spare }
+        return try makeStagingFile()
+    }
+
+    /// Takes back a staging file whose content was not stored (the store already had
+    /// it, or the write was abandoned): emptied and kept as a spare, or removed when
+    /// enough are kept. A file that was linked into the store (more than one link) is
+    /// never reused: it is a stored block now.
+    public func returnStagingFile(fd: Int32, path: String) {
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_nlink == 1, ftruncate(fd, 0) == 0,
+           spares.withLock({ list -> Bool in
+               guard list.count < Self.spareLimit else { return false }
+               list.append((fd, path))
+               return true
+           }) {
+            return
+        }
+        FileIO.close(fd)
+        _ = unlink(path)
     }
 
     /// Creates a new, empty staging file and returns its descriptor (read-write) and path.
@@ -54,8 +105,8 @@ public final class BlobStore: Sendable {
             try? FileIO.unlink(stagingPath)
             return false
         }
-        let folder = "\(root)/\(digest.hex.prefix(2))"
-        if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+        let folder = folder(for: digest)
+        try makeFolder(for: digest)
         if durable {
             let fd = try FileIO.open(stagingPath, O_RDONLY)
             defer { FileIO.close(fd) }
@@ -73,7 +124,7 @@ public final class BlobStore: Sendable {
         let fd = try FileIO.open(path(for: digest), O_RDONLY)
         defer { FileIO.close(fd) }
         try FileIO.fsync(fd)
-        try FileIO.syncDirectory("\(root)/\(digest.hex.prefix(2))")
+        try FileIO.syncDirectory(folder(for: digest))
     }
 
     public func remove(_ digest: SHA256Digest) {
@@ -105,6 +156,9 @@ public final class BlobStore: Sendable {
 
     /// Removes every staging file (left over from a previous run).
     public func clearStaging() {
+        for spare in spares.withLock({ list -> [(fd: Int32, path: String)] in defer { list.removeAll() }; return list }) {
+            FileIO.close(spare.fd)
+        }
         for name in (try? FileIO.listDirectory(stagingRoot)) ?? [] {
             _ = unlink("\(stagingRoot)/\(name)")
         }

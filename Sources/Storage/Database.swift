@@ -60,6 +60,16 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
     public var sqlValue: SQLValue { self?.sqlValue ?? .null }
 }
 
+/// The handlers of `Database.observeChanges`, kept alive by the connection.
+private final class ChangeHooks {
+    let rowChanged: (String, Int64) -> Void
+    let rolledBack: () -> Void
+    init(rowChanged: @escaping (String, Int64) -> Void, rolledBack: @escaping () -> Void) {
+        self.rowChanged = rowChanged
+        self.rolledBack = rolledBack
+    }
+}
+
 /// One SQLite connection.
 /// `@unchecked Sendable`: the raw handle is not thread-safe; every owner keeps a
 /// connection on one thread at a time (a mutex or a serial role), as stated above.
@@ -67,6 +77,7 @@ public final class Database: @unchecked Sendable {
     let handle: OpaquePointer
     public let path: String
     private var statementCache: [String: Statement] = [:]
+    private var changeHooks: ChangeHooks?
 
     public struct OpenOptions: Sendable {
         public var readOnly = false
@@ -92,6 +103,10 @@ public final class Database: @unchecked Sendable {
 
     deinit {
         statementCache.removeAll()
+        if changeHooks != nil {
+            sqlite3_update_hook(handle, nil, nil)
+            sqlite3_rollback_hook(handle, nil, nil)
+        }
         sqlite3_close_v2(handle)
     }
 
@@ -151,6 +166,25 @@ public final class Database: @unchecked Sendable {
         defer { statement.reset() }
         guard try statement.step() else { return nil }
         return try row(Row(statement: statement))
+    }
+
+    /// Calls `rowChanged(table, rowid)` for every row this connection inserts, updates or
+    /// deletes in a rowid table (not in WITHOUT ROWID tables), and `rolledBack()` when a
+    /// transaction is rolled back: what a cache of rows needs to stay exact. The handlers
+    /// run inside SQLite's statement execution: they must not use the connection.
+    public func observeChanges(rowChanged: @escaping (_ table: String, _ rowid: Int64) -> Void,
+                               rolledBack: @escaping () -> Void) {
+        let hooks = ChangeHooks(rowChanged: rowChanged, rolledBack: rolledBack)
+        changeHooks = hooks
+        let context = Unmanaged.passUnretained(hooks).toOpaque()
+        sqlite3_update_hook(handle, { context, _, _, table, rowid in
+            guard let context, let table else { return }
+            Unmanaged<ChangeHooks>.fromOpaque(context).takeUnretainedValue().rowChanged(String(cString: table), rowid)
+        }, context)
+        sqlite3_rollback_hook(handle, { context in
+            guard let context else { return }
+            Unmanaged<ChangeHooks>.fromOpaque(context).takeUnretainedValue().rolledBack()
+        }, context)
     }
 
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }

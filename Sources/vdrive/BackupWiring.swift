@@ -11,9 +11,12 @@ final class BackupWiring {
     let hook = BackupHook()
     let engine: BackupEngine
     private let fs: DriveFileSystem
+    /// Blocks not held here, fetched from the server; the cache bound.
+    let residency: ResidencyWiring
 
     init(fs: DriveFileSystem, state: String, remote: RemoteConfig?) throws {
         self.fs = fs
+        residency = ResidencyWiring(fs: fs, stateFolder: state, settingsPath: BackupPaths.settings, remote: remote)
         // Before the mount serves, no handle can be open: versions a killed mount left
         // unsettled are what their files hold now, so they may go.
         try BackupQueue.settleAll(in: try Database(path: fs.catalogPath))
@@ -41,6 +44,7 @@ final class BackupWiring {
     }
 
     func start() {
+        residency.start()
         do {
             try engine.start()
             hook.attach(engine)
@@ -51,6 +55,7 @@ final class BackupWiring {
 
     func stop() {
         hook.attach(nil)
+        residency.stop()
         _ = engine.stop()
         fs.collectGarbage()
     }

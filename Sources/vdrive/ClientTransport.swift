@@ -18,7 +18,14 @@ struct ClientTransport: BackupTransport {
         case .present:
             return .present
         case .blocks(let tickets, let expiresAt):
-            let uploads = tickets.map { BlockUpload(index: $0.index, hash: $0.hash, length: $0.length, url: $0.url, offset: $0.offset) }
+            let uploads = tickets.map { ticket -> BlockUpload in
+                let kind: BlockUpload.Kind
+                switch ticket.kind {
+                case .tus: kind = .tus
+                case .s3(let headers): kind = .s3(headers: headers)
+                }
+                return BlockUpload(index: ticket.index, hash: ticket.hash, length: ticket.length, url: ticket.url, offset: ticket.offset, kind: kind)
+            }
             return .blocks(uploads, expiresAt: Double(expiresAt))
         }
     }
@@ -31,6 +38,15 @@ struct ClientTransport: BackupTransport {
                progress: (Int64) -> Bool) throws -> Int64 {
         try withoutActuallyEscaping(progress) { progress in
             try mapped { try client.patch(url: url, offset: offset, bytes: chunk, checksum: chunkSHA256, progress: progress) }
+        }
+    }
+
+    func put(_ block: BlockUpload, chunk: UnsafeRawBufferPointer, progress: (Int64) -> Bool) throws {
+        guard case .s3(let headers) = block.kind else {
+            throw BackupTransportError(.permanent, "block \(block.index) is a tus upload, not an object store PUT")
+        }
+        try withoutActuallyEscaping(progress) { progress in
+            try mapped { try client.putBlock(url: block.url, hash: block.hash, headers: headers, bytes: chunk, progress: progress) }
         }
     }
 

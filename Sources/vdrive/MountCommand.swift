@@ -103,6 +103,7 @@ enum MountCommand {
         let lost = try fs.recover()
         if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
         let backup = try BackupWiring(fs: fs, state: state, remote: remote)
+        let backups = try BackupsWiring(fs: fs, remote: remote)
         let session = FuseSession(fs: fs, mountPoint: mountPoint)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }
         let pidFile = MountRegistry.pidFile(for: mountPoint)
@@ -110,9 +111,11 @@ enum MountCommand {
         defer { MountRegistry.remove(pidFile) }
         fs.startBackgroundWork()
         backup.start()
+        backups.start()
         notifier.ready()
         _ = session.run()
         // Unmounted: stop uploads quickly (they resume at the next mount), then the drive.
+        backups.stop()
         backup.stop()
         fs.shutdown()
     }

@@ -6,7 +6,7 @@ import Server
 /// it lists what it would delete and changes nothing, so a typo costs nothing.
 enum ServeBackupCommand {
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ServeBackends.options.union(["--version"]), flags: ["--yes"])
+        let options = try Options(arguments, valued: ServeBackends.valued.union(["--version"]), flags: ["--yes"])
         let words = options.positionals
         guard words.first == "delete" else {
             throw CLIError.usage("usage: vdrive serve backup delete DEVICE PATH [--version HASH] --yes; see 'vdrive serve --help'")

@@ -12,7 +12,7 @@ enum ServeCheckCommand {
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ServeBackends.options, flags: [])
+        let options = try Options(arguments, valued: ServeBackends.valued, flags: [])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL]") }
         let backends = try ServeBackends(options)
         let checks: [(ServeBackends) -> Outcome] = [records]

@@ -9,7 +9,7 @@ enum ServeCommand {
     static var verb: Verb { Verb(name: "serve", summary: "run the workspace server (uploads, dedup, files)", help: help, run: run) }
 
     static let help = """
-    Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS]
+    Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS] [--store s3://…]
            vdrive serve check                 reach the database: version, schema, permissions
            vdrive serve device add NAME       make a device and print its token (once)
            vdrive serve device list           list devices
@@ -32,18 +32,24 @@ enum ServeCommand {
       --upload-expiry SECONDS  lifetime of presigned upload URLs (default: 604800, 7 days)
       --public-url URL         base of presigned URLs (default: http:// + the request's Host)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
+      --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
+                               keep blocks in an S3 bucket (created if missing) instead of
+                               DIR/blobs; devices upload to it with presigned URLs. Also
+                               VDRIVE_STORE. Credentials: AWS_ACCESS_KEY_ID and
+                               AWS_SECRET_ACCESS_KEY, or FILE (aws_access_key_id = …,
+                               aws_secret_access_key = … lines). See Docs/operations.md.
 
     Exit codes: 64 usage, 65 no such device, path or version (backup delete),
-    69 address in use or database unreachable, 73 data folder not writable,
-    77 database login or grants refused, 78 bad --database, database from a newer
-    vdrive or unusable.
+    69 address in use, database unreachable or object store unusable, 73 data folder
+    not writable, 77 database login or grants refused, 78 bad --database, database
+    from a newer vdrive or unusable.
     """
 
     static func run(_ arguments: [String]) throws -> Int32 {
         if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ServeBackends.options.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
+        let options = try Options(arguments, valued: ServeBackends.valued.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
         if let listen = options.value("--listen") {
@@ -68,7 +74,7 @@ enum ServeCommand {
 
         let server: WorkspaceServer
         do { server = try WorkspaceServer(configuration) } catch { throw cliError(error) }
-        let line = "vdrive serve: listening on \(server.baseURL) (data: \(configuration.dataDirectory), records: \(configuration.records))\n"
+        let line = "vdrive serve: listening on \(server.baseURL) (data: \(configuration.dataDirectory); records: \(configuration.records); blocks: \(configuration.store.summary))\n"
         line.withCString { _ = write(1, $0, strlen($0)) }
 
         var received: Int32 = 0
@@ -89,7 +95,7 @@ enum ServeCommand {
 
     static func cliError(_ error: ServerError) -> CLIError {
         switch error {
-        case .addressInUse, .cannotListen, .cannotStart: return CLIError(error.description, code: ExitCode.unavailable)
+        case .addressInUse, .cannotListen, .cannotStart, .store: return CLIError(error.description, code: ExitCode.unavailable)
         case .badAddress: return CLIError(error.description, code: ExitCode.usage)
         case .dataFolder: return CLIError(error.description, code: ExitCode.cantCreate)
         case .database, .newerSchema: return CLIError(error.description, code: ExitCode.config)
@@ -99,7 +105,7 @@ enum ServeCommand {
     }
 
     static func device(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ServeBackends.options, flags: [])
+        let options = try Options(arguments, valued: ServeBackends.valued, flags: [])
         let words = options.positionals
         guard let action = words.first else { throw CLIError.usage("say what to do: 'vdrive serve device add|list|revoke'; see --help") }
         let backends = try ServeBackends(options)

@@ -4,7 +4,7 @@ import Backup
 enum SettingsCommand {
     static var verb: Verb { Verb(
         name: "settings",
-        summary: "show or change settings (camera backup, metered networks, battery)",
+        summary: "show or change settings (camera backup, metered networks, battery, cache size, optimize storage)",
         help: """
         Usage: vdrive settings [--config FILE]              show every setting
                vdrive settings [--config FILE] KEY          show one
@@ -15,6 +15,14 @@ enum SettingsCommand {
           allow-metered      on|off  also upload over metered networks (default off)
           paused             on|off  the same as 'vdrive pause' / 'vdrive resume'
           battery-threshold  0-100   on battery, wait below this charge (default 20)
+          cache-size         SIZE    bytes the drive keeps of what the server could give back
+                                     (fetched blocks; with optimize-storage, backed-up
+                                     originals) before dropping the least recently used
+                                     (20G, 500M; default: 10% of the disk holding the state
+                                     folder, at least 1G)
+          optimize-storage   on|off  also drop backed-up Camera Roll originals (done, no
+                                     user.vdrive.pin xattr) when over cache-size; they stay
+                                     listed and are fetched again when read (default off)
 
         The file is $XDG_CONFIG_HOME/vdrive/settings.json; a running mount picks up a
         change at once.
@@ -29,27 +37,50 @@ enum SettingsCommand {
         let settings = try loadOrFail(file)
         guard let name = args.first else {
             for key in BackupSettings.Key.allCases { print("\(key.rawValue) = \(settings.value(key))") }
+            let residency = try loadOrFail { try ResidencySettings.load(file.path) }
+            for key in ResidencySettings.Key.allCases { print("\(key.rawValue) = \(residency.value(key))") }
             return ExitCode.ok
         }
+        if let key = ResidencySettings.Key(rawValue: name) { return try residency(key, args, file.path) }
         guard let key = BackupSettings.Key(rawValue: name) else {
-            throw CLIError(SettingsError.unknownKey(name).description, code: ExitCode.usage)
+            let known = (BackupSettings.Key.allCases.map(\.rawValue) + ResidencySettings.Key.allCases.map(\.rawValue)).joined(separator: ", ")
+            throw CLIError("unknown setting '\(name)'; known: \(known)", code: ExitCode.usage)
         }
         guard args.count == 2 else {
             print(settings.value(key))
             return ExitCode.ok
         }
-        do {
-            let updated = try file.update { try $0.set(key, args[1]) }
-            print("\(key.rawValue) = \(updated.value(key))")
-        } catch let error as SettingsError {
-            throw CLIError(error.description, code: ExitCode.usage)
-        } catch {
-            throw CLIError("\(file.path): \(error)", code: ExitCode.cantCreate)
-        }
+        try change(file.path) { "\(key.rawValue) = \(try file.update { try $0.set(key, args[1]) }.value(key))" }
         return ExitCode.ok
     }
 
+    /// Runs a change of the settings file and prints its line; a bad value is a usage
+    /// error, a file that cannot be written is EX_CANTCREAT.
+    private static func change(_ path: String, _ body: () throws -> String) throws {
+        do {
+            print(try body())
+        } catch let error as SettingsError {
+            throw CLIError(error.description, code: ExitCode.usage)
+        } catch {
+            throw CLIError("\(path): \(error)", code: ExitCode.cantCreate)
+        }
+    }
+
     static func loadOrFail(_ file: SettingsFile) throws -> BackupSettings {
-        do { return try file.load() } catch { throw CLIError("\(error)", code: ExitCode.config) }
+        try loadOrFail { try file.load() }
+    }
+
+    static func loadOrFail<T>(_ load: () throws -> T) throws -> T {
+        do { return try load() } catch { throw CLIError("\(error)", code: ExitCode.config) }
+    }
+
+    /// The drive's keys (cache-size, optimize-storage), in the same file.
+    private static func residency(_ key: ResidencySettings.Key, _ args: [String], _ path: String) throws -> Int32 {
+        guard args.count == 2 else {
+            print(try loadOrFail { try ResidencySettings.load(path) }.value(key))
+            return ExitCode.ok
+        }
+        try change(path) { "\(key.rawValue) = \(try ResidencySettings.update(path, key, args[1]).value(key))" }
+        return ExitCode.ok
     }
 }

@@ -1,4 +1,5 @@
 import Backup
+import Drive
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -15,7 +16,8 @@ enum StatusCommand {
         Usage: vdrive status [--watch] [--json] [--state DIR]
 
         Shows what camera-roll backup is doing: items and bytes left, rate, time left, or
-        why it waits. --watch follows changes until interrupted (a progress bar on a
+        why it waits; then the drive's storage: bytes of blocks held for local files,
+        cached from the server, and online only (fetched when read). --watch follows changes until interrupted (a progress bar on a
         terminal, one line per change in a pipe). --json prints status.json as written.
         """,
         run: run) }
@@ -26,9 +28,11 @@ enum StatusCommand {
         guard options.has("--watch") else {
             guard let status = try read(file) else {
                 print("No backup status yet (nothing has run in \(file.stateFolder)).")
+                if let storage = storageLine(stateFolder: file.stateFolder) { print(storage) }
                 return ExitCode.ok
             }
             print(options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line + staleness(status))
+            if !options.has("--json"), let storage = storageLine(stateFolder: file.stateFolder) { print(storage) }
             return ExitCode.ok
         }
         let changed = DispatchSemaphore(value: 1)
@@ -58,6 +62,14 @@ enum StatusCommand {
     static func staleness(_ status: BackupStatus, now: Double = Date().timeIntervalSince1970) -> String {
         guard status.state == .backingUp, now - status.updatedAt > 120 else { return "" }
         return " (last updated \(Int((now - status.updatedAt) / 60)) min ago; is the drive mounted?)"
+    }
+
+    /// "Storage: 1.2 GB local · 300 MB cached · 2.1 GB online only": the drive's blocks
+    /// by where they are (nil when there is no catalog yet).
+    static func storageLine(stateFolder: String) -> String? {
+        let catalog = BackupPaths.catalog(in: stateFolder)
+        guard FileManager.default.fileExists(atPath: catalog), let t = try? ResidencyTotals.read(catalogPath: catalog) else { return nil }
+        return "Storage: \(ByteCountText.format(t.local)) local · \(ByteCountText.format(t.cached)) cached · \(ByteCountText.format(t.onlineOnly)) online only"
     }
 
     static func read(_ file: StatusFile) throws -> BackupStatus? {

@@ -13,7 +13,8 @@ enum TaskCommand {
 
         Tasks:
           us.virtualdrive.backup   upload what the queue holds, then stop
-          us.virtualdrive.sync     refresh the watermark and dedup knowledge with the server
+          us.virtualdrive.sync     refresh the watermark and dedup knowledge with the server,
+                                   and learn every device's backups (the records Backups/ shows)
 
         Respects the policies ('vdrive settings'): paused, metered network, low battery.
         Prints the final status line. Exit 0 when the task ran (even if it had to wait),
@@ -48,10 +49,31 @@ enum TaskCommand {
                                               transport: try BackupWiring.transport(remote), blobs: blobs,
                                               policy: BackupWiring.policy())
         print(report.status.line)
+        if task == .sync, let remote { try learnRecords(catalog: catalog, remote: remote) }
         if report.busy {
             printError("another vdrive process is uploading from \(state); it goes on, nothing to do here")
             return ExitCode.tempFail
         }
         return ExitCode.ok
+    }
+
+    /// Follows the change feed into the records table, as a mount does, so the next
+    /// mount's `Backups/` is current at once (and listing works offline).
+    static func learnRecords(catalog: String, remote: RemoteConfig) throws {
+        let db = try Database(path: catalog)
+        let all = DriveFileSystem.catalogMigrations(extra: WiringSchema.catalogExtras)
+        let missing = Set(all.map(\.name)).subtracting(try db.appliedMigrations())
+        let recordsOnly = Set(RecordsTable.migrationNames)
+        guard missing.isSubset(of: recordsOnly) else {
+            throw CLIError("the workspace in \((catalog as NSString).deletingLastPathComponent) was made by an older vdrive; mount it once with this version first", code: ExitCode.config)
+        }
+        try db.migrate(all)
+        let table = try RecordsTable(catalogPath: catalog)
+        do {
+            let changed = try RecordsFollower.catchUp(table, from: try ClientRemoteRecords.forRemote(remote))
+            print("Backups: \(changed.count) file(s) changed on the server (feed at \(try table.cursor()))")
+        } catch let failure as RemoteFailure {
+            throw CLIError("could not follow the server's change feed at \(remote.url): \(failure); Backups/ keeps the last known records", code: ExitCode.unavailable)
+        }
     }
 }

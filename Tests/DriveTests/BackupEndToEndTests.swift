@@ -39,10 +39,13 @@ import CLinux
         return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
     }
 
-    /// Against both records back ends: SQLite in the data folder, and PostgreSQL (`--database`).
-    @Test(arguments: ["sqlite", "postgresql"]) func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames(_ records: String) throws {
+    /// Against the embedded server (blocks in its folder, tus), a scaled one (blocks
+    /// in a real SeaweedFS, presigned S3 PUTs verified by the server), and one whose
+    /// records are in PostgreSQL (`--database`).
+    @Test(arguments: zip([StoreKind.folder, .s3, .folder], ["sqlite", "sqlite", "postgresql"]))
+    func twoHundredPhotosAreBackedUpOnceEachWithDatesAndTemporaryNames(store: StoreKind, records: String) throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
-        let server = try LocalServer(folder: dir.path, records: records); defer { server.stop() }
+        let server = try LocalServer(folder: dir.path, store: store, records: records); defer { server.stop() }
         let drive = try MountedDrive(label: "vdrive-e2e-mount", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
 
@@ -70,6 +73,8 @@ import CLinux
         }
         try Self.waitForBackup(drive, done: 200)
         #expect(server.contentHashes() == expected, "the server holds exactly the unique contents")
+        #expect(server.blockCount() == expected.count, "each photo is one block, stored once")
+        if store == .s3 { #expect(server.blockFileCount() == 0, "a scaled server keeps no block on its disk") }
         let done = Self.list(drive.path(".backup/done"))
         #expect(done.count == 200)
         #expect(!done.contains { $0.hasPrefix(".") || $0.hasSuffix(".part") }, "temporary names are never backed up")

@@ -128,6 +128,36 @@ import Storage
         #expect(recorder.committed == 5)
     }
 
+    @Test func stagingFilesOfContentAlreadyStoredAreReusedAndStoredBlocksNeverAre() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let same = pseudoRandomBytes(50_000, seed: 21), other = pseudoRandomBytes(70_000, seed: 22)
+        func make(_ name: String, _ bytes: [UInt8]) throws -> UInt64 {
+            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+            try write(fs, fh, bytes, at: 0)
+            try fs.flush(fh)
+            fs.release(fh)
+            return a.ino
+        }
+        func content(_ ino: UInt64, _ count: Int) throws -> [UInt8] {
+            let fh = try fs.open(ino, writable: false, truncate: false)
+            defer { fs.release(fh) }
+            return try read(fs, fh, count: count + 1, at: 0)
+        }
+        let staging = fs.blobs.stagingRoot
+        let first = try make("first", same)      // its staging file becomes the stored block
+        #expect(try FileIO.listDirectory(staging).isEmpty)
+        let second = try make("second", same)    // the store has it: the staging file is kept as a spare
+        #expect(try FileIO.listDirectory(staging).count == 1)
+        let third = try make("third", other)     // takes the spare, which becomes a stored block
+        #expect(try FileIO.listDirectory(staging).isEmpty)
+        #expect(try content(first, same.count) == same)
+        #expect(try content(second, same.count) == same)
+        #expect(try content(third, other.count) == other)
+        #expect(try fs.blobs.allDigests().count == 2)
+        for d in try fs.blobs.allDigests() { #expect(fs.blobs.verify(d)) }
+    }
+
     @Test func observerFailureRollsBackTheCommit() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)

@@ -1,8 +1,15 @@
 import Foundation
 import Storage
 
-/// A real `vdrive serve` on a free loopback port, with one device token.
-/// Always call `stop()` (in a defer).
+/// Where a test server keeps blocks: its data folder (embedded) or a real SeaweedFS
+/// started for the test (scaled: `--store s3://…`).
+enum StoreKind: String, CaseIterable, Sendable {
+    case folder, s3
+}
+
+/// A real `vdrive serve` on a free loopback port, with one device token; with
+/// `store: .s3`, also a real SeaweedFS in `folder` that the server keeps blocks in.
+/// Always call `stop()` (in a defer): it stops both.
 final class LocalServer {
     let data: String
     let tokenFile: String
@@ -11,17 +18,20 @@ final class LocalServer {
     private let outputFile: String
     /// 0 until the first start picks a free port; a restart reuses it.
     private(set) var port: Int
+    /// The object store of a `.s3` server.
+    let seaweed: SeaweedFS?
 
     /// The PostgreSQL URL of its records (`--database`), nil for SQLite in the data folder.
     let database: String?
 
     /// `records`: "sqlite", or "postgresql" for a fresh database of the test cluster.
-    init(folder: String, port: Int = 0, device: String = "test-device", records: String = "sqlite") throws {
+    init(folder: String, port: Int = 0, device: String = "test-device", store: StoreKind = .folder, records: String = "sqlite") throws {
         database = records == "postgresql" ? try PostgresCluster.freshDatabase() : nil
         data = folder + "/server-data"
         tokenFile = folder + "/token"
         outputFile = folder + "/server.out"
         self.port = port
+        seaweed = store == .s3 ? try SeaweedFS(folder: folder + "/seaweed") : nil
         let added = try runCommand(vdriveBinary, ["serve", "device", "add", device, "--data", data] + databaseArguments)
         guard added.status == 0, let token = added.stdout.split(separator: "\n").first else {
             throw TestFailure("device add failed: \(added.stderr)")
@@ -43,7 +53,8 @@ final class LocalServer {
         FileManager.default.createFile(atPath: outputFile, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
-        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"] + databaseArguments
+        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"] + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments
+        if let seaweed { p.environment = ProcessInfo.processInfo.environment.merging(seaweed.environment) { $1 } }
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
         p.standardError = FileHandle.nullDevice
         try p.run()
@@ -61,6 +72,12 @@ final class LocalServer {
     }
 
     func stop() {
+        stopServer()
+        seaweed?.stop()
+    }
+
+    /// Stops the server process only (a restart keeps the store running).
+    func stopServer() {
         guard let p = process else { return }
         kill(p.processIdentifier, SIGTERM)
         p.waitUntilExit()
@@ -87,8 +104,18 @@ final class LocalServer {
         return Set((try? db.query("SELECT hash FROM contents") { $0.string(0) ?? "" }) ?? [])
     }
 
-    /// How many block files the server stores.
+    /// How many blocks the server stores: block files, or with an object store the
+    /// blocks it verified and recorded.
     func blockCount() -> Int {
+        if seaweed != nil {
+            guard let db = try? Database(path: data + "/server.db") else { return 0 }
+            return (try? db.queryOne("SELECT count(*) FROM blocks", row: { Int($0.int64(0)) })) ?? 0
+        }
+        return blockFileCount()
+    }
+
+    /// How many block files are in the server's data folder (none with an object store).
+    func blockFileCount() -> Int {
         let root = data + "/blobs"
         var count = 0
         for folder in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where folder.count == 2 {

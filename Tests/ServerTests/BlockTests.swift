@@ -201,11 +201,7 @@ import Testing
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 3000, seed: 41)
         try s.store(f, at: "f")
-        let path = s.blobRoot + "/" + f.digest.hex.prefix(2) + "/" + f.digest.hex
-        chmod(path, 0o600)
-        var bytes = f.bytes
-        bytes[7] ^= 1
-        writeFile(path, bytes)
+        s.damageStoredBlock(f)
         let out = open(s.dir.path + "/out", O_RDWR | O_CREAT | O_TRUNC, 0o600)
         defer { close(out) }
         #expect(throws: ClientError.self) { try s.client.download(content: f.content, to: out) }

@@ -19,12 +19,12 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     /// Where the records are (a fresh database per server for PostgreSQL).
     let database: DatabaseLocation?
 
-    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, records: Records = .sqlite) throws {
+    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
         database = try records.freshLocation()
         token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
-        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, database: database))
+        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database))
         client = WorkspaceClient(baseURL: server.baseURL, token: token)
     }
 
@@ -78,11 +78,21 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         return first
     }
 
+    /// Flips one byte of a stored block's file (damage in the server's store).
+    func damageStoredBlock(_ f: TestFile) {
+        let path = blobRoot + "/" + f.digest.hex.prefix(2) + "/" + f.digest.hex
+        chmod(path, 0o600)
+        var bytes = f.bytes
+        bytes[7] ^= 1
+        writeFile(path, bytes)
+    }
+
     /// Number of block files in the store.
     func blockCount() -> Int { countBlockFiles(blobRoot) }
 
-    /// True when the server holds block `d` (HEAD /v1/blocks/<hash>).
-    func hasBlock(_ d: SHA256Digest) throws -> Bool { try send("HEAD", "/v1/blocks/\(d.hex)").status == 200 }
+    /// True when the server holds block `d` (HEAD /v1/blocks/<hash>: 200, or with an
+    /// object store 307 to it).
+    func hasBlock(_ d: SHA256Digest) throws -> Bool { [200, 307].contains(try send("HEAD", "/v1/blocks/\(d.hex)").status) }
 }
 
 /// The records back ends the server tests run against: the same test, each back end
@@ -152,20 +162,6 @@ struct TestFile {
     var bytes: [UInt8] { Array(FileManager.default.contents(atPath: path)!) }
 }
 
-/// Pseudo-random bytes (xorshift), the same for the same seed.
-func randomBytes(_ size: Int, seed: UInt64) -> [UInt8] {
-    var state = seed &* 0x9E3779B97F4A7C15 | 1
-    var bytes = [UInt8](repeating: 0, count: size)
-    bytes.withUnsafeMutableBytes { raw in
-        let words = raw.bindMemory(to: UInt64.self)
-        for i in 0..<words.count {
-            state ^= state << 13; state ^= state >> 7; state ^= state << 17
-            words[i] = state
-        }
-        for i in (words.count * 8)..<size { state ^= state << 13; state ^= state >> 7; state ^= state << 17; raw[i] = UInt8(truncatingIfNeeded: state) }
-    }
-    return bytes
-}
 
 /// Writes a file with plain system calls (Foundation's atomic writes leave a
 /// `TemporaryDirectory.*` folder behind in /tmp on Linux).

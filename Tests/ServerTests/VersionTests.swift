@@ -140,6 +140,37 @@ import Testing
         #expect(again.sequence! > before)
     }
 
+    /// A follower of the feed (a drive's `Backups/`) learns the administrator's deletions
+    /// from the feed itself, in sequence order with new versions, across page cuts.
+    @Test(arguments: Records.all) func deletionsAreInTheChangeFeed(_ records: Records) throws {
+        let s = try TestServer(records: records)
+        defer { s.stop() }
+        let v1 = try s.uploaded(size: 1000, seed: 131), v2 = try s.uploaded(size: 2000, seed: 132)
+        let path = "Camera Roll/IMG_0001.jpg"
+        let r1 = try s.client.recordFile(Self.record(v1, path, sequence: 1))
+        let r2 = try s.client.recordFile(Self.record(v2, path, sequence: 2))
+        let cursor = try s.client.changesPage(since: 0).nextSequence
+        #expect(cursor == r2.sequence)
+        let admin = try BackupAdmin(dataDirectory: s.server.configuration.dataDirectory, database: s.database)
+        try admin.delete(device: "test-device", path: path, version: v2.content.hex)
+        let r3 = try s.client.recordFile(Self.record(v2, "Camera Roll/later.jpg", sequence: 3))
+        let page = try s.client.changesPage(since: cursor)
+        #expect(page.deletions?.map(\.version) == [r2.sequence!])
+        #expect(page.deletions?.first?.device == "test-device" && page.deletions?.first?.path == path && page.deletions?.first?.hash == v2.content.hex)
+        #expect(page.changes.map(\.sequence) == [r3.sequence])
+        let deletion = try #require(page.deletions?.first?.sequence)
+        #expect(deletion > cursor && deletion < r3.sequence!, "a deletion takes its own sequence, never reused")
+        #expect(page.nextSequence == r3.sequence)
+        // A page of one entry stops at the deletion; the next one goes on after it.
+        let first = try s.client.changesPage(since: cursor, limit: 1)
+        #expect(first.changes.isEmpty && first.deletions?.count == 1 && first.nextSequence == deletion)
+        let second = try s.client.changesPage(since: first.nextSequence, limit: 1)
+        #expect(second.changes.map(\.sequence) == [r3.sequence] && second.deletions?.isEmpty == true)
+        // The feed from 0 holds what is left: v1 and the later record, and the deletion.
+        let all = try s.client.changesPage(since: 0)
+        #expect(all.changes.map(\.sequence) == [r1.sequence, r3.sequence] && all.deletions?.count == 1)
+    }
+
     @Test(arguments: Records.all) func adminVerbRefusesWithoutYes(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
@@ -196,6 +227,6 @@ import Testing
         try client.recordFile(Self.record(other, "Camera Roll/IMG_0002.jpg", sequence: 11))
         #expect(try client.listFiles(prefix: "Camera Roll/IMG_0002").map(\.device) == ["laptop", "phone"])
         let db = try Database(path: data + "/server.db")
-        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions"])
+        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions", "server-004-block-chunks", "server-005-deletions"])
     }
 }

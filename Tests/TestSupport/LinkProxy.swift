@@ -22,6 +22,11 @@ public final class LinkProxy: @unchecked Sendable {
     private let lock = NSLock()
     private var stopped = false
     private var sockets: [Int32] = []
+    private var fromTarget = 0
+
+    /// Bytes the target (the server) has sent through the proxy so far: what a client
+    /// behind it downloaded, headers included.
+    public var bytesFromTarget: Int { lock.withLock { fromTarget } }
 
     /// Listens on 127.0.0.1 (a free port) and forwards to 127.0.0.1:`targetPort`.
     public init(targetPort: UInt16, oneWayDelay: Double, bytesPerSecond: Double) throws {
@@ -89,20 +94,21 @@ public final class LinkProxy: @unchecked Sendable {
             }
             if isStopped { close(client); close(server); return }
             let closer = Closer(client, server)
-            pipe(from: client, to: server, closer: closer)
-            pipe(from: server, to: client, closer: closer)
+            pipe(from: client, to: server, closer: closer, counted: false)
+            pipe(from: server, to: client, closer: closer, counted: true)
         }
     }
 
     /// One direction: a reader that stamps chunks, a writer that sends them when due.
-    private func pipe(from source: Int32, to destination: Int32, closer: Closer) {
+    private func pipe(from source: Int32, to destination: Int32, closer: Closer, counted: Bool) {
         let queue = ChunkQueue()
-        let reader = Thread { [delay] in
+        let reader = Thread { [delay, self] in
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
             while true {
                 let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { queue.finish(); return }
+                if counted { lock.withLock { fromTarget += n } }
                 queue.push(Array(buffer[0..<n]), due: Date().timeIntervalSince1970 + delay)
             }
         }

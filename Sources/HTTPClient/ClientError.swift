@@ -1,13 +1,11 @@
-/// Client: HTTP to the workspace server over libcurl.
+/// HTTPClient: HTTP/1.1 requests over libcurl, for the device's client (`Client`) and the
+/// server's object-store calls (`ObjectStore`). The one target that imports CCurl.
 ///
-/// Terms: `HTTPConnection` is one reusable libcurl easy handle (keeps connections
-/// alive between calls); `WorkspaceClient` speaks every call of the API on top of it
-/// (see Docs/protocol.md); the answer to "create upload" is `.present` or a *ticket*
-/// per block the server lacks.
-/// Thread safety: every public method is synchronous and meant for a background
-/// thread; calls on one client are serialised by a mutex (one transfer at a time per
-/// client; make one client per concurrent upload).
-/// Imports: CCurl (CurlEasy.swift only), Protocol, Crypto. Nothing of SQLite.
+/// Terms: `HTTPConnection` is a pool of reusable libcurl easy handles (each keeps its
+/// connection alive between calls); `HTTPResult` a reply; `ClientError` why a call failed.
+/// Thread safety: `HTTPConnection.perform` may be called from many threads at once (each
+/// call takes a handle of its own).
+/// Imports: CCurl (CurlEasy.swift only), Crypto (digests in errors).
 
 import Crypto
 

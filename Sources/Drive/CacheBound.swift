@@ -1,0 +1,102 @@
+import Foundation
+import Crypto
+import Storage
+
+/// What the backup knows that optimize storage needs, asked on the catalog's own
+/// connection (the backup queue lives in the same SQLite file). The drive does not
+/// import the backup: the daemon's wiring implements this.
+public protocol BackupLedger: AnyObject, Sendable {
+    /// Whether version `content` of the camera-roll file at `path` is on the server
+    /// (its backup item is `done`). Anything else (pending, uploading, failed, unknown)
+    /// must answer false: such a file is never made online-only.
+    func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool
+}
+
+/// The cache bound: how many bytes of blocks the store may hold before the ones the
+/// server can give back are dropped, least recently used first.
+///
+/// Evictable: blocks fetched from the server that no file names (cache); with optimize
+/// storage, also blocks named only by Camera Roll files that are backed up (`done`) and
+/// carry no `user.vdrive.pin`: those files become online-only (the catalog keeps their
+/// block lists; sizes, dates and xattrs do not change; a read fetches them back).
+/// Never evicted: a block any other file names, a block a pending backup pins (its
+/// reference count then exceeds the files counted), a damaged block.
+public struct CacheBound: Sendable {
+    public static let pinAttribute = "user.vdrive.pin"
+
+    /// Bytes of blocks the server holds that may stay here (fetched blocks no file
+    /// names, partial blocks, and with optimize storage backed-up unpinned originals).
+    public var bytes: Int64
+    public var optimizeStorage: Bool
+    public init(bytes: Int64, optimizeStorage: Bool) { self.bytes = bytes; self.optimizeStorage = optimizeStorage }
+}
+
+/// Bytes of the store by kind (for `vdrive status`).
+public struct ResidencyTotals: Sendable, Equatable {
+    /// Blocks files here name, held here.
+    public var local: Int64
+    /// Blocks fetched from the server that no file names, and chunks of partial blocks (cache).
+    public var cached: Int64
+    /// Blocks files here name that are only on the server.
+    public var onlineOnly: Int64
+
+    /// Read from a catalog another process may be using (`vdrive status`), read-only.
+    public static func read(catalogPath: String) throws -> ResidencyTotals {
+        let db = try Database(path: catalogPath, options: .init(readOnly: true, create: false))
+        let t = try Catalog.residencyTotals(db)
+        return ResidencyTotals(local: t.local, cached: t.cached, onlineOnly: t.onlineOnly)
+    }
+}
+
+extension BlockCache {
+    /// Evicts until what the server could give back fits `bound`: blocks fetched from it
+    /// that no file names, partial blocks, and (optimize storage) the blocks of backed-up,
+    /// unpinned originals. Blocks only this machine holds never count: a bound smaller
+    /// than the local files does not make the cache churn. Returns the bytes dropped.
+    @discardableResult
+    public func enforce(_ bound: CacheBound, ledger: BackupLedger?) throws -> Int64 {
+        flushUses()
+        var originals: Set<UInt64>?
+        if bound.optimizeStorage, let ledger {
+            var inodes = Set<UInt64>()
+            for f in try catalog.cameraRollFiles(pinXattr: CacheBound.pinAttribute) where !f.pinned {
+                if try catalog.reading({ try ledger.isBackedUp(path: f.path, content: f.content, in: $0) }) { inodes.insert(f.ino) }
+            }
+            originals = inodes
+        }
+        let candidates = try catalog.evictionCandidates(originals: originals).filter { !isDamaged($0.digest) }
+        let partial = try catalog.partialBytes()
+        var over = candidates.reduce(partial) { $0 + $1.size } - bound.bytes
+        guard over > 0 else { return 0 }
+        if partial > 0 {
+            dropPartials()
+            over -= partial
+        }
+        var dropped: Int64 = 0
+        for candidate in candidates where over > 0 {
+            try exclusively(candidate.digest) { try catalog.evict(candidate.digest) }
+            over -= candidate.size
+            dropped += candidate.size
+        }
+        if dropped > 0 { DriveLog.info("cache bound \(bound.bytes) bytes: \(dropped) bytes of blocks the server holds were dropped (read again on demand)") }
+        return dropped
+    }
+
+    /// Partial blocks go first when the store is over its bound: at most 4 MiB each, and
+    /// the chunks a reader needs again are one request away.
+    func dropPartials() {
+        for name in (try? FileIO.listDirectory(partialRoot)) ?? [] {
+            guard let d = SHA256Digest(hex: name) else { continue }
+            try? exclusively(d) {
+                _ = unlink(partialPath(d))
+                try catalog.forgetPartial(d, chunkDigestsToo: false)
+            }
+        }
+    }
+
+    /// Local, cached and online-only bytes.
+    public func totals() throws -> ResidencyTotals {
+        let t = try catalog.residencyTotals()
+        return ResidencyTotals(local: t.local, cached: t.cached, onlineOnly: t.onlineOnly)
+    }
+}

@@ -1,0 +1,191 @@
+import Foundation
+import Crypto
+import Storage
+
+/// The residency half of the catalog (drive-004): which blocks have a file here, which
+/// came from the server, chunk digests, partial fetches, and what the cache bound may
+/// evict. Same rules as the rest of `Catalog`: every method holds `lock` for its duration.
+extension Catalog {
+    /// The recorded length of a block, when a row names it.
+    func blockLength(_ digest: SHA256Digest) throws -> Int? {
+        try withDatabase { db in try db.queryOne("SELECT size FROM blocks WHERE hash = ?", digest.hex) { Int($0.int64(0)) } }
+    }
+
+    // MARK: Chunk digests and partial blocks
+
+    func chunkDigests(_ digest: SHA256Digest) throws -> [SHA256Digest]? {
+        try withDatabase { db in
+            try db.queryOne("SELECT digests FROM block_chunks WHERE hash = ?", digest.hex) { row -> [SHA256Digest]? in
+                let raw = row.bytes(0) ?? []
+                guard raw.count % 32 == 0 else { return nil }
+                return stride(from: 0, to: raw.count, by: 32).map { SHA256Digest(bytes: Array(raw[$0..<($0 + 32)])) }
+            } ?? nil
+        }
+    }
+
+    func saveChunkDigests(_ digest: SHA256Digest, _ chunks: [SHA256Digest]) throws {
+        try withDatabase { db in
+            _ = try db.run("INSERT INTO block_chunks(hash, digests) VALUES (?, ?) ON CONFLICT(hash) DO UPDATE SET digests = excluded.digests",
+                       digest.hex, chunks.flatMap(\.bytes))
+        }
+    }
+
+    /// Which chunks of a partial block are verified in its partial file (bit i = chunk i).
+    func verifiedChunks(_ digest: SHA256Digest) throws -> UInt64 {
+        try withDatabase { db in
+            try db.queryOne("SELECT chunks FROM partial_blocks WHERE hash = ?", digest.hex) { UInt64(bitPattern: $0.int64(0)) } ?? 0
+        }
+    }
+
+    /// Records chunk `index` as verified. Called only after its bytes were written to the
+    /// partial file, so a kill between the two leaves the chunk unrecorded (fetched again).
+    func recordVerifiedChunk(_ digest: SHA256Digest, length: Int, index: Int) throws {
+        try withDatabase { db in
+            _ = try db.run("""
+                INSERT INTO partial_blocks(hash, length, chunks) VALUES (?, ?, ?)
+                ON CONFLICT(hash) DO UPDATE SET chunks = chunks | excluded.chunks
+                """, digest.hex, length, Int64(1) << Int64(index))
+        }
+    }
+
+    func forgetPartial(_ digest: SHA256Digest, chunkDigestsToo: Bool) throws {
+        try withDatabase { db in
+            try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
+            if chunkDigestsToo { try db.run("DELETE FROM block_chunks WHERE hash = ?", digest.hex) }
+        }
+    }
+
+    /// After an unclean stop the kernel may have written a record before its chunk's
+    /// bytes: every partial block is forgotten (they are cache: fetched again on need).
+    func forgetAllPartials() throws -> [SHA256Digest] {
+        try withDatabase { db in
+            let all = try db.query("SELECT hash FROM partial_blocks") { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+            try db.run("DELETE FROM partial_blocks")
+            return all
+        }
+    }
+
+    // MARK: Adoption
+
+    /// Moves a verified block file (a partial file completed, or a whole block fetched)
+    /// into the store under its digest, replacing a damaged file, and records the block
+    /// as resident and fetched, in one step under the lock. Returns the generation that
+    /// stored it (the flusher makes it durable like a commit's blocks).
+    func adoptFetchedBlock(from path: String, _ digest: SHA256Digest, length: Int) throws -> Int64 {
+        try withDatabase { db in
+            let target = blobs.path(for: digest)
+            let folder = (target as NSString).deletingLastPathComponent
+            if mkdir(folder, 0o700) != 0 && errno != EEXIST { throw Errno.current }
+            chmod(path, 0o400)
+            // rename(2) replaces a damaged file in one step; readers of it were refused.
+            try FileIO.rename(path, target)
+            return try write {
+                generation += 1
+                try db.run("""
+                    INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
+                    ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
+                    """, digest.hex, length, generation, nowNanoseconds())
+                try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
+                return generation
+            }
+        }
+    }
+
+    // MARK: The cache bound
+
+    /// Records when blocks were last read (batched by BlockCache).
+    func recordUse(_ uses: [SHA256Digest: Int64]) throws {
+        guard !uses.isEmpty else { return }
+        try withDatabase { db in
+            try db.transaction {
+                for (d, ns) in uses { try db.run("UPDATE blocks SET used_ns = max(used_ns, ?) WHERE hash = ?", ns, d.hex) }
+            }
+        }
+    }
+
+    /// Bytes of the store by kind: blocks a local file names (`local`), blocks fetched
+    /// from the server that no file names and partial blocks (`cached`), and blocks files
+    /// name that have no file here (`onlineOnly`).
+    func residencyTotals() throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
+        try withDatabase { db in try Self.residencyTotals(db) }
+    }
+
+    static func residencyTotals(_ db: Database) throws -> (local: Int64, cached: Int64, onlineOnly: Int64) {
+        let partial = try partialBytes(db)
+        let t = try db.queryOne("""
+                SELECT coalesce(sum(CASE WHEN resident = 1 AND refs > 0 THEN size END), 0),
+                       coalesce(sum(CASE WHEN resident = 1 AND refs <= 0 THEN size END), 0),
+                       coalesce(sum(CASE WHEN resident = 0 AND refs > 0 THEN size END), 0)
+                FROM blocks
+                """) { ($0.int64(0), $0.int64(1), $0.int64(2)) } ?? (0, 0, 0)
+        return (t.0, t.1 + partial, t.2)
+    }
+
+    func partialBytes() throws -> Int64 { try withDatabase { try Self.partialBytes($0) } }
+
+    /// Bytes of verified chunks in partial files (the last chunk of a block may be
+    /// shorter: counted whole, at most 256 KiB off per block).
+    static func partialBytes(_ db: Database) throws -> Int64 {
+        try db.query("SELECT chunks FROM partial_blocks") { Int64(UInt64(bitPattern: $0.int64(0)).nonzeroBitCount) }
+            .reduce(0, +) * Int64(Blocks.chunkSize)
+    }
+
+    /// Candidates for eviction, least recently used first: fetched blocks no file or pin
+    /// names; then, when `originals` is given (optimize storage), blocks named only by
+    /// those files (a block another file or a pending backup also names has more refs).
+    func evictionCandidates(originals: Set<UInt64>?) throws -> [(digest: SHA256Digest, size: Int64)] {
+        try withDatabase { db in
+            var out = try db.query("SELECT hash, size FROM blocks WHERE resident = 1 AND refs <= 0 AND fetched = 1 ORDER BY used_ns") {
+                (SHA256Digest(hex: $0.string(0) ?? ""), $0.int64(1))
+            }
+            if let originals, !originals.isEmpty {
+                try db.execute("CREATE TEMP TABLE IF NOT EXISTS evictable_inodes (ino INTEGER PRIMARY KEY)")
+                try db.execute("DELETE FROM evictable_inodes")
+                for ino in originals { try db.run("INSERT INTO evictable_inodes(ino) VALUES (?)", ino) }
+                out += try db.query("""
+                    SELECT b.hash, b.size FROM blocks b
+                    WHERE b.resident = 1 AND b.refs > 0 AND b.damaged = 0
+                      AND b.refs = (SELECT count(*) FROM file_blocks f JOIN evictable_inodes e ON e.ino = f.ino WHERE f.hash = b.hash)
+                    ORDER BY b.used_ns
+                    """) { (SHA256Digest(hex: $0.string(0) ?? ""), $0.int64(1)) }
+                try db.execute("DELETE FROM evictable_inodes")
+            }
+            return out.compactMap { c in c.0.map { ($0, c.1) } }
+        }
+    }
+
+    /// Drops a block's file: the row stays while a file names it (online-only), else goes.
+    /// The row is changed first: a kill before the unlink leaves a file the read path
+    /// still uses; the other order would leave a row a verification pass calls damaged.
+    func evict(_ digest: SHA256Digest) throws {
+        try withDatabase { db in
+            try db.transaction {
+                try db.run("DELETE FROM blocks WHERE hash = ? AND refs <= 0", digest.hex)
+                if try db.run("UPDATE blocks SET resident = 0 WHERE hash = ?", digest.hex) == 0 {
+                    try db.run("DELETE FROM block_chunks WHERE hash = ?", digest.hex)
+                }
+            }
+            blobs.remove(digest)
+        }
+    }
+
+    /// Regular files under the Camera Roll with stored blocks: (inode, path, content),
+    /// and whether they carry `pinXattr`.
+    func cameraRollFiles(pinXattr: String) throws -> [(ino: UInt64, path: String, content: SHA256Digest, pinned: Bool)] {
+        try withDatabase { db in
+            let rows = try db.query("""
+                SELECT i.ino, i.content, EXISTS (SELECT 1 FROM xattrs x WHERE x.ino = i.ino AND x.name = ?)
+                FROM inodes i WHERE i.stored > 0 AND i.nlink > 0 AND i.content IS NOT NULL
+                """, pinXattr) { (UInt64($0.int64(0)), SHA256Digest(hex: $0.string(1) ?? ""), $0.int(2) != 0) }
+            var out: [(UInt64, String, SHA256Digest, Bool)] = []
+            for (ino, content, pinned) in rows {
+                guard let content, let path = try path(of: ino), Self.isInCameraRoll(path) else { continue }
+                out.append((ino, path, content, pinned))
+            }
+            return out
+        }
+    }
+
+    /// Runs `body` on the catalog's connection under the lock (the backup ledger's queries).
+    func reading<T>(_ body: (Database) throws -> T) throws -> T { try withDatabase(body) }
+}

@@ -1,0 +1,93 @@
+import Foundation
+
+/// Keeps the records table up to date with the server: at start it reads the feed
+/// from the stored cursor to its end (the first mount: every version the server
+/// keeps), then asks again every `interval` seconds. Each page is applied in one
+/// transaction; `onChange` gets the files a catch-up changed (the `Backups/` tree
+/// places them again). An unreachable server is one log line per outage; the table
+/// keeps serving the last known records.
+///
+/// Why a short interval and not a long poll: one `GET /v1/changes` with nothing new is
+/// two primary-key range reads on the server; a second's poll keeps a record made on another
+/// device within about a second of appearing (Docs/benchmarks.md, "Backups/
+/// freshness") without a held connection per drive or new server machinery.
+/// `@unchecked Sendable`: `started`, `stopped`, `finished` are used under `condition`;
+/// `outage` only by the follower's thread.
+public final class RecordsFollower: @unchecked Sendable {
+    private let table: RecordsTable
+    private let remote: RemoteRecords
+    private let interval: Double
+    private let onChange: @Sendable (Set<RecordKey>) -> Void
+    private let condition = NSCondition()
+    private var started = false
+    private var stopped = false
+    private var finished = false
+    private var outage = false
+
+    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0, onChange: @escaping @Sendable (Set<RecordKey>) -> Void) {
+        self.table = table
+        self.remote = remote
+        self.interval = interval
+        self.onChange = onChange
+    }
+
+    /// Reads the feed from the table's cursor to its end. Returns the files whose
+    /// records changed. Used by the follower and by `vdrive task run us.virtualdrive.sync`.
+    @discardableResult
+    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000) throws -> Set<RecordKey> {
+        var changed = Set<RecordKey>()
+        while true {
+            let since = try table.cursor()
+            let page = try remote.changes(since: since, limit: pageSize)
+            if page.changes.isEmpty && page.nextSequence <= since { return changed }
+            changed.formUnion(try table.apply(page))
+            if page.changes.count < pageSize { return changed }
+        }
+    }
+
+    public func start() {
+        condition.withLock { started = true }
+        let thread = Thread { [self] in run() }
+        thread.name = "vdrive-records"
+        thread.start()
+    }
+
+    /// Stops the thread and waits for it (at most one request's timeout).
+    public func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        while started && !finished { condition.wait() }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            step()
+            condition.lock()
+            if !stopped { _ = condition.wait(until: Date(timeIntervalSinceNow: interval)) }
+            let stop = stopped
+            if stop { finished = true; condition.broadcast() }
+            condition.unlock()
+            if stop { return }
+        }
+    }
+
+    private func step() {
+        do {
+            let changed = try Self.catchUp(table, from: remote)
+            if outage {
+                outage = false
+                DriveLog.info("the workspace server answers again: Backups/ follows its changes again")
+            }
+            if !changed.isEmpty { onChange(changed) }
+        } catch let failure as RemoteFailure {
+            if !outage {
+                outage = true
+                DriveLog.error("Backups/ cannot reach the workspace server (\(failure)): it shows the last known records until the server answers")
+            }
+        } catch {
+            DriveLog.error("Backups/ could not store the server's records: \(error); retrying in \(interval) s")
+        }
+    }
+}

@@ -1,0 +1,36 @@
+import Crypto
+import ObjectStore
+import Protocol
+import Storage
+
+/// `POST /v1/blocks/<hash>/verify`: a device PUT a block to the object store with its
+/// presigned URL; the server reads it once, checks its SHA-256 against the name, and only
+/// then records it present (offered for dedup to every device). Stateless: the object
+/// store is the upload's only state, so any server process can answer.
+enum BlockVerify {
+    static func verify(hash: String, context: ServerContext) -> HTTPResponse {
+        do {
+            let digest = try Validation.hash(hash)
+            if try context.metadata.blockSize(digest.hex) != nil {
+                return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
+            }
+            guard let objects = context.objects else {
+                return .error(404, "not_found", "the workspace has no block \(digest.hex); this server keeps blocks itself: send it by tus (the URL of POST /v1/uploads)")
+            }
+            switch try objects.verify(digest) {
+            case .absent:
+                return .error(404, "not_found", "the object store has no block \(digest.hex): PUT it to the URL POST /v1/uploads gave (ask again for a fresh one), then verify")
+            case .mismatch(let actual, let size):
+                return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
+                              "the object PUT for block \(digest.hex) is \(size) bytes hashing to \(actual.hex): it was deleted; read the block again and start over (POST /v1/uploads)")
+            case .verified(let size):
+                try context.recordBlock(digest, size: size, uploadID: nil)
+                return .json(201, CreateUploadResponse(status: CreateUploadResponse.present))
+            }
+        } catch let error as ObjectStoreError {
+            return error.response
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import Crypto
+import ObjectStore
+import Protocol
+import Storage
+
+/// Where the server keeps blocks: its local folder (`blobs/`, the embedded default) or
+/// an S3 bucket (a scaled server: several processes share it).
+public enum BlockStoreChoice: Sendable, Equatable {
+    case folder
+    case s3(S3Location, S3Credentials)
+}
+
+/// The blocks of a scaled server, in an S3 bucket as objects `blocks/<sha256>`.
+///
+/// Devices PUT blocks straight to the store with presigned URLs; the server's CPU never
+/// touches their bytes except once, to verify a block before it is recorded (and so
+/// offered for dedup). Nothing about an upload is kept in the server process or on its
+/// disk: the plan is computed from the records, the URL is signed on the spot, and the
+/// verification reads the store. Any process can answer any request.
+final class ObjectBlocks: Sendable {
+    let store: S3Store
+
+    init(store: S3Store) { self.store = store }
+
+    static func key(_ digest: SHA256Digest) -> String { "blocks/" + digest.hex }
+
+    /// Checks that the bucket answers to our credentials, and creates it when it does not exist.
+    func prepare() throws(ObjectStoreError) {
+        try store.createBucket()
+    }
+
+    /// The presigned PUT of one missing block, as the upload plan lists it. The URL
+    /// signs the block's length and its SHA-256 (`x-amz-checksum-sha256`), so the store
+    /// itself refuses other bytes; the server verifies again before recording it.
+    func plan(_ block: ServerContext.NeededBlock, expiresIn: Int64) -> (info: BlockUploadInfo, expires: Int64) {
+        let put = store.presignPut(Self.key(block.digest), length: block.length, sha256: block.digest, expiresIn: expiresIn)
+        let headers = Dictionary(uniqueKeysWithValues: put.headers.filter { $0.0 != "content-length" })
+        return (BlockUploadInfo(index: block.index, hash: block.digest.hex, length: block.length, url: put.url, offset: 0,
+                                kind: BlockUploadInfo.s3, headers: headers), put.expires)
+    }
+
+    enum Verdict: Equatable {
+        /// The object holds exactly the block: `size` bytes hashing to its name.
+        case verified(size: Int64)
+        /// No object of that name (never PUT, or deleted).
+        case absent
+        /// The object's bytes are not the block (hash `actual`, `size` bytes): it was deleted.
+        case mismatch(actual: SHA256Digest, size: Int64)
+    }
+
+    /// Reads the object of `digest` once and checks its SHA-256 against the name (the one
+    /// read of block bytes the server does). A mismatch (or a size no block has) deletes
+    /// the object, so the hash never becomes present from it.
+    func verify(_ digest: SHA256Digest) throws(ObjectStoreError) -> Verdict {
+        let hasher = SHA256Hasher()
+        guard let size = try store.read(Self.key(digest), { hasher.update($0) }) else { return .absent }
+        let actual = hasher.finish()
+        if actual == digest, size > 0, size <= Int64(Blocks.size) { return .verified(size: size) }
+        try store.delete(Self.key(digest))
+        return .mismatch(actual: actual, size: size)
+    }
+
+    /// A presigned GET of a stored block, where a download is redirected (the device
+    /// sends its `Range` there; the server sends no block bytes).
+    func downloadURL(_ digest: SHA256Digest, expiresIn: Int64) -> String {
+        store.presignGet(Self.key(digest), expiresIn: expiresIn).url
+    }
+
+    /// The whole block, read into memory (at most 4 MiB): for a content assembled by the server.
+    func bytes(_ digest: SHA256Digest) throws(ObjectStoreError) -> [UInt8]? {
+        let box = ByteBox()
+        box.bytes.reserveCapacity(Blocks.size)
+        guard try store.read(Self.key(digest), { box.bytes.append(contentsOf: $0) }) != nil else { return nil }
+        return box.bytes
+    }
+
+    /// Stores a whole block the server received itself (`PUT /v1/blocks/<hash>`), already
+    /// checked against its hash; the store checks it again (the digest is the signed payload hash).
+    func put(_ digest: SHA256Digest, bytes: [UInt8]) throws(ObjectStoreError) {
+        let result: Result<Void, ObjectStoreError> = bytes.withUnsafeBytes { raw in
+            do throws(ObjectStoreError) { try store.put(Self.key(digest), bytes: raw, sha256: digest); return .success(()) } catch { return .failure(error) }
+        }
+        try result.get()
+    }
+}
+
+/// `@unchecked Sendable`: filled by the one thread running the transfer.
+private final class ByteBox: @unchecked Sendable { var bytes: [UInt8] = [] }
+
+extension ObjectStoreError {
+    /// The reply when the store failed: 503, try again (the store is down or restarting).
+    var response: HTTPResponse {
+        .error(503, "store_unavailable", "the server's object store failed: \(description); try again shortly", headers: [("Retry-After", "5")])
+    }
+}
+
+extension BlockStoreChoice {
+    /// Parses `--store` / `VDRIVE_STORE`: `s3://BUCKET?endpoint=…&region=…[&credentials=FILE]`
+    /// (credentials from the file, else `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` in
+    /// `environment`). The embedded folder store is the default and needs no value.
+    public static func parse(_ text: String, environment: [String: String]) throws(S3Location.ParseError) -> BlockStoreChoice {
+        let location = try S3Location.parse(text)
+        return .s3(location, try location.credentials(environment: environment))
+    }
+
+    /// For messages and logs (never the credentials).
+    public var summary: String {
+        switch self {
+        case .folder: return "blobs/ in the data folder"
+        case .s3(let location, _): return "s3://\(location.bucket) at \(location.endpoint)"
+        }
+    }
+}

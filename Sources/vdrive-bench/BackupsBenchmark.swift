@@ -1,0 +1,94 @@
+import Foundation
+import Crypto
+import Drive
+
+/// `vdrive-bench backups`: the cost of `Backups/` for a workspace with many records,
+/// in process: learning them (the feed applied to the records table, pages of 5,000),
+/// building the tree's index (first listing after a mount), a change of one file (what
+/// the mount does each time the feed brings one), lookups, and the memory the index
+/// takes. Records: two devices, dates over ten years, one file in ten with an older
+/// version.
+enum BackupsBenchmark {
+    static let usage = "       vdrive-bench backups [--records N] [--dir DIR]"
+
+    static func run(_ arguments: [String]) throws {
+        var records = 100_000
+        var dir = "/var/tmp/vdrive-bench-backups"
+        var i = 0
+        while i < arguments.count {
+            switch arguments[i] {
+            case "--records": i += 1; records = Int(arguments[i]) ?? records
+            case "--dir": i += 1; dir = arguments[i]
+            default: throw Bench.Failure(description: "unknown option \(arguments[i])\n\(usage)")
+            }
+            i += 1
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let fs = try DriveFileSystem(statePath: dir + "/state")
+        _ = try fs.recover()
+        let table = try RecordsTable(catalogPath: fs.catalogPath)
+        let tree = BackupsTree(table: table)
+
+        var sequence: Int64 = 0
+        func version(_ k: Int, _ generation: Int) -> RemoteVersion {
+            sequence += 1
+            return RemoteVersion(sequence: sequence, device: k % 2 == 0 ? "phone" : "laptop", path: "Camera Roll/IMG_\(k).jpg",
+                                 content: SHA256Hasher.digest(Array("\(k)-\(generation)".utf8)), size: 3_000_000,
+                                 captureDate: 1_450_000_000 + Int64(k) * 3_150, mtime: 1_450_000_000, recordedAt: 1_700_000_000 + sequence)
+        }
+        var all: [RemoteChange] = []
+        for k in 0..<records {
+            all.append(.recorded(version(k, 0)))
+            if k % 10 == 0 { all.append(.recorded(version(k, 1))) }
+        }
+        let apply = try Bench.time {
+            for start in stride(from: 0, to: all.count, by: 5_000) {
+                let page = Array(all[start..<min(all.count, start + 5_000)])
+                try table.apply(RemoteChangePage(changes: page, nextSequence: page.last!.sequence))
+            }
+        }
+        let rssBefore = residentMB()
+        let build = Bench.time { _ = tree.entries(in: "") }
+        let rssPeak = residentMB()
+        trimHeap()   // what the build read from the table is freed: what stays is the index
+        let rssAfter = residentMB()
+        // One new version of one file: the feed page, then the tree placed again for it.
+        var updates: [Double] = []
+        for round in 0..<20 {
+            let change = version(round * 7, 2 + round)
+            updates.append(try Bench.time {
+                tree.update(try table.apply(RemoteChangePage(changes: [.recorded(change)], nextSequence: change.sequence)))
+            })
+        }
+        let folder = (tree.entries(in: "phone") ?? []).map(\.name).sorted().first.map { "phone/" + $0 } ?? "phone"
+        let months = (tree.entries(in: folder) ?? []).map { folder + "/" + $0.name }
+        let lookups = 200_000
+        let lookup = Bench.time {
+            for n in 0..<lookups { _ = tree.node(at: months[n % max(1, months.count)]) }
+        }
+        updates.sort()
+        print("Backups/ with \(records) files (\(all.count) versions), debug or release as built:")
+        print(String(format: "  learn: feed applied to the records table   %8.2f s  (%.0f versions/s)", apply, Double(all.count) / apply))
+        print(String(format: "  first listing: index built from the table  %8.2f s", build))
+        print(String(format: "  one file changed: page applied + index     %8.2f ms median, %.2f ms max (20 changes)", updates[10] * 1000, updates[19] * 1000))
+        print(String(format: "  lookup (node at a path)                    %8.2f µs", lookup / Double(lookups) * 1e6))
+        print(String(format: "  resident memory of the index               %8.0f MB (VmRSS %.0f before, %.0f after the build, %.0f after malloc_trim)",
+                     rssAfter - rssBefore, rssBefore, rssPeak, rssAfter))
+    }
+
+    /// glibc's malloc_trim(0) (not in Swift's Glibc module): returns freed heap pages.
+    static func trimHeap() {
+        typealias Trim = @convention(c) (Int) -> Int32
+        guard let symbol = dlsym(nil, "malloc_trim") else { return }
+        _ = unsafeBitCast(symbol, to: Trim.self)(0)
+    }
+
+    static func residentMB() -> Double {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            return (line.split(separator: " ").compactMap { Double($0) }.first ?? 0) / 1024
+        }
+        return 0
+    }
+}

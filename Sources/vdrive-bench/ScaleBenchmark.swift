@@ -1,0 +1,210 @@
+import Client
+import Crypto
+import Foundation
+import ObjectStore
+import Protocol
+import Server
+import TestSupport
+
+/// `vdrive-bench scale`: simulated devices uploading photos through `vdrive serve`
+/// processes that keep blocks in a real SeaweedFS, against the same bytes sent by the
+/// curl CLI straight to SeaweedFS with presigned PUTs (the floor: what the store takes
+/// with no server at all). Prints aggregate throughput, the ratio, and each server's
+/// peak RSS and CPU seconds (its only work on blob bytes is the one verification read).
+///
+/// Each device is a thread with its own `WorkspaceClient`, on server `d mod N`; per photo
+/// it asks the plan, PUTs the block to the store, has the server verify it and records
+/// the file, exactly as the backup engine does (`ClientTransport`). The photos' block
+/// hashes are computed before the clock starts: the drive hashes while a file is written,
+/// so an upload never hashes. curl gets one process per device with a config of that
+/// device's presigned PUTs (connections kept alive), run in parallel.
+enum ScaleBenchmark {
+    static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--embedded] [--dir DIR] [--vdrive PATH]"
+
+    struct Options {
+        var devices = 8
+        var photos = 1000
+        var photoKiB = 1024
+        var servers = [2]
+        var dir = NSTemporaryDirectory() + "vdrive-bench-scale"
+        var vdrive = Bench.sibling("vdrive")
+        /// Also the same devices against one embedded server (tus into its own folder).
+        var embedded = false
+    }
+
+    struct Photo {
+        let path: String
+        let manifest: BlockManifest
+    }
+
+    static func run(_ arguments: [String]) throws {
+        var o = Options()
+        try Bench.parseOptions(arguments, values: [
+            "--devices": { o.devices = Int($0) ?? o.devices },
+            "--photos": { o.photos = Int($0) ?? o.photos },
+            "--photo-kib": { o.photoKiB = Int($0) ?? o.photoKiB },
+            "--servers": { o.servers = $0.split(separator: ",").compactMap { Int($0) } },
+            "--dir": { o.dir = $0 },
+            "--vdrive": { o.vdrive = $0 },
+        ], flags: ["--embedded": { o.embedded = true }])
+        guard o.photoKiB * 3 / 2 * 1024 <= Blocks.size else { throw Bench.Failure(description: "--photo-kib must keep photos within one 4 MiB block (at most 2730)") }
+        try? FileManager.default.removeItem(atPath: o.dir)
+        try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: o.dir) }
+
+        say("scale: \(o.devices) devices × \(o.photos) photos of \(o.photoKiB / 2)–\(o.photoKiB * 3 / 2) KiB (mean \(o.photoKiB) KiB), servers \(o.servers)")
+        let photos = try makePhotos(o)
+        let totalBytes = photos.joined().reduce(Int64(0)) { $0 + $1.manifest.size }
+        say("  photos: \(photos.joined().count) files, \(Bench.f(Double(totalBytes) / 1e9)) GB")
+
+        let weed = try SeaweedFS(folder: o.dir + "/seaweed")
+        defer { weed.stop() }
+        let credentials = o.dir + "/s3-credentials"
+        try "aws_access_key_id = \(weed.accessKey)\naws_secret_access_key = \(weed.secretKey)\n".write(toFile: credentials, atomically: true, encoding: .utf8)
+        let location = try S3Location.parse(weed.storeURL)
+        let s3 = S3Store(location: location, credentials: S3Credentials(accessKey: weed.accessKey, secretKey: weed.secretKey))
+        try s3.createBucket()
+
+        // The store's own CPU per run: what the verification read adds to its work.
+        let gigabytes = Double(totalBytes) / 1e9
+        func storeCPU(_ body: () throws -> Void) rethrows -> String {
+            let before = Bench.cpuSeconds(pid: weed.pid ?? 0)
+            try body()
+            return Bench.f((Bench.cpuSeconds(pid: weed.pid ?? 0) - before) / gigabytes)
+        }
+        var curlSeconds = 0.0
+        let curlStore = try storeCPU { curlSeconds = try curlRun(o, photos: photos, store: s3) }
+        let curlRate = Double(totalBytes) / curlSeconds / 1e6
+        say("  curl straight to SeaweedFS: \(Bench.f(curlSeconds)) s, \(Bench.f(curlRate, 0)) MB/s")
+
+        var rows: [[String]] = [["curl → SeaweedFS (presigned PUT)", "–", Bench.f(curlSeconds), Bench.f(curlRate, 0), "1.00", "–", "–", "–", curlStore]]
+        for (round, count) in o.servers.enumerated() {
+            var r = DeviceRun(seconds: 0, rss: [], cpu: [])
+            let store = try storeCPU { r = try deviceRun(o, photos: photos, servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials) }
+            let rate = Double(totalBytes) / r.seconds / 1e6
+            let cpuPerGB = r.cpu.reduce(0, +) / gigabytes
+            say("  vdrive, \(count) server(s): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
+            rows.append(["devices → \(count) vdrive serve → SeaweedFS", "\(count)", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
+                         r.rss.map { Bench.f($0, 1) }.joined(separator: ", "), r.cpu.map { Bench.f($0) }.joined(separator: ", "), Bench.f(cpuPerGB), store])
+        }
+        if o.embedded {
+            // The same devices and photos against one embedded server (tus into its folder):
+            // what a server spends when the bytes do go through it.
+            let r = try deviceRun(o, photos: photos, servers: 1, round: o.servers.count, store: nil)
+            let rate = Double(totalBytes) / r.seconds / 1e6
+            say("  vdrive, embedded (tus): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
+            rows.append(["devices → 1 vdrive serve, embedded (tus to its disk)", "1", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
+                         Bench.f(r.rss[0], 1), Bench.f(r.cpu[0]), Bench.f(r.cpu[0] / gigabytes), "–"])
+        }
+        say()
+        say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl", "server peak RSS MB", "server CPU s", "server CPU s per GB", "store CPU s per GB"], rows))
+    }
+
+    /// Pseudo-random photos, sizes spread over ±50 % of the mean, hashed as written.
+    static func makePhotos(_ o: Options) throws -> [[Photo]] {
+        var out: [[Photo]] = []
+        for d in 0..<o.devices {
+            let folder = o.dir + "/photos/d\(d)"
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            var device: [Photo] = []
+            for i in 0..<o.photos {
+                let size = o.photoKiB * 1024 / 2 + (i * 7919 + d * 104_729) % (o.photoKiB * 1024)
+                let bytes = randomBytes(size, seed: UInt64(d * 1_000_003 + i + 1))
+                let path = folder + "/IMG_\(i).jpg"
+                ServerBenchmark.writeAll(path, bytes)
+                let hasher = ContentHasher()
+                bytes.withUnsafeBytes { hasher.update($0) }
+                let (content, blocks) = hasher.finish()
+                device.append(Photo(path: path, manifest: BlockManifest(content: content, size: Int64(size), blocks: blocks)))
+            }
+            out.append(device)
+        }
+        return out
+    }
+
+    /// The floor: each device's photos PUT by one curl process (keep-alive across its
+    /// config) to presigned URLs of their own keys, all devices at once.
+    static func curlRun(_ o: Options, photos: [[Photo]], store: S3Store) throws -> Double {
+        var configs: [String] = []
+        for (d, device) in photos.enumerated() {
+            var text = ""
+            for (i, photo) in device.enumerated() {
+                let block = photo.manifest.blocks[0]
+                let put = store.presignPut("curl/d\(d)/\(i)-" + block.hex, length: photo.manifest.size, sha256: block, expiresIn: 3600)
+                if i > 0 { text += "next\n" }
+                text += "url = \"\(put.url)\"\nupload-file = \"\(photo.path)\"\noutput = \"/dev/null\"\nfail\nsilent\nshow-error\n"
+                for (name, value) in put.headers where name != "content-length" { text += "header = \"\(name): \(value)\"\n" }
+                text += "header = \"Expect:\"\n"
+            }
+            let path = o.dir + "/curl-\(d).cfg"
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            configs.append(path)
+        }
+        let start = Bench.now()
+        let pids = try configs.map { try TimedCommand.spawn(["curl", "-K", $0], output: o.dir + "/curl.log") }
+        for pid in pids {
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            guard status == 0 else { throw Bench.Failure(description: "curl failed (\(TimedCommand.describe(status))); see \(o.dir)/curl.log") }
+        }
+        let seconds = Bench.now() - start
+        // Every object is there, at its size.
+        for (d, device) in photos.enumerated() {
+            for (i, photo) in device.enumerated() where i % 97 == 0 {
+                guard try store.head("curl/d\(d)/\(i)-" + photo.manifest.blocks[0].hex) == photo.manifest.size else {
+                    throw Bench.Failure(description: "curl's object d\(d)/\(i) is missing or short")
+                }
+            }
+        }
+        return seconds
+    }
+
+    struct DeviceRun { var seconds: Double; var rss: [Double]; var cpu: [Double] }
+
+    /// The devices through `count` server processes sharing one records file and the
+    /// bucket (`store`), or one embedded server (`store` nil: tus into its folder).
+    static func deviceRun(_ o: Options, photos: [[Photo]], servers count: Int, round: Int, store: String?) throws -> DeviceRun {
+        let data = o.dir + "/server-\(round)"
+        let tokens = try (0..<o.devices).map { try DeviceRegistry(dataDirectory: data).add("device-\($0)") }
+        let servers = try (0..<count).map { _ in try RunningServer(vdrive: o.vdrive, data: data, extra: store.map { ["--store", $0] } ?? []) }
+        defer { for s in servers { s.stop() } }
+        let samplers = servers.map { RSSSampler(pid: $0.pid) }
+        for s in samplers { s.start() }
+        let cpuBefore = servers.map { $0.cpuSeconds() }
+        let failures = FailureList()
+        let bases = servers.map(\.base)
+        let start = Bench.now()
+        DispatchQueue.concurrentPerform(iterations: o.devices) { d in
+            let client = WorkspaceClient(baseURL: bases[d % count], token: tokens[d])
+            do {
+                for (i, photo) in photos[d].enumerated() {
+                    let fd = open(photo.path, O_RDONLY)
+                    guard fd >= 0 else { throw Bench.Failure(description: "cannot open \(photo.path)") }
+                    defer { close(fd) }
+                    try client.uploadFile(fd: fd, size: photo.manifest.size, manifest: photo.manifest)
+                    try client.recordFile(FileRecord(path: "Camera Roll/IMG_\(i).jpg", hash: photo.manifest.content.hex, size: photo.manifest.size,
+                                                     blocks: photo.manifest.blocks.map(\.hex), captureDate: nil, mtime: 0, deviceSequence: Int64(i + 1)))
+                }
+            } catch {
+                failures.add("device \(d): \(error)")
+            }
+        }
+        let seconds = Bench.now() - start
+        let cpu = zip(servers, cpuBefore).map { $0.cpuSeconds() - $1 }
+        let rss = samplers.map { Double($0.stop()) / 1024 }
+        if let first = failures.first { throw Bench.Failure(description: first) }
+        // Every photo is recorded and present (verified) on the servers.
+        let check = WorkspaceClient(baseURL: servers[0].base, token: tokens[0])
+        let all = photos.joined().map(\.manifest.content)
+        guard try check.presentContents(all).count == Set(all).count else { throw Bench.Failure(description: "not every photo is present after the run") }
+        return DeviceRun(seconds: seconds, rss: rss, cpu: cpu)
+    }
+}
+
+/// Errors of the device threads. `@unchecked Sendable`: guarded by `lock`.
+private final class FailureList: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+    func add(_ s: String) { lock.lock(); items.append(s); lock.unlock() }
+    var first: String? { lock.lock(); defer { lock.unlock() }; return items.first }
+}

@@ -1,0 +1,33 @@
+import Foundation
+import Drive
+
+/// Connects `Backups/` to a mounted drive: the records table in the catalog, the tree
+/// generated from it, reads through the remote, and the thread following the server's
+/// change feed. Without a configured server the tree shows the records learned before
+/// (none on a new drive), and reads of files not held here fail with EIO.
+final class BackupsWiring {
+    private let follower: RecordsFollower?
+
+    init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
+        let table = try RecordsTable(catalogPath: fs.catalogPath)
+        var name = BackupsTree.preferredRootName
+        if fs.rootHasEntry(named: name) {
+            name = BackupsTree.alternativeRootName
+            printError("the workspace has a folder of its own called '\(BackupsTree.preferredRootName)': every device's backups are in '\(name)' instead (rename that folder to get '\(BackupsTree.preferredRootName)/' back)")
+        }
+        let tree = BackupsTree(table: table, rootName: name)
+        fs.virtualTrees.append(tree)
+        guard let remote else { follower = nil; return }
+        let records = try ClientRemoteRecords.forRemote(remote)
+        fs.remoteReads = RemoteReads(table: table, remote: records)
+        follower = RecordsFollower(table: table, remote: records, interval: Self.interval) { tree.update($0) }
+    }
+
+    /// Seconds between two questions to the feed (`VDRIVE_FEED_INTERVAL` overrides, for benchmarks).
+    static var interval: Double {
+        ProcessInfo.processInfo.environment["VDRIVE_FEED_INTERVAL"].flatMap(Double.init) ?? 1.0
+    }
+
+    func start() { follower?.start() }
+    func stop() { follower?.stop() }
+}

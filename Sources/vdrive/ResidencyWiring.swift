@@ -1,0 +1,84 @@
+import Foundation
+import Backup
+import Client
+import Crypto
+import Drive
+import Storage
+
+/// Connects the drive's block cache to the server and to the backup queue: blocks not
+/// held here are fetched through `ServerBlocks`; every `checkInterval` seconds the cache
+/// bound is applied (settings re-read each time, so a change applies without a remount),
+/// with the backup queue as the ledger of what is safely on the server.
+final class ResidencyWiring: @unchecked Sendable {   // `stopping` is guarded by `condition`
+    private let fs: DriveFileSystem
+    private let stateFolder: String
+    private let settingsPath: String
+    private let ledger = QueueLedger()
+    private let condition = NSCondition()
+    private var stopping = false
+    private var thread: Thread?
+
+    /// `VDRIVE_CACHE_CHECK_SECONDS` (tests: 1) or 10.
+    static var checkInterval: Double {
+        ProcessInfo.processInfo.environment["VDRIVE_CACHE_CHECK_SECONDS"].flatMap(Double.init) ?? 10
+    }
+
+    init(fs: DriveFileSystem, stateFolder: String, settingsPath: String, remote: RemoteConfig?) {
+        self.fs = fs
+        self.stateFolder = stateFolder
+        self.settingsPath = settingsPath
+        guard let remote else { return }
+        do {
+            let client = WorkspaceClient(baseURL: remote.url, token: try remote.token(), timeouts: ServerBlocks.timeouts)
+            fs.blockCache.remote = ServerBlocks(client: client, settings: SettingsFile(path: settingsPath), policy: BackupWiring.policy())
+        } catch {
+            printError("blocks not held here cannot be fetched: \(error)")
+        }
+    }
+
+    func start() {
+        let t = Thread { [self] in run() }
+        t.name = "vdrive-cache-bound"
+        thread = t
+        t.start()
+    }
+
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        condition.unlock()
+        while let t = thread, !t.isFinished { usleep(1000) }
+        thread = nil
+    }
+
+    private func run() {
+        while true {
+            applyBound()
+            condition.lock()
+            let deadline = Date().addingTimeInterval(Self.checkInterval)
+            while !stopping && Date() < deadline { _ = condition.wait(until: deadline) }
+            let stop = stopping
+            condition.unlock()
+            if stop { return }
+        }
+    }
+
+    private func applyBound() {
+        do {
+            let settings = try ResidencySettings.load(settingsPath)
+            try fs.blockCache.enforce(settings.bound(stateFolder: stateFolder), ledger: ledger)
+        } catch {
+            printError("the cache bound could not be applied: \(error); tried again in \(Int(Self.checkInterval)) s")
+        }
+    }
+}
+
+/// The backup queue as the drive's ledger: a camera-roll version is on the server when
+/// its item for that path and content is `done`.
+final class QueueLedger: BackupLedger {
+    func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool {
+        try database.queryOne("SELECT 1 FROM backup_items WHERE path = ? AND hash = ? AND state = 'done' LIMIT 1",
+                              path, content.hex) { _ in true } ?? false
+    }
+}

@@ -1,0 +1,69 @@
+import Client
+import Crypto
+import Foundation
+import Testing
+
+/// The client follows a scaled server's 307 to its object store without the device's
+/// bearer token (a store must never see it). The two peers here are one raw loopback
+/// listener that records each request's head: the first answer is the redirect, the
+/// second the block. (The real path, server and SeaweedFS, is in ScaledStoreTests.)
+@Suite struct RedirectTests {
+    /// Answers its replies in order, one per connection, and keeps each request's head.
+    final class RecordingPeer: @unchecked Sendable { // `heads` is read after the thread is joined
+        let fd: Int32
+        let port: Int
+        private(set) var heads: [String] = []
+        private var thread: Thread?
+
+        init(replies makeReplies: (_ port: Int) -> [[UInt8]]) throws {
+            port = try freeLoopbackPorts(1)[0]
+            fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var one: Int32 = 1
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            addr.sin_port = UInt16(port).bigEndian
+            let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            guard bound == 0, listen(fd, 4) == 0 else { throw TestFailure("cannot listen on 127.0.0.1:\(port)") }
+            let replies = makeReplies(port)
+            thread = Thread { [self] in
+                for reply in replies {
+                    let client = accept(fd, nil, nil)
+                    guard client >= 0 else { return }
+                    var head: [UInt8] = []
+                    var byte: UInt8 = 0
+                    while read(client, &byte, 1) == 1 {
+                        head.append(byte)
+                        if head.suffix(4) == [13, 10, 13, 10] { break }
+                    }
+                    heads.append(String(decoding: head, as: UTF8.self))
+                    reply.withUnsafeBytes { _ = write(client, $0.baseAddress, $0.count) }
+                    close(client)
+                }
+            }
+            thread?.start()
+        }
+
+        func wait() { while thread?.isFinished == false { usleep(10_000) } }
+        deinit { close(fd) }
+    }
+
+    @Test func aRedirectToTheStoreIsFollowedWithoutTheToken() throws {
+        let block = Array("the block's bytes".utf8)
+        let hash = SHA256Hasher.digest(block)
+        let peer = try RecordingPeer { port in [
+            Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:\(port)/bucket/blocks/\(hash.hex)?X-Amz-Signature=abc\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8),
+            Array("HTTP/1.1 200 OK\r\nContent-Length: \(block.count)\r\nConnection: close\r\n\r\n".utf8) + block,
+        ] }
+        let client = WorkspaceClient(baseURL: "http://127.0.0.1:\(peer.port)", token: "secret-device-token")
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fd = open(dir.path + "/block", O_RDWR | O_CREAT, 0o600); defer { close(fd) }
+        #expect(try client.downloadBlock(hash, to: fd) == Int64(block.count))
+        peer.wait()
+        #expect(peer.heads.count == 2)
+        #expect(peer.heads.first?.contains("Authorization: Bearer secret-device-token") == true, "the server gets the token")
+        #expect(peer.heads.last?.hasPrefix("GET /bucket/blocks/\(hash.hex)?X-Amz-Signature=abc ") == true, "\(peer.heads.last ?? "")")
+        #expect(peer.heads.last?.lowercased().contains("authorization") == false, "the store never gets the token: \(peer.heads.last ?? "")")
+    }
+}

@@ -1,0 +1,16 @@
+/// Test data shared by the test targets and the benchmarks.
+
+/// Pseudo-random bytes (xorshift), the same for the same seed.
+public func randomBytes(_ size: Int, seed: UInt64) -> [UInt8] {
+    var state = seed &* 0x9E3779B97F4A7C15 | 1
+    var bytes = [UInt8](repeating: 0, count: size)
+    bytes.withUnsafeMutableBytes { raw in
+        let words = raw.bindMemory(to: UInt64.self)
+        for i in 0..<words.count {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            words[i] = state
+        }
+        for i in (words.count * 8)..<size { state ^= state << 13; state ^= state >> 7; state ^= state << 17; raw[i] = UInt8(truncatingIfNeeded: state) }
+    }
+    return bytes
+}
