@@ -6,16 +6,19 @@ import Server
 import Synchronization
 import Testing
 
-/// The scaled records under faults: PostgreSQL restarted or stopped mid-upload, and two
-/// `vdrive serve` processes sharing one PostgreSQL database and one data folder.
+/// The scaled records under faults: PostgreSQL restarted or stopped mid-upload (on a
+/// cluster of the test's own), and two `vdrive serve` processes sharing one PostgreSQL
+/// database and one data folder.
 @Suite(.serialized, .enabled(if: PostgresCluster.isInstalled)) struct PostgresFaultTests {
     /// `pg_ctl restart` mid-upload: the server reconnects and the upload goes on. While
     /// PostgreSQL is down a request gets 503 (with Retry-After), and the same request
     /// succeeds once it is back.
     @Test func databaseRestartedMidUpload() throws {
-        let s = try TestServer(records: .postgres)
+        // A cluster of its own: restarting the shared one would cut other tests' connections.
+        let cluster = try PostgresCluster()
+        defer { cluster.stop() }
+        let s = try TestServer(records: .postgres, cluster: cluster)
         defer { s.stop() }
-        guard let cluster = PostgresCluster.shared else { throw TestFailure("no cluster") }
         let f = TestFile(in: s.dir.path, size: 3 * Blocks.size + 1000, seed: 301)
         let fd = f.open()
         defer { close(fd) }

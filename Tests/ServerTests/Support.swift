@@ -19,10 +19,11 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     /// Where the records are (a fresh database per server for PostgreSQL).
     let database: DatabaseLocation?
 
-    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite) throws {
+    init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite,
+         cluster: PostgresCluster? = nil) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
-        database = try records.freshLocation()
+        database = try records.freshLocation(in: cluster)
         token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
         server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database))
         client = WorkspaceClient(baseURL: server.baseURL, token: token)
@@ -104,12 +105,13 @@ enum Records: String, CaseIterable, Sendable, CustomTestStringConvertible {
     static let all = Records.allCases
     var testDescription: String { rawValue }
 
-    /// nil for SQLite in the data folder; a fresh database of the test cluster for PostgreSQL.
-    func freshLocation() throws -> DatabaseLocation? {
+    /// nil for SQLite in the data folder; a fresh database of the test cluster (or of
+    /// `cluster`) for PostgreSQL.
+    func freshLocation(in own: PostgresCluster? = nil) throws -> DatabaseLocation? {
         switch self {
         case .sqlite: return nil
         case .postgres:
-            guard let cluster = PostgresCluster.shared else { throw TestFailure("the test PostgreSQL cluster did not start (see stderr); Tests/run installs postgresql") }
+            guard let cluster = own ?? PostgresCluster.shared else { throw TestFailure("the test PostgreSQL cluster did not start (see stderr); Tests/run installs postgresql") }
             return .postgres(connectionString: try cluster.newDatabase())
         }
     }

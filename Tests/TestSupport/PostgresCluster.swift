@@ -18,7 +18,11 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
     /// The cluster of this test process, started on first use; nil (with the reason
     /// printed once) when PostgreSQL is not installed or does not start.
     public static let shared: PostgresCluster? = {
-        do { return try PostgresCluster() } catch {
+        do {
+            let cluster = try PostgresCluster()
+            atexit { PostgresCluster.shared?.stop() }
+            return cluster
+        } catch {
             FileHandle.standardError.write(Data("PostgresCluster: \(error)\n".utf8))
             return nil
         }
@@ -32,7 +36,9 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
         return versions.last.map { "\(root)/\($0)/bin" }.flatMap { FileManager.default.isExecutableFile(atPath: $0 + "/pg_ctl") ? $0 : nil }
     }
 
-    init() throws {
+    /// A cluster of its own (tests that restart or stop it, so that other tests running
+    /// at the same time keep theirs); `stop()` it on every path (the watchdog covers a crash).
+    public init() throws {
         guard let bin = Self.binFolder() else { throw ClusterError("PostgreSQL is not installed (apt-get install postgresql; Tests/run does)") }
         self.bin = bin
         asPostgres = getuid() == 0
@@ -53,7 +59,6 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
         try conf.close()
         try startServer()
         Self.startWatchdog(cluster: self)
-        atexit { PostgresCluster.shared?.stop() }
     }
 
     /// A connection URL for database `name` over the socket.
@@ -94,8 +99,8 @@ public final class PostgresCluster: @unchecked Sendable { // immutable after ini
     public func stopServer() throws { try run("pg_ctl", ["-D", dataFolder, "-w", "-m", "fast", "stop"]).check("pg_ctl stop") }
     public func startServer() throws { try run("pg_ctl", ["-D", dataFolder, "-l", folder + "/log", "-w", "-t", "60", "start"]).check("pg_ctl start") }
 
-    /// Stops the server and removes the folder (at exit).
-    func stop() {
+    /// Stops the server and removes the folder.
+    public func stop() {
         _ = try? run("pg_ctl", ["-D", dataFolder, "-w", "-m", "immediate", "stop"])
         try? FileManager.default.removeItem(atPath: folder)
     }
