@@ -22,11 +22,13 @@ case "backup": exit(runReportingFailure(BackupBenchmark.run, rest))
 case "server": exit(ServerBenchmark.run(rest))
 case "posix": exit(runReportingFailure(PosixBenchmark.run, rest))
 case "link": exit(runReportingFailure(LinkBenchmark.run, rest))
+case "restore": exit(runReportingFailure(RestoreBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
     print(PosixBenchmark.usage)
     print("       vdrive-bench backup [--sections cpu,classic] [--cpu-photos N] [--rounds N] [--perf FILE] [--photos N] [--photo-mb N] [--idle-seconds N] [--kill-mib N] [--rss-gib N] [--entries N] [--dir DIR]")
     print(LinkBenchmark.usage)
+    print(RestoreBenchmark.usage)
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
 }
