@@ -217,7 +217,9 @@ enum RestoreBenchmark {
             let dest = o.dir + "/dest"
             let log = o.dir + "/restore.log"
             let t0 = Bench.now(), cpu0 = Bench.childrenCPUSeconds()
-            let pid = try TimedCommand.spawn([vdrive, "restore", "many", dest, "--server", server.base, "--token-file", o.dir + "/restorer.token", "--now"], output: log)
+            // The baseline build may predate --now (and holds nothing then).
+            let now = vdrive == o.vdrive ? ["--now"] : []
+            let pid = try TimedCommand.spawn([vdrive, "restore", "many", dest, "--server", server.base, "--token-file", o.dir + "/restorer.token"] + now, output: log)
             let sampler = RSSSampler(pid: pid)
             sampler.start()
             guard TimedCommand.reap(pid, timeout: 3600) else { throw Bench.Failure(description: "\(label) did not finish") }
