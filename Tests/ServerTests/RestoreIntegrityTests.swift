@@ -78,6 +78,25 @@ import Testing
         #expect(RestoreTests.restoredFiles(dest) == paths, "no temporary file left")
     }
 
+    /// On a terminal (a pty from `script`), the progress line counts files and bytes
+    /// and, once the rate is known, shows it with the time left; it ends at 100%.
+    @Test func progressLineOnATerminal() throws {
+        let fx = try Fixture()
+        defer { fx.stop() }
+        _ = try fx.backUpPhotos(count: 6, size: 1 << 20, seed: 850, first: 6000, capture: RestoreTests.day("2024-06-06"))
+        // About 1.5 s: long enough for a rate (measured over at least 0.5 s).
+        let proxy = try LinkProxy(targetPort: fx.server.port, oneWayDelay: 0.001, bytesPerSecond: 4_000_000)
+        defer { proxy.stop() }
+        let command = [vdriveBinary(), "restore", "phone", fx.dir.path + "/restored", "--server", "http://127.0.0.1:\(proxy.port)",
+                       "--token-file", fx.newTokenFile, "--now"].map { "'\($0)'" }.joined(separator: " ")
+        let (status, out, err) = try run("/usr/bin/script", ["-qec", command, "/dev/null"])
+        #expect(status == 0, "\(out) \(err)")
+        #expect(out.contains("% · 0 of 6 files · "), "\(out)")
+        #expect(out.contains("MB/s · less than a minute"), "\(out)")
+        #expect(out.contains("[####################] 100% · 6 of 6 files · 6.3 MB of 6.3 MB"), "\(out)")
+        #expect(out.contains("Restored 6 file(s)"), "\(out)")
+    }
+
     /// A link that flips one bit of a block: the file is reported (65) and nothing
     /// appears under its name; the other file is restored; again over a sound link,
     /// the damaged block is fetched again and the file is right.
