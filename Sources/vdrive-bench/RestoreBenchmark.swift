@@ -18,7 +18,9 @@ import Synchronization
 /// place (`--create-dirs`), on one kept-alive connection, then with `--parallel
 /// --parallel-max T`. `vdrive restore` also writes every file to disk (fdatasync)
 /// before renaming it, which curl does not: each row also shows the `sync` that puts
-/// curl's bytes on disk. Wall and CPU (user + system of the child) per row; every
+/// curl's bytes on disk, and a row runs `sha256sum` over curl's files after it (what
+/// a script that verifies pays; `vdrive restore` hashes every byte as it arrives).
+/// Wall and CPU (user + system of the child) per row; every
 /// destination is deleted after its row, so the disk holds the server's copy and one
 /// restore at a time.
 enum RestoreBenchmark {
@@ -150,7 +152,7 @@ enum RestoreBenchmark {
         }
         let checkAll = {
             let got = Int(try Bench.sh("find \(dest) -type f -not -name '.*' | wc -l").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-            let size = Int64(try Bench.sh("find \(dest) -type f -not -name '.*' -printf '%s\\n' | awk '{s+=$1} END {print s+0}'").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+            let size = Int64(try Bench.sh("find \(dest) -type f -not -name '.*' -printf '%s\\n' | awk '{s+=$1} END {printf \"%d\\n\", s}'").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
             guard got == records.count, size == bytes else {
                 throw Bench.Failure(description: "\(got) files of \(size) bytes in \(dest), expected \(records.count) of \(bytes)")
             }
@@ -161,6 +163,9 @@ enum RestoreBenchmark {
         for _ in 0..<o.rounds {
             rows.append(try timed("curl, one connection", server: server, "curl -K \(try curlConfig(parallel: nil))", check: checkAll))
             rows.append(try timed("curl --parallel-max \(parallel)", server: server, "curl -K \(try curlConfig(parallel: parallel))", check: checkAll))
+            // What a script that checks what it got pays on top (sha256sum reads the files back).
+            rows.append(try timed("curl, then sha256sum", server: server,
+                                  "curl -K \(try curlConfig(parallel: nil)) && find \(dest) -type f -print0 | xargs -0 sha256sum >/dev/null", check: checkAll))
             for t in o.transfers {
                 rows.append(try timed("vdrive restore --transfers \(t)", server: server,
                                       "\(o.vdrive) restore \(device) \(dest) --server \(server.base) --token-file \(o.dir)/restorer.token --now --transfers \(t) >/dev/null",
@@ -169,7 +174,7 @@ enum RestoreBenchmark {
         }
         print("\n\(name): \(records.count) file(s), \(Bench.f(Double(bytes) / 1e9)) GB, median of \(o.rounds) round(s); ratios against curl with the same parallelism")
         var table: [[String]] = []
-        let labels = rows.prefix(2 + o.transfers.count).map(\.label)
+        let labels = rows.prefix(3 + o.transfers.count).map(\.label)
         func median(_ label: String, _ key: (Row) -> Double) -> Double {
             let v = rows.filter { $0.label == label }.map(key).sorted()
             return v[v.count / 2]

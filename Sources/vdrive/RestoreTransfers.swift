@@ -64,6 +64,7 @@ final class RestoreTransfers: @unchecked Sendable {
                     let b = blocks[blockHead]
                     blockHead += 1
                     if blockHead == blocks.count { blocks.removeAll(keepingCapacity: true); blockHead = 0 }
+                    else if blockHead > 1024 { blocks.removeFirst(blockHead); blockHead = 0 }
                     return .block(b.0, b.1)
                 }
                 if fileHead < files.count {
