@@ -64,8 +64,8 @@ import Testing
             let process = Process()
             process.executableURL = URL(fileURLWithPath: vdriveBinary())
             let base = proxy.map { "http://127.0.0.1:\($0.port)" } ?? server.base
-            process.arguments = ["restore", "phone", dest, "--server", base, "--token-file", newTokenFile] + arguments
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+            process.arguments = ["restore", "phone", dest, "--server", base, "--token-file", newTokenFile] + isolated + arguments
+            process.environment = ProcessInfo.processInfo.environment.merging(isolation) { $1 }.merging(environment) { $1 }
             process.standardOutput = FileHandle.nullDevice
             process.standardError = stderr
             try process.run()
@@ -74,8 +74,16 @@ import Testing
 
         /// Runs `vdrive restore` as the new device (or `tokenFile`) against `base` (default: the server).
         func restore(_ arguments: [String], base: String? = nil, tokenFile: String? = nil) throws -> (Int32, String, String) {
-            try run(vdriveBinary(), ["restore"] + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? newTokenFile])
+            let r = try runCommand(vdriveBinary(), ["restore"] + isolated + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? newTokenFile],
+                                   environment: isolation)
+            return (r.status, r.stdout, r.stderr)
         }
+
+        /// The restores see no policy of this machine: settings in the test's folder
+        /// (none: nothing paused) and a system root without a route or a battery (not
+        /// metered, on AC). A test's own `--config` comes later and wins.
+        var isolated: [String] { ["--config", dir.path + "/settings.json"] }
+        var isolation: [String: String] { ["VDRIVE_SYSTEM_ROOT": dir.path + "/no-system"] }
 
         /// Bytes the server process has written to sockets and files so far (sendfile included).
         func serverBytesWritten() throws -> Int64 {
