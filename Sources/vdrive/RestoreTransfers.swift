@@ -6,7 +6,8 @@ import Protocol
 /// big file gets every thread), else the next listed file (`prepare`: already there?
 /// open its temporary file, fetch its manifest). Each thread keeps its own kept-alive
 /// connection (HTTPConnection hands an idle libcurl handle to each request), so
-/// `count` threads are `count` transfers in flight on `count` connections.
+/// `count` threads are `count` transfers in flight on `count` connections. One more
+/// thread, the completer, puts finished files on disk and under their names.
 ///
 /// Memory stays bounded whatever the listing's length: `submit` blocks while
 /// `2 × count` listed files wait, and a file in flight holds its manifest only.
@@ -24,17 +25,24 @@ final class RestoreTransfers: @unchecked Sendable {
     /// Files taken by a thread and not finished: their blocks may still come.
     private var filesOpen = 0
     private var closed = false
+    /// Files whose blocks are all in, waiting for the completer.
+    private var completions: [FileInFlight] = []
+    private var completionHead = 0
+    /// Threads not finished: the transfer threads and the completer.
     private var running: Int
 
     init(count: Int, restorer: FileRestorer, report: RestoreReport, gate: RestoreGate) {
         self.restorer = restorer; self.report = report; self.gate = gate
         fileLimit = 2 * count
-        running = count
+        running = count + 1
         for i in 0..<count {
             let t = Thread { [self] in work() }
             t.name = "restore-\(i)"
             t.start()
         }
+        let completer = Thread { [self] in complete() }
+        completer.name = "restore-complete"
+        completer.start()
     }
 
     /// Queues a listed file; waits while enough are queued.
@@ -157,20 +165,52 @@ final class RestoreTransfers: @unchecked Sendable {
         if last { finish(file) }
     }
 
-    /// Every block of `file` is settled: rename it into place, or report why not.
+    /// Every block of `file` is settled: to the completer, or reported if one failed.
     private func finish(_ file: FileInFlight) {
-        let (failure, downloaded, accounted) = file.state.withLock { ($0.failure, $0.downloaded, $0.accounted) }
-        if let failure {
-            restorer.abandon(file)
-            report.failed(failure, unsettled: file.record.size - accounted)
-        } else {
+        let (failure, accounted) = file.state.withLock { ($0.failure, $0.accounted) }
+        guard let failure else {
+            return condition.withLock {
+                while completions.count - completionHead >= fileLimit { condition.wait() }
+                completions.append(file)
+                condition.broadcast()
+            }
+        }
+        restorer.abandon(file)
+        report.failed(failure, unsettled: file.record.size - accounted)
+        fileDone()
+    }
+
+    /// The completer: fdatasync, date and rename of each finished file, one after the
+    /// other, so the transfer threads fetch while the disk catches up (a photo's
+    /// fdatasync waits for the disk; on the transfer thread it left the link idle).
+    private func complete() {
+        while let file = nextCompletion() {
             do {
                 try restorer.complete(file)
-                report.restored(downloaded: downloaded, folder: FileRestorer.folder(of: file.final))
+                report.restored(downloaded: file.state.withLock { $0.downloaded }, folder: FileRestorer.folder(of: file.final))
             } catch {
                 report.failed(error, unsettled: 0)
             }
+            fileDone()
         }
-        fileDone()
+    }
+
+    private func nextCompletion() -> FileInFlight? {
+        condition.withLock {
+            while completionHead == completions.count {
+                // Every listed file taken and done (a file still queued would come here later).
+                if closed && filesOpen == 0 && fileHead == files.count {
+                    running -= 1
+                    condition.broadcast()
+                    return nil
+                }
+                condition.wait()
+            }
+            let file = completions[completionHead]
+            completionHead += 1
+            if completionHead == completions.count { completions.removeAll(keepingCapacity: true); completionHead = 0 }
+            condition.broadcast()  // room for `finish`
+            return file
+        }
     }
 }
