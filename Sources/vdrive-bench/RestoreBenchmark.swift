@@ -22,7 +22,8 @@ import Synchronization
 /// a script that verifies pays; `vdrive restore` hashes every byte as it arrives).
 /// Wall and CPU (user + system of the child) per row; every
 /// destination is deleted after its row, so the disk holds the server's copy and one
-/// restore at a time.
+/// restore at a time. With `KEEP=1` in the environment DIR stays (the server's data
+/// and the token files), for profiling a restore by hand against `vdrive serve --data DIR/server`.
 enum RestoreBenchmark {
     static let usage = "       vdrive-bench restore [--sections photos,video,rss] [--photos N] [--video-mib N] [--records N] [--transfers 1,4] [--rounds N] [--dir DIR] [--vdrive PATH] [--baseline-vdrive PATH]"
 
