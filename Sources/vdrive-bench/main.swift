@@ -25,6 +25,7 @@ case "link": exit(runReportingFailure(LinkBenchmark.run, rest))
 case "backups": exit(runReportingFailure(BackupsBenchmark.run, rest))
 case "online": exit(runReportingFailure(OnlineBenchmark.run, rest))
 case "scale": exit(runReportingFailure(ScaleBenchmark.run, rest))
+case "restore": exit(runReportingFailure(RestoreBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
     print(PosixBenchmark.usage)
@@ -33,6 +34,7 @@ default:
     print(BackupsBenchmark.usage)
     print(OnlineBenchmark.usage)
     print(ScaleBenchmark.usage)
+    print(RestoreBenchmark.usage)
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH]")
     exit(64)
 }
