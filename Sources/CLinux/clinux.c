@@ -4,6 +4,7 @@
 #include <sys/ioctl.h>
 #include <linux/fs.h>
 #include <malloc.h>
+#include <fcntl.h>
 
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len) {
     loff_t in = *off_in, out = *off_out;
@@ -19,6 +20,10 @@ int vd_clone_file(int dst_fd, int src_fd) {
 
 int vd_syncfs(int fd) {
     return syncfs(fd);
+}
+
+int vd_start_writeback(int fd, int64_t offset, int64_t length) {
+    return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
 }
 
 void vd_tune_malloc(int mmap_threshold, int max_arenas) {

@@ -209,6 +209,9 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
+            // A download into a file takes the socket in 256 KiB reads, not libcurl's
+            // 16 KiB: a sixteenth of the recv and pwrite calls (restore's CPU per GB).
+            if sink != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 256 << 10) }
             vd_curl_setopt_write(h, writeCallback)
             vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
             // A download into a file: 256 KiB per write callback instead of 16 KiB, so a

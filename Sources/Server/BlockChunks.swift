@@ -34,34 +34,73 @@ enum BlockChunks {
         if let kept, kept.count == expected * 32 {
             return stride(from: 0, to: kept.count, by: 32).map { SHA256Digest(bytes: Array(kept[$0..<($0 + 32)])) }
         }
-        let computed = try compute(digest, size: size, store: context.blockStore)
-        let raw = computed.flatMap(\.bytes)
-        try context.metadata.setBlockChunks(digest.hex, raw)
+        let computed = try compute(digest, size: size, context: context)
+        try keep(digest, computed, context: context)
         return computed
     }
 
-    /// Reads the block once; a block that does not hash to its name is not listed (500:
-    /// the store is damaged, and a list of its wrong bytes would vouch for them).
-    static func compute(_ digest: SHA256Digest, size: Int64, store: BlobStore) throws -> [SHA256Digest] {
-        let fd = try store.open(digest)
-        defer { FileIO.close(fd) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Blocks.chunkSize, alignment: 16)
-        defer { buffer.deallocate() }
-        let whole = SHA256Hasher()
-        var out: [SHA256Digest] = []
-        var offset: Int64 = 0
-        while offset < size {
-            let want = Int(min(Int64(Blocks.chunkSize), size - offset))
-            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-            guard try FileIO.pread(fd, into: piece, at: offset) == want else { throw ChunkListError.damaged(digest.hex) }
-            let chunk = SHA256Hasher()
-            chunk.update(UnsafeRawBufferPointer(piece))
-            whole.update(UnsafeRawBufferPointer(piece))
-            out.append(chunk.finish())
-            offset += Int64(want)
+    /// Keeps a list computed elsewhere (the verification read of an object store).
+    static func keep(_ digest: SHA256Digest, _ chunks: [SHA256Digest], context: ServerContext) throws {
+        try context.metadata.setBlockChunks(digest.hex, chunks.flatMap(\.bytes))
+    }
+
+    /// Reads the block once, from the folder or the object store; a block that does not
+    /// hash to its name is not listed (500: the store is damaged, and a list of its wrong
+    /// bytes would vouch for them).
+    static func compute(_ digest: SHA256Digest, size: Int64, context: ServerContext) throws -> [SHA256Digest] {
+        let digester = ChunkDigester()
+        if let objects = context.objects {
+            guard try objects.store.read(ObjectBlocks.key(digest), { digester.update($0) }) != nil else { throw ChunkListError.damaged(digest.hex) }
+        } else {
+            let fd = try context.blockStore.open(digest)
+            defer { FileIO.close(fd) }
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Blocks.chunkSize, alignment: 16)
+            defer { buffer.deallocate() }
+            var offset: Int64 = 0
+            while offset < size {
+                let want = Int(min(Int64(Blocks.chunkSize), size - offset))
+                let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
+                guard try FileIO.pread(fd, into: piece, at: offset) == want else { throw ChunkListError.damaged(digest.hex) }
+                digester.update(UnsafeRawBufferPointer(piece))
+                offset += Int64(want)
+            }
         }
-        guard whole.finish() == digest else { throw ChunkListError.damaged(digest.hex) }
-        return out
+        let (whole, chunks, count) = digester.finish()
+        guard whole == digest, count == size else { throw ChunkListError.damaged(digest.hex) }
+        return chunks
+    }
+}
+
+/// The SHA-256 of a block and of each of its `Blocks.chunkSize` chunks, in one pass
+/// over bytes arriving in pieces of any size.
+final class ChunkDigester {
+    private let whole = SHA256Hasher()
+    private var chunk = SHA256Hasher()
+    private var inChunk = 0
+    private var chunks: [SHA256Digest] = []
+    private var count: Int64 = 0
+
+    func update(_ bytes: UnsafeRawBufferPointer) {
+        whole.update(bytes)
+        count += Int64(bytes.count)
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let take = min(rest.count, Blocks.chunkSize - inChunk)
+            chunk.update(UnsafeRawBufferPointer(rebasing: rest.prefix(take)))
+            inChunk += take
+            rest = rest.dropFirst(take)
+            if inChunk == Blocks.chunkSize {
+                chunks.append(chunk.finish())
+                chunk = SHA256Hasher()
+                inChunk = 0
+            }
+        }
+    }
+
+    /// The block's digest, its chunk digests (the last may be short) and its length.
+    func finish() -> (whole: SHA256Digest, chunks: [SHA256Digest], count: Int64) {
+        if inChunk > 0 { chunks.append(chunk.finish()) }
+        return (whole.finish(), chunks, count)
     }
 }
 

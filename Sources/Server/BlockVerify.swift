@@ -23,7 +23,8 @@ enum BlockVerify {
             case .mismatch(let actual, let size):
                 return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
                               "the object PUT for block \(digest.hex) is \(size) bytes hashing to \(actual.hex): it was deleted; read the block again and start over (POST /v1/uploads)")
-            case .verified(let size):
+            case .verified(let size, let chunks):
+                try BlockChunks.keep(digest, chunks, context: context)
                 try context.recordBlock(digest, size: size, uploadID: nil)
                 return .json(201, CreateUploadResponse(status: CreateUploadResponse.present))
             }

@@ -107,6 +107,13 @@ public enum FileIO {
         if vd_syncfs(fd) != 0 { throw Errno.current }
     }
 
+    /// Starts writing `[offset, offset + length)` of `fd` back to the disk and returns
+    /// at once (sync_file_range WRITE): a later fdatasync finds less to wait for. Only a
+    /// hint: nothing is promised about durability, so failures are not reported.
+    public static func startWriteback(_ fd: Int32, offset: Int64, length: Int64) {
+        _ = vd_start_writeback(fd, offset, length)
+    }
+
     /// Copies `length` bytes between descriptors in the kernel (copy_file_range),
     /// falling back to read/write where the file systems do not support it.
     public static func copy(from source: Int32, to destination: Int32, length: Int64) throws {

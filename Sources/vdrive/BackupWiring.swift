@@ -33,9 +33,9 @@ final class BackupWiring {
 
     /// The policy inputs. `VDRIVE_SYSTEM_ROOT` points the battery and network probes at
     /// another root than "/" (its `sys/` and `proc/`): tests build fake trees there.
-    static func policy() -> BackupPolicy {
+    static func policy(probeInterval: Double = 15) -> BackupPolicy {
         let root = ProcessInfo.processInfo.environment["VDRIVE_SYSTEM_ROOT"] ?? "/"
-        return BackupPolicy(power: PowerProbe(root: root), network: SystemNetworkProbe(root: root))
+        return BackupPolicy(power: PowerProbe(root: root), network: SystemNetworkProbe(root: root), probeInterval: probeInterval)
     }
 
     static func transport(_ remote: RemoteConfig?) throws -> BackupTransport {

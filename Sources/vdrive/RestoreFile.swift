@@ -2,6 +2,7 @@ import Client
 import Crypto
 import Protocol
 import Storage
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,31 +26,72 @@ enum RestoreFailure: Error, Equatable {
     }
 }
 
-/// Restores one file of a device's backup to `DEST/<its path>`.
+/// A file being fetched: its temporary file is open and its blocks are handed out to
+/// the transfer threads (RestoreTransfers); the thread that settles the last block
+/// completes or abandons it.
+final class FileInFlight: Sendable {
+    let record: FileRecord
+    let final: String
+    let temporary: String
+    let fd: Int32
+    let manifest: BlockManifest
+    /// The temporary file's size before this run: a killed run may have left verified
+    /// blocks below it.
+    let leftBehind: Int64
+
+    struct State {
+        var remaining: Int
+        var downloaded: Int64 = 0
+        /// Bytes of this file counted in the progress line so far.
+        var accounted: Int64 = 0
+        var failure: RestoreFailure?
+    }
+    let state: Mutex<State>
+
+    init(record: FileRecord, final: String, temporary: String, fd: Int32, manifest: BlockManifest, leftBehind: Int64) {
+        self.record = record; self.final = final; self.temporary = temporary; self.fd = fd
+        self.manifest = manifest; self.leftBehind = leftBehind
+        state = Mutex(State(remaining: manifest.blocks.count))
+    }
+}
+
+/// Restores one file of a device's backup to `DEST/<its path>`, in three steps that
+/// several threads may share: `prepare` (is it there already? open the temporary file),
+/// `block` (one block fetched or kept, any thread, any order), `complete`.
 ///
 /// Kill safety and resume: bytes go to a hidden temporary file next to the final
 /// name, `.<name>.<content hash prefix>.vdrive-restore`, which is renamed into place
-/// only when every block of it has been verified, so a file under its final name is
-/// always complete. Named by content, a temporary file only ever holds blocks of that
-/// content at their places: a rerun hashes the blocks already there and fetches only
-/// the others. A final file whose size and content hash match is not fetched again.
+/// only when every block of it has been verified and the file is on disk (fdatasync),
+/// so a file under its final name is always complete. Named by content, a temporary
+/// file only ever holds blocks of that content at their places: a rerun hashes the
+/// blocks a killed run left there (skipping holes, which were never written) and
+/// fetches only the others, so a big file resumes by block. A final file whose size
+/// and content hash match is not fetched again.
 ///
 /// Verification: the manifest (`contentBlocks`) is checked to hash to the content
-/// hash, and each block fetched whole (`downloadBlock`) is checked against its block
-/// hash; zero blocks are holes, never fetched. Together that proves the temporary
-/// file holds exactly the content before it is renamed.
-struct FileRestorer {
-    enum Outcome: Equatable {
-        /// Already at DEST with the right bytes; nothing was fetched.
+/// hash, each block fetched whole (`downloadBlock`) is checked against its block hash
+/// as it streams, each block kept from a killed run is hashed from the disk, and zero
+/// blocks are holes, never fetched. Together that proves the temporary file holds
+/// exactly the content (the file's SHA-256 content hash) before it is renamed, without
+/// reading it a second time.
+struct FileRestorer: Sendable {
+    enum Preparation {
+        /// Already at DEST with the right bytes; nothing to fetch.
         case alreadyThere
-        /// Fetched `downloaded` bytes (less than the size when a kill left blocks behind).
-        case restored(downloaded: Int64)
+        /// The temporary file is open: settle each of its blocks, then `complete`.
+        case fetch(FileInFlight)
+    }
+
+    enum BlockOutcome: Equatable {
+        /// A block of zeros: a hole in the file, nothing fetched.
+        case hole
+        /// Left by a killed run, and its bytes hash to it.
+        case kept
+        case fetched(Int64)
     }
 
     let client: WorkspaceClient
     let destination: String
-    /// Gets the bytes of the current file fetched so far; returns false to cancel.
-    var progress: (Int64) -> Bool = { _ in true }
 
     /// The final path of a record under DEST. Paths come from the server, which checks
     /// them, but are checked again here: a `..` must never write outside DEST.
@@ -59,18 +101,17 @@ struct FileRestorer {
         }
     }
 
-    func restore(_ record: FileRecord) throws(RestoreFailure) -> Outcome {
+    func prepare(_ record: FileRecord) throws(RestoreFailure) -> Preparation {
         let final = try finalPath(record)
         guard let content = SHA256Digest(hex: record.hash) else { throw .server("'\(record.path)' has no valid content hash ('\(record.hash)')") }
-        let date = RestoreSelection.date(of: record)
         if let st = try? FileIO.status(final) {
             guard (st.st_mode & S_IFMT) == S_IFREG, Int64(st.st_size) == record.size, (try? Self.contentHash(of: final, size: record.size)) == content else {
-                throw .local("\(final) exists and is not this backup; move it away (or restore into another folder) and run again")
+                throw .local("\(final) exists and is not this backup; it was left as it is: move it away (or restore into another folder) and run again")
             }
-            Self.setTimes(final, date)
+            Self.setTimes(final, RestoreSelection.date(of: record))
             return .alreadyThere
         }
-        let folder = String(final[..<final.lastIndex(of: "/")!])
+        let folder = Self.folder(of: final)
         let name = String(final[final.index(after: final.lastIndex(of: "/")!)...])
         do { try FileIO.makeDirectories(folder, mode: 0o755) } catch { throw .local("cannot create the folder \(folder): \(error)") }
         let temporary = folder + "/." + name + "." + content.hex.prefix(16) + ".vdrive-restore"
@@ -81,37 +122,59 @@ struct FileRestorer {
 
         let fd: Int32
         do { fd = try FileIO.open(temporary, O_RDWR | O_CREAT, 0o644) } catch { throw .local("cannot write \(temporary): \(error)") }
-        var closed = false
-        defer { if !closed { FileIO.close(fd) } }
-        var downloaded: Int64 = 0
         do {
             let had = Int64(try FileIO.status(fd).st_size)
             // Exactly the size: holes read as zeros, which is what zero blocks are.
             try FileIO.ftruncate(fd, record.size)
-            for (index, block) in manifest.blocks.enumerated() {
-                let length = Blocks.length(ofBlock: index, fileSize: record.size)
-                let offset = Int64(index) * Int64(Blocks.size)
-                if Blocks.isZero(block, length: length) { continue }
-                // Left by a killed run: keep the block if its bytes hash to it.
-                if offset + Int64(length) <= had, (try? RangeHash.block(fd: fd, offset: offset, length: length)) == block { continue }
-                let base = downloaded
-                do {
-                    downloaded += try client.downloadBlock(block, to: fd, at: offset, progress: { progress(base + $0) })
-                } catch {
-                    throw Self.failure(error, record)
-                }
-            }
-            try FileIO.fdatasync(fd)
-        } catch let failure as RestoreFailure {
-            throw failure
+            return .fetch(FileInFlight(record: record, final: final, temporary: temporary, fd: fd, manifest: manifest, leftBehind: min(had, record.size)))
         } catch {
+            FileIO.close(fd)
             throw .local("cannot write \(temporary): \(error)")
         }
-        FileIO.close(fd)
-        closed = true
-        Self.setTimes(temporary, date)
-        do { try FileIO.rename(temporary, final) } catch { throw .local("cannot rename \(temporary) to \(final): \(error)") }
-        return .restored(downloaded: downloaded)
+    }
+
+    /// Settles block `index` of `file`: a hole, kept from a killed run, or fetched and
+    /// verified. `progress` gets the bytes of this block received so far.
+    func block(_ index: Int, of file: FileInFlight, progress: @escaping (Int64) -> Bool) throws(RestoreFailure) -> BlockOutcome {
+        let length = file.manifest.length(ofBlock: index)
+        let offset = Int64(index) * Int64(Blocks.size)
+        let hash = file.manifest.blocks[index]
+        if file.manifest.isZero(index) { return .hole }
+        if offset + Int64(length) <= file.leftBehind, Self.holdsData(file.fd, offset: offset, length: length),
+           (try? RangeHash.block(fd: file.fd, offset: offset, length: length)) == hash {
+            return .kept
+        }
+        do {
+            let fetched = try client.downloadBlock(hash, to: file.fd, at: offset, progress: progress)
+            // Start writing the block back now (without waiting): the disk works while
+            // the next blocks arrive, and `complete`'s fdatasync has little left to do.
+            FileIO.startWriteback(file.fd, offset: offset, length: Int64(length))
+            return .fetched(fetched)
+        } catch {
+            throw Self.failure(error, file.record)
+        }
+    }
+
+    /// Every block is settled: the file goes to disk, gets its date, takes its name.
+    func complete(_ file: FileInFlight) throws(RestoreFailure) {
+        defer { FileIO.close(file.fd) }
+        do { try FileIO.fdatasync(file.fd) } catch { throw .local("cannot write \(file.temporary): \(error)") }
+        Self.setTimes(file.temporary, RestoreSelection.date(of: file.record))
+        do { try FileIO.rename(file.temporary, file.final) } catch { throw .local("cannot rename \(file.temporary) to \(file.final): \(error)") }
+    }
+
+    /// A block failed: the temporary file stays (its verified blocks serve the next run).
+    func abandon(_ file: FileInFlight) { FileIO.close(file.fd) }
+
+    static func folder(of path: String) -> String { String(path[..<path.lastIndex(of: "/")!]) }
+
+    /// False when `[offset, offset + length)` of `fd` is all hole: never written, so a
+    /// killed run fetched nothing there and there is nothing to hash.
+    static func holdsData(_ fd: Int32, offset: Int64, length: Int) -> Bool {
+        let seekData: Int32 = 3  // SEEK_DATA, which Glibc's module does not export (as in FileIO)
+        let data = lseek(fd, off_t(offset), seekData)
+        if data < 0 { return errno != ENXIO }  // ENXIO: no data after offset; else unknown, hash it
+        return Int64(data) < offset + Int64(length)
     }
 
     static func failure(_ error: ClientError, _ record: FileRecord) -> RestoreFailure {

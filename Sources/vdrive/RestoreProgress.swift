@@ -7,39 +7,44 @@ import Glibc
 /// The progress line of `vdrive restore` on a terminal (stderr), redrawn in place at
 /// most five times a second:
 /// `[########------------] 40% · 12 of 30 files · 48.0 MB of 120 MB · 41 MB/s · about 2 min`.
-/// In a pipe it draws nothing: scripts get the summary line and the failures only.
+/// In a pipe it draws nothing: scripts get the notes (holds, failures) and the summary.
+/// Not thread-safe by itself: `RestoreReport` owns it under a lock.
 struct RestoreProgress {
     let enabled: Bool
     let totalFiles: Int
     let totalBytes: Int64
     private(set) var filesDone = 0
-    /// Bytes of finished files (fetched or already there) and of the current file so far.
-    private var bytesDone: Int64 = 0
-    private var current: Int64 = 0
+    /// Bytes settled: fetched, kept from a killed run, holes, files already there or failed.
+    private(set) var bytesDone: Int64 = 0
     private var rate = RateEstimator(timeConstant: 5, minimumInterval: 0.5)
     private var eta = EtaFormatter()
     private var lastDraw = 0.0
-    private var lastFetched: Int64 = 0
+    private var drawn = false
 
     init(totalFiles: Int, totalBytes: Int64, enabled: Bool = isatty(2) == 1) {
         self.totalFiles = totalFiles; self.totalBytes = totalBytes; self.enabled = enabled
     }
 
-    /// The current file has `bytes` fetched so far.
-    mutating func fetched(_ bytes: Int64) {
-        rate.record(bytes: bytes - lastFetched, at: Self.now())
-        lastFetched = bytes
-        current = bytes
+    /// `bytes` more are settled; `fetched` says they came over the network (the rate and
+    /// the time left count only those).
+    mutating func add(_ bytes: Int64, fetched: Bool) {
+        bytesDone += bytes
+        if fetched { rate.record(bytes: bytes, at: Self.now()) }
         draw(force: false)
     }
 
-    /// A file is finished (restored, already there, or failed): its bytes count as done.
-    mutating func finished(size: Int64) {
+    /// A file is finished (restored, already there, or failed).
+    mutating func fileFinished() {
         filesDone += 1
-        bytesDone += size
-        current = 0
-        lastFetched = 0
         draw(force: filesDone == totalFiles)
+    }
+
+    /// A line of its own on stderr (a hold, a failure), in a pipe too; the progress
+    /// line is cleared first and redrawn after.
+    mutating func note(_ line: String) {
+        Self.write((drawn ? "\r\u{1B}[2K" : "") + line + "\n")
+        drawn = false
+        draw(force: true)
     }
 
     mutating func draw(force: Bool) {
@@ -47,7 +52,7 @@ struct RestoreProgress {
         let now = Self.now()
         guard force || now - lastDraw >= 0.2 else { return }
         lastDraw = now
-        let done = min(totalBytes, bytesDone + current)
+        let done = min(totalBytes, bytesDone)
         let fraction = totalBytes > 0 ? Double(done) / Double(totalBytes) : Double(filesDone) / Double(max(totalFiles, 1))
         let width = 20
         let filled = Int((fraction * Double(width)).rounded(.down))
@@ -58,11 +63,13 @@ struct RestoreProgress {
             line += " · " + ByteCountText.rate(r) + " · " + eta.text(secondsLeft: Double(totalBytes - done) / r)
         }
         Self.write("\r\u{1B}[2K" + line)
+        drawn = true
     }
 
     /// Ends the line so later output starts on its own.
-    func close() {
-        if enabled { Self.write("\n") }
+    mutating func close() {
+        if drawn { Self.write("\n") }
+        drawn = false
     }
 
     private static func write(_ text: String) {

@@ -10,12 +10,13 @@ import Testing
 /// byte-equal restores with capture dates as mtimes, the date filters, and a restore
 /// killed with SIGKILL that resumes without fetching finished files again.
 @Suite(.serialized) struct RestoreTests {
-    /// A real server with two devices, "phone" and "laptop", and their token files.
+    /// A real server with two devices that back up, "phone" and "laptop", a third that
+    /// restores, "new-laptop", and their token files.
     final class Fixture {
         let dir = TemporaryDirectory()
         let server: ServerProcess
         let phone: WorkspaceClient, laptop: WorkspaceClient
-        let phoneTokenFile: String, laptopTokenFile: String
+        let phoneTokenFile: String, laptopTokenFile: String, newTokenFile: String
 
         init() throws {
             let data = dir.path + "/data"
@@ -23,8 +24,10 @@ import Testing
             let phoneToken = try registry.add("phone"), laptopToken = try registry.add("laptop")
             phoneTokenFile = dir.path + "/phone.token"
             laptopTokenFile = dir.path + "/laptop.token"
+            newTokenFile = dir.path + "/new-laptop.token"
             writeFile(phoneTokenFile, Array(phoneToken.utf8))
             writeFile(laptopTokenFile, Array(laptopToken.utf8))
+            writeFile(newTokenFile, Array(try registry.add("new-laptop").utf8))
             server = try ServerProcess(data: data)
             phone = WorkspaceClient(baseURL: server.base, token: phoneToken)
             laptop = WorkspaceClient(baseURL: server.base, token: laptopToken)
@@ -54,21 +57,33 @@ import Testing
             }
         }
 
-        /// Starts `vdrive restore phone DEST` in the background through `proxy`.
-        func startRestore(into dest: String, through proxy: LinkProxy, stderr: Any = FileHandle.nullDevice) throws -> Process {
+        /// Starts `vdrive restore phone DEST` (as the new device) in the background,
+        /// through `proxy` or straight to the server.
+        func startRestore(into dest: String, through proxy: LinkProxy?, arguments: [String] = [], environment: [String: String] = [:],
+                          stderr: Any = FileHandle.nullDevice) throws -> Process {
             let process = Process()
             process.executableURL = URL(fileURLWithPath: vdriveBinary())
-            process.arguments = ["restore", "phone", dest, "--server", "http://127.0.0.1:\(proxy.port)", "--token-file", phoneTokenFile]
+            let base = proxy.map { "http://127.0.0.1:\($0.port)" } ?? server.base
+            process.arguments = ["restore", "phone", dest, "--server", base, "--token-file", newTokenFile] + isolated + arguments
+            process.environment = ProcessInfo.processInfo.environment.merging(isolation) { $1 }.merging(environment) { $1 }
             process.standardOutput = FileHandle.nullDevice
             process.standardError = stderr
             try process.run()
             return process
         }
 
-        /// Runs `vdrive restore` as phone (or `tokenFile`) against `base` (default: the server).
+        /// Runs `vdrive restore` as the new device (or `tokenFile`) against `base` (default: the server).
         func restore(_ arguments: [String], base: String? = nil, tokenFile: String? = nil) throws -> (Int32, String, String) {
-            try run(vdriveBinary(), ["restore"] + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? phoneTokenFile])
+            let r = try runCommand(vdriveBinary(), ["restore"] + isolated + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? newTokenFile],
+                                   environment: isolation)
+            return (r.status, r.stdout, r.stderr)
         }
+
+        /// The restores see no policy of this machine: settings in the test's folder
+        /// (none: nothing paused) and a system root without a route or a battery (not
+        /// metered, on AC). A test's own `--config` comes later and wins.
+        var isolated: [String] { ["--config", dir.path + "/settings.json"] }
+        var isolation: [String: String] { ["VDRIVE_SYSTEM_ROOT": dir.path + "/no-system"] }
 
         /// Bytes the server process has written to sockets and files so far (sendfile included).
         func serverBytesWritten() throws -> Int64 {

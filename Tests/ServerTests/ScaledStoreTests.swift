@@ -4,6 +4,7 @@ import Foundation
 import ObjectStore
 import Protocol
 import Server
+import Storage
 import Testing
 
 /// A server keeping its blocks in a real SeaweedFS (`--store s3://…`): devices PUT
@@ -141,6 +142,27 @@ import Testing
         let mismatch = try server.send("POST", "/v1/blocks/\(ticket.hash.hex)/verify", headers: ["Expect:"], body: .bytes([]))
         #expect(mismatch.status == 460)
         #expect(mismatch.error?.error == "block_checksum_mismatch")
+    }
+
+    @Test func chunkListsComeFromTheVerificationReadAndFromTheStore() throws {
+        let store = try Store(); defer { store.stop() }
+        let server = try TestServer(store: store.choice); defer { server.stop() }
+        let f = TestFile(in: server.dir.path, size: Blocks.size + 300_000, seed: 53)
+        try server.store(f, at: "clip.mov")
+        func expected(_ i: Int) -> [SHA256Digest] {
+            let bytes = f.bytes[(i * Blocks.size)..<min(f.bytes.count, (i + 1) * Blocks.size)]
+            return stride(from: bytes.startIndex, to: bytes.endIndex, by: Blocks.chunkSize).map {
+                SHA256Hasher.digest(Array(bytes[$0..<min(bytes.endIndex, $0 + Blocks.chunkSize)]))
+            }
+        }
+        // Kept by the verification read: the server answers without reading the store again.
+        let db = try Database(path: server.server.configuration.dataDirectory + "/server.db")
+        #expect(try db.queryOne("SELECT count(*) FROM block_chunks") { $0.int(0) } == 2)
+        for (i, block) in f.manifest.blocks.enumerated() { #expect(try server.client.chunkDigests(block) == expected(i)) }
+        // Forgotten, the list is computed again from the object in the store.
+        _ = try db.run("DELETE FROM block_chunks")
+        #expect(try server.client.chunkDigests(f.manifest.blocks[1]) == expected(1))
+        #expect(try db.queryOne("SELECT count(*) FROM block_chunks") { $0.int(0) } == 1)
     }
 
     @Test func expiredAlteredAndForgedURLsAreRefusedByTheStoreAndRenewed() throws {

@@ -27,10 +27,15 @@ public final class LinkProxy: @unchecked Sendable {
     /// Bytes the target (the server) has sent through the proxy so far: what a client
     /// behind it downloaded, headers included.
     public var bytesFromTarget: Int { lock.withLock { fromTarget } }
+    /// A byte of every connection's reply stream to flip (a link that damages data).
+    private let flipReplyByteAt: Int?
 
-    /// Listens on 127.0.0.1 (a free port) and forwards to 127.0.0.1:`targetPort`.
-    public init(targetPort: UInt16, oneWayDelay: Double, bytesPerSecond: Double) throws {
+    /// Listens on 127.0.0.1 (a free port) and forwards to 127.0.0.1:`targetPort`. With
+    /// `flipReplyByteAt`, the byte at that offset of each connection's server-to-client
+    /// stream arrives with its lowest bit flipped (tests of download verification).
+    public init(targetPort: UInt16, oneWayDelay: Double, bytesPerSecond: Double, flipReplyByteAt: Int? = nil) throws {
         self.targetPort = targetPort
+        self.flipReplyByteAt = flipReplyByteAt
         self.delay = oneWayDelay
         self.bucket = TokenBucket(rate: bytesPerSecond)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -94,21 +99,24 @@ public final class LinkProxy: @unchecked Sendable {
             }
             if isStopped { close(client); close(server); return }
             let closer = Closer(client, server)
-            pipe(from: client, to: server, closer: closer, counted: false)
-            pipe(from: server, to: client, closer: closer, counted: true)
+            pipe(from: client, to: server, closer: closer, counted: false, flipAt: nil)
+            pipe(from: server, to: client, closer: closer, counted: true, flipAt: flipReplyByteAt)
         }
     }
 
     /// One direction: a reader that stamps chunks, a writer that sends them when due.
-    private func pipe(from source: Int32, to destination: Int32, closer: Closer, counted: Bool) {
+    private func pipe(from source: Int32, to destination: Int32, closer: Closer, counted: Bool, flipAt: Int?) {
         let queue = ChunkQueue()
         let reader = Thread { [delay, self] in
             var buffer = [UInt8](repeating: 0, count: 64 << 10)
+            var passed = 0
             while true {
                 let n = buffer.withUnsafeMutableBytes { read(source, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
                 if n <= 0 { queue.finish(); return }
                 if counted { lock.withLock { fromTarget += n } }
+                if let flipAt, flipAt >= passed, flipAt < passed + n { buffer[flipAt - passed] ^= 1 }
+                passed += n
                 queue.push(Array(buffer[0..<n]), due: Date().timeIntervalSince1970 + delay)
             }
         }

@@ -7,6 +7,8 @@
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len);
 int vd_clone_file(int dst_fd, int src_fd);
 int vd_syncfs(int fd);
+/* sync_file_range(SYNC_FILE_RANGE_WRITE): start writing a range back, without waiting. */
+int vd_start_writeback(int fd, int64_t offset, int64_t length);
 /* mallopt(M_MMAP_THRESHOLD) and mallopt(M_ARENA_MAX): <malloc.h> is not in Swift's Glibc. */
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
 #endif
