@@ -1,6 +1,6 @@
 import Server
 
-/// `vdrive serve check [--data DIR] [--database URL]`: can a server start with these
+/// `vdrive serve check [--data DIR] [--database URL] [--store URL]`: can a server start with these
 /// back ends? Prints what it found, one fact a line; exits 0 when all is well, else by
 /// sysexits: 69 unreachable, 77 login or grants refused, 78 bad URL or newer schema.
 /// Each back end is one check in `checks`; the object store adds its own beside the records'.
@@ -13,9 +13,9 @@ enum ServeCheckCommand {
 
     static func run(_ arguments: [String]) throws -> Int32 {
         let options = try Options(arguments, valued: ServeBackends.valued, flags: [])
-        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL]") }
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL]") }
         let backends = try ServeBackends(options)
-        let checks: [(ServeBackends) -> Outcome] = [records]
+        let checks: [(ServeBackends) -> Outcome] = [records, store]
         var failure: (code: Int32, message: String)?
         for check in checks {
             let outcome = check(backends)
@@ -28,8 +28,15 @@ enum ServeCheckCommand {
     }
 
     static func records(_ backends: ServeBackends) -> Outcome {
-        let report = RecordsCheck.run(backends.configuration.records)
-        return Outcome(lines: report.lines, problem: report.problem.map { problem in
+        outcome(RecordsCheck.run(backends.configuration.records))
+    }
+
+    static func store(_ backends: ServeBackends) -> Outcome {
+        outcome(StoreCheck.run(backends.store, blobRoot: backends.configuration.dataDirectory + "/blobs"))
+    }
+
+    static func outcome(_ report: RecordsCheck.Report) -> Outcome {
+        Outcome(lines: report.lines, problem: report.problem.map { problem in
             switch problem.kind {
             case .unavailable: return (ExitCode.unavailable, problem.message)
             case .configuration: return (ExitCode.config, problem.message)

@@ -10,7 +10,7 @@ enum ServeCommand {
 
     static let help = """
     Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS] [--store s3://…]
-           vdrive serve check                 reach the database: version, schema, permissions
+           vdrive serve check                 reach the database and the store: version, schema, permissions, a probe object
            vdrive serve device add NAME       make a device and print its token (once)
            vdrive serve device list           list devices
            vdrive serve device revoke NAME    revoke a device's token at once

@@ -260,17 +260,21 @@ import Testing
         #expect(missingText.contains(dir + "/nothing"))
     }
 
-    @Test func twoServerProcessesServeOneDeviceAndSurviveAKill() throws {
+    /// The scaled setup itself: two processes, each with a data folder of its own (no
+    /// local state shared), one PostgreSQL database for the records, one bucket.
+    @Test(.enabled(if: PostgresCluster.isInstalled))
+    func twoServerProcessesServeOneDeviceAndSurviveAKill() throws {
         let store = try Store(); defer { store.stop() }
+        guard let cluster = PostgresCluster.shared else { throw TestFailure("no PostgreSQL cluster") }
         let dir = store.dir.path
-        // One records database (an SQLite file: PostgreSQL in a scaled setup), one bucket;
-        // credentials from a file named in the store URL.
+        let database = try cluster.newDatabase()
+        // Credentials from a file named in the store URL.
         try "[default]\naws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = \(store.weed.secretKey)\n"
             .write(toFile: dir + "/credentials", atomically: true, encoding: .utf8)
-        let storeArguments = ["--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"]
-        let token = try DeviceRegistry(dataDirectory: dir + "/data").add("phone")
-        let a = try ServerProcess(data: dir + "/data", extra: storeArguments); defer { a.kill() }
-        let b = try ServerProcess(data: dir + "/data", extra: storeArguments); defer { b.kill() }
+        let backends = ["--database", database, "--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"]
+        let token = try DeviceRegistry(dataDirectory: dir + "/data-a", database: .postgres(connectionString: database)).add("phone")
+        let a = try ServerProcess(data: dir + "/data-a", extra: backends); defer { a.kill() }
+        let b = try ServerProcess(data: dir + "/data-b", extra: backends); defer { b.kill() }
         let viaA = WorkspaceClient(baseURL: a.base, token: token), viaB = WorkspaceClient(baseURL: b.base, token: token)
         let f = TestFile(in: dir, size: 8 * Blocks.size - 5, seed: 31)
         let fd = f.open(); defer { close(fd) }

@@ -68,3 +68,35 @@ import Testing
         #expect(newer.status == 78)
     }
 }
+
+/// `vdrive serve check --store`: the object store half, against a real SeaweedFS.
+@Suite(.serialized) struct StoreCheckTests {
+    @Test func aBucketThatAnswersAWrongKeyAndNoStore() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let weed = try SeaweedFS(folder: dir.path + "/seaweed")
+        defer { weed.stop() }
+        let keys = ["AWS_ACCESS_KEY_ID": weed.accessKey, "AWS_SECRET_ACCESS_KEY": weed.secretKey]
+        let good = try runCommand(vdriveBinary(), ["serve", "check", "--data", dir.path + "/data", "--store", weed.storeURL], environment: keys)
+        #expect(good.status == 0, "\(good.stderr)")
+        #expect(good.stdout.contains("store: s3://\(weed.bucket) at \(weed.endpoint)"))
+        #expect(good.stdout.contains("store: put, read back and deleted a probe object"))
+
+        let wrongKey = try runCommand(vdriveBinary(), ["serve", "check", "--data", dir.path + "/data", "--store", weed.storeURL],
+                                      environment: ["AWS_ACCESS_KEY_ID": weed.accessKey, "AWS_SECRET_ACCESS_KEY": "not-the-secret"])
+        #expect(wrongKey.status == 77, "\(wrongKey.stdout) \(wrongKey.stderr)")
+        #expect(wrongKey.stderr.contains("refused"))
+
+        weed.stop()
+        let down = try runCommand(vdriveBinary(), ["serve", "check", "--data", dir.path + "/data", "--store", weed.storeURL], environment: keys)
+        #expect(down.status == 69, "\(down.stdout) \(down.stderr)")
+        #expect(down.stderr.contains("unreachable"))
+    }
+
+    @Test func aFolderThatCannotBeWritten() throws {
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let ok = try runCommand(vdriveBinary(), ["serve", "check", "--data", dir.path + "/data"])
+        #expect(ok.stdout.contains("store: blocks in the folder \(dir.path)/data/blobs"))
+    }
+}
