@@ -39,7 +39,7 @@ enum BlockChunks {
         return computed
     }
 
-    /// Keeps a list computed elsewhere (the verification read of an object store).
+    /// Keeps a computed list.
     static func keep(_ digest: SHA256Digest, _ chunks: [SHA256Digest], context: ServerContext) throws {
         try context.metadata.setBlockChunks(digest.hex, chunks.flatMap(\.bytes))
     }

@@ -40,9 +40,8 @@ final class ObjectBlocks: Sendable {
     }
 
     enum Verdict: Equatable {
-        /// The object holds exactly the block: `size` bytes hashing to its name, with the
-        /// digests of its chunks (computed in the same read, for `GET .../chunks`).
-        case verified(size: Int64, chunks: [SHA256Digest])
+        /// The object holds exactly the block: `size` bytes hashing to its name.
+        case verified(size: Int64)
         /// No object of that name (never PUT, or deleted).
         case absent
         /// The object's bytes are not the block (hash `actual`, `size` bytes): it was deleted.
@@ -53,10 +52,10 @@ final class ObjectBlocks: Sendable {
     /// read of block bytes the server does). A mismatch (or a size no block has) deletes
     /// the object, so the hash never becomes present from it.
     func verify(_ digest: SHA256Digest) throws(ObjectStoreError) -> Verdict {
-        let digester = ChunkDigester()
-        guard let size = try store.read(Self.key(digest), { digester.update($0) }) else { return .absent }
-        let (actual, chunks, _) = digester.finish()
-        if actual == digest, size > 0, size <= Int64(Blocks.size) { return .verified(size: size, chunks: chunks) }
+        let hasher = SHA256Hasher()
+        guard let size = try store.read(Self.key(digest), { hasher.update($0) }) else { return .absent }
+        let actual = hasher.finish()
+        if actual == digest, size > 0, size <= Int64(Blocks.size) { return .verified(size: size) }
         try store.delete(Self.key(digest))
         return .mismatch(actual: actual, size: size)
     }
