@@ -99,6 +99,18 @@ protocol HTTPHandler: AnyObject, Sendable {
     func route(_ request: HTTPRequest) -> Route
 }
 
+/// A body read and dropped, then answered with `reply`: a refusal decided from the
+/// headers (another request is writing this upload) reaches the client as its status.
+/// Answered before the body is read, the connection would be closed under a client
+/// still sending, which then sees a broken connection instead of the refusal.
+final class DiscardedBody: RequestBody {
+    private let reply: HTTPResponse
+    init(reply: HTTPResponse) { self.reply = reply }
+    func receive(_ chunk: UnsafeRawBufferPointer) {}
+    func finish() -> HTTPResponse { reply }
+    func abort() {}
+}
+
 /// A request body that is read, bounded, into memory (JSON calls), then handed to `handle`.
 final class BufferedBody: RequestBody {
     private var bytes: [UInt8] = []

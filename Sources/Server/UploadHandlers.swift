@@ -168,7 +168,9 @@ enum TusHandlers {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
                 return .respond(head(row, headers: headers))
             }
-            return .respond(.error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers))
+            let busy = HTTPResponse.error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers)
+            // A PATCH's body (at most one block) is read and dropped, so the client hears the 409.
+            return request.method == "PATCH" ? .read(DiscardedBody(reply: busy)) : .respond(busy)
         }
         var hasher = claim
         let row: UploadRow
