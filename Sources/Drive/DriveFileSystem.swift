@@ -432,8 +432,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             }
             try FileIO.ftruncate(fd, Int64(length))
         } catch {
-            FileIO.close(fd)
-            _ = Glibc.unlink(path)
+            blobs.returnStagingFile(fd: fd, path: path)
             throw error
         }
         let b = DirtyBlock(fd: fd, path: path, store: blobs, hashed: !copied)
