@@ -17,6 +17,20 @@ enum Bench {
 
     struct Failure: Error, CustomStringConvertible { let description: String }
 
+    /// Runs `body(0..<count)` on `count` threads at once and waits for all of them.
+    /// Not `DispatchQueue.concurrentPerform`: that runs at most one iteration per core,
+    /// so 8 simulated devices on 2 cores would be 2 devices at a time.
+    static func onThreads(_ count: Int, _ body: @escaping @Sendable (Int) -> Void) {
+        let group = DispatchGroup()
+        for i in 0..<count {
+            group.enter()
+            let thread = Thread { body(i); group.leave() }
+            thread.stackSize = 1 << 20
+            thread.start()
+        }
+        group.wait()
+    }
+
     /// Runs a command, failing the benchmark when it fails.
     @discardableResult
     static func sh(_ command: String) throws -> String {

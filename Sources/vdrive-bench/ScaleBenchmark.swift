@@ -174,7 +174,7 @@ enum ScaleBenchmark {
         let failures = FailureList()
         let bases = servers.map(\.base)
         let start = Bench.now()
-        DispatchQueue.concurrentPerform(iterations: o.devices) { d in
+        Bench.onThreads(o.devices) { d in
             let client = WorkspaceClient(baseURL: bases[d % count], token: tokens[d])
             do {
                 for (i, photo) in photos[d].enumerated() {
