@@ -40,13 +40,7 @@ public final class FuseSession {
 
     /// True when `path` is the mount point of a mounted file system (per /proc/self/mountinfo).
     public static func isMounted(_ path: String) -> Bool {
-        guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return false }
-        let target = (path as NSString).standardizingPath
-        for line in info.split(separator: "\n") {
-            let fields = line.split(separator: " ")
-            if fields.count > 4, unescapeMountPath(String(fields[4])) == target { return true }
-        }
-        return false
+        mountDevice((path as NSString).standardizingPath) != nil
     }
 
     private static func unescapeMountPath(_ s: String) -> String {
@@ -105,6 +99,7 @@ public final class FuseSession {
             throw MountError.mountFailed(mountPoint)
         }
         session = se
+        Self.widenReadahead(mountPoint)
         let box = SessionBox(se)
         context.fs.kernelCacheIsStale = { ino in
             // Never from inside the request that caused it: the kernel may hold the inode's
@@ -113,10 +108,46 @@ public final class FuseSession {
         }
     }
 
+    /// Readahead asked of the kernel for this mount, in KiB: one request per 1 MiB
+    /// (`max_write`, which also bounds a read) instead of the 128 KiB every new
+    /// device gets. A sequential reader of an online-only file then costs a quarter of
+    /// the FUSE round trips; measured in Docs/benchmarks.md.
+    static let readaheadKiB = 4096
+
+    /// Sets the mount's readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`, writable by
+    /// root only: a user's mount keeps the kernel's default, which is only slower).
+    /// The kernel keeps the smaller of this and the INIT reply's `max_readahead`.
+    private static func widenReadahead(_ path: String) {
+        guard let device = mountDevice(path) else { return }
+        let file = "/sys/class/bdi/\(device)/read_ahead_kb"
+        guard access(file, W_OK) == 0 else { return }
+        do {
+            try "\(readaheadKiB)\n".write(toFile: file, atomically: false, encoding: .utf8)
+        } catch {
+            DriveLog.info("could not set the mount's readahead (\(file)): \(error); sequential reads use the kernel's default")
+        }
+    }
+
+    /// `MAJ:MIN` of the file system mounted at `path`, an absolute path without symbolic
+    /// links, per /proc/self/mountinfo. No stat and no symlink resolution (as
+    /// `standardizingPath` does): called by the mount itself, before its loop runs, a
+    /// look at the mount point would wait forever for this very file system's answer.
+    static func mountDevice(_ path: String) -> String? {
+        guard let info = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return nil }
+        var found: String?
+        for line in info.split(separator: "\n") {
+            let fields = line.split(separator: " ")
+            if fields.count > 4, unescapeMountPath(String(fields[4])) == path { found = String(fields[2]) }
+        }
+        return found   // the last one: the topmost mount at that path
+    }
+
     /// Serves requests until unmounted or signalled, then unmounts and tears down.
     public func run() -> Int32 {
         guard let se = session else { return -1 }
-        let rc = vd_fuse_session_loop_mt(se, 4)
+        // As many idle workers kept as there may be workers (16): a worker that ends takes
+        // its reply buffer with it, and the kernel's readahead keeps several busy at once.
+        let rc = vd_fuse_session_loop_mt(se, 16)
         context.fs.kernelCacheIsStale = nil
         fuse_session_unmount(se)
         fuse_remove_signal_handlers(se)

@@ -49,27 +49,43 @@ enum OnlineBenchmark {
 
         var firstByte: [Double] = [], firstRead: [Double] = [], spawn: [Double] = []
         var driveRate: [Double] = [], curlRate: [Double] = [], curlNullRate: [Double] = []
+        // CPU seconds per GiB of the cold sequential read: the reader (cat or curl), the
+        // mount, the server. On 2 cores a read that costs more CPU is slower by as much.
+        var driveCPU: [(reader: Double, mount: Double, server: Double)] = [], curlCPU: [(reader: Double, server: Double)] = []
+        func cpu(_ body: () throws -> Void) rethrows -> (reader: Double, mount: Double, server: Double) {
+            let r0 = Bench.childrenCPUSeconds(), m0 = Bench.cpuSeconds(pid: mount.pid), s0 = Bench.cpuSeconds(pid: server.pid)
+            try body()
+            return (Bench.childrenCPUSeconds() - r0, Bench.cpuSeconds(pid: mount.pid) - m0, Bench.cpuSeconds(pid: server.pid) - s0)
+        }
         let bytes = Double(seqGiB << 30)
         let curl = "curl -sS -f -H 'Authorization: Bearer \(token)' \(server.base)/v1/contents/\(hash)"
         for r in 1...rounds {
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
-            spawn.append(try Bench.time { try Bench.sh("head -c 1 \(dir)/local.bin > /dev/null") })
-            firstByte.append(try Bench.time { try Bench.sh("head -c 1 '\(first)' > /dev/null") })
+            spawn.append(try Bench.time { try TimedCommand.runDirect(["head", "-c", "1", "\(dir)/local.bin"]) })
+            firstByte.append(try Bench.time { try TimedCommand.runDirect(["head", "-c", "1", first]) })
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
             firstRead.append(try Bench.time { try readOneByte(first) })
             Bench.dropCaches()
-            curlRate.append(bytes / (try Bench.time { try Bench.sh("\(curl) -o \(dir)/curl.out") }))
+            var curlSeconds = 0.0
+            let c = try cpu { curlSeconds = try Bench.time { try Bench.sh("\(curl) -o \(dir)/curl.out") } }
+            curlRate.append(bytes / curlSeconds)
+            curlCPU.append((c.reader / Double(seqGiB), c.server / Double(seqGiB)))
             try Bench.sh("rm -f \(dir)/curl.out")
             Bench.dropCaches()
             curlNullRate.append(bytes / (try Bench.time { try Bench.sh("\(curl) -o /dev/null") }))
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
-            driveRate.append(bytes / (try Bench.time { try Bench.sh("cat '\(sequential)' > /dev/null") }))
+            var catSeconds = 0.0
+            let d = try cpu { catSeconds = try Bench.time { try Bench.sh("cat '\(sequential)' > /dev/null") } }
+            driveRate.append(bytes / catSeconds)
+            driveCPU.append((d.reader / Double(seqGiB), d.mount / Double(seqGiB), d.server / Double(seqGiB)))
             print("online round \(r): first byte: head -c 1 \(Bench.f(firstByte.last! * 1000, 1)) ms (of a local file \(Bench.f(spawn.last! * 1000, 1)) ms), "
                   + "open+read+close \(Bench.f(firstRead.last! * 1000, 1)) ms; cold sequential \(Bench.f(driveRate.last! / 1e6, 0)) MB/s vs curl -o FILE "
-                  + "\(Bench.f(curlRate.last! / 1e6, 0)) MB/s (\(Bench.f(driveRate.last! / curlRate.last!))x), curl -o /dev/null \(Bench.f(curlNullRate.last! / 1e6, 0)) MB/s")
+                  + "\(Bench.f(curlRate.last! / 1e6, 0)) MB/s (\(Bench.f(driveRate.last! / curlRate.last!))x), curl -o /dev/null \(Bench.f(curlNullRate.last! / 1e6, 0)) MB/s; "
+                  + "CPU s per GiB: cat \(Bench.f(driveCPU.last!.reader)) + mount \(Bench.f(driveCPU.last!.mount)) + server \(Bench.f(driveCPU.last!.server)), "
+                  + "curl \(Bench.f(curlCPU.last!.reader)) + server \(Bench.f(curlCPU.last!.server))")
         }
         let median = { (v: [Double]) in v.sorted()[v.count / 2] }
         print("")
@@ -80,6 +96,9 @@ enum OnlineBenchmark {
             ["cold sequential read of an online-only \(seqGiB) GiB file", "\(Bench.f(median(driveRate) / 1e6, 0)) MB/s (cat > /dev/null)",
              "\(Bench.f(median(curlRate) / 1e6, 0)) MB/s (curl -o FILE; -o /dev/null: \(Bench.f(median(curlNullRate) / 1e6, 0)) MB/s)",
              Bench.f(median(zip(driveRate, curlRate).map { $0 / $1 })) + "x", ">= 0.8x"],
+            ["  CPU s per GiB read (reader + mount + server)",
+             "\(Bench.f(median(driveCPU.map(\.reader)))) + \(Bench.f(median(driveCPU.map(\.mount)))) + \(Bench.f(median(driveCPU.map(\.server))))",
+             "\(Bench.f(median(curlCPU.map(\.reader)))) + - + \(Bench.f(median(curlCPU.map(\.server))))", "-", "-"],
         ]))
     }
 
