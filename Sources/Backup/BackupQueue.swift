@@ -226,6 +226,18 @@ public struct BackupQueue {
             """)
     }
 
+    /// done → pending, due now, for version `hash` of `path`: the server said it does not
+    /// hold that content any more (reset, or restored from an older copy). Sent again
+    /// from the start (the plan tells which blocks it still has), and recorded again.
+    @discardableResult
+    public func requeueDone(path: String, hash: SHA256Digest, reason: String) throws -> Int {
+        try db.run("""
+            UPDATE backup_items SET state = 'pending', linked = 0, recorded = 0, bytes_sent = 0, attempts = 0,
+                next_attempt_at = 0, last_error = ?, finished_at = NULL
+            WHERE path = ? AND hash = ? AND state = 'done'
+            """, reason, path, hash.hex)
+    }
+
     public func saveProgress(_ id: Int64, bytesSent: Int64) throws {
         try db.run("UPDATE backup_items SET bytes_sent = ? WHERE id = ?", bytesSent, id)
     }

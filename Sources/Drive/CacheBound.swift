@@ -10,6 +10,12 @@ public protocol BackupLedger: AnyObject, Sendable {
     /// (its backup item is `done`). Anything else (pending, uploading, failed, unknown)
     /// must answer false: such a file is never made online-only.
     func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool
+
+    /// The server answered that it does not hold version `content` of `path`, which the
+    /// ledger counted as backed up (the server was reset, or restored from an older
+    /// copy): back it up again. Called in a write transaction on the catalog; the
+    /// camera-roll observer is told after it commits (the backup engine wakes).
+    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws
 }
 
 /// The cache bound: how many bytes of blocks the store may hold before the ones the
@@ -56,17 +62,22 @@ extension BlockCache {
     @discardableResult
     public func enforce(_ bound: CacheBound, ledger: BackupLedger?) throws -> Int64 {
         flushUses()
-        var originals: Set<UInt64>?
+        var originals: [Catalog.CameraRollFile] = []
         if bound.optimizeStorage, let ledger {
-            var inodes = Set<UInt64>()
             for f in try catalog.cameraRollFiles(pinXattr: CacheBound.pinAttribute) where !f.pinned {
-                if try catalog.reading({ try ledger.isBackedUp(path: f.path, content: f.content, in: $0) }) { inodes.insert(f.ino) }
+                if try catalog.reading({ try ledger.isBackedUp(path: f.path, content: f.content, in: $0) }) { originals.append(f) }
             }
-            originals = inodes
         }
-        let candidates = try catalog.evictionCandidates(originals: originals).filter { !isDamaged($0.digest) }
+        var candidates = try evictable(originals: bound.optimizeStorage ? originals : nil)
+        // Originals go only when the server confirms, now, that it holds them: a backup
+        // marked done on a server since reset or restored from an older copy must not
+        // become the only copy it no longer is.
+        if !originals.isEmpty, try over(candidates, bound) > 0 {
+            let confirmed = try confirmOnServer(originals, ledger: ledger!)
+            if confirmed.count < originals.count { candidates = try evictable(originals: confirmed) }
+        }
         let partial = try catalog.partialBytes()
-        var over = candidates.reduce(partial) { $0 + $1.size } - bound.bytes
+        var over = try over(candidates, bound)
         guard over > 0 else { return 0 }
         if partial > 0 {
             dropPartials()
@@ -80,6 +91,38 @@ extension BlockCache {
         }
         if dropped > 0 { DriveLog.info("cache bound \(bound.bytes) bytes: \(dropped) bytes of blocks the server holds were dropped (read again on demand)") }
         return dropped
+    }
+
+    /// Blocks that may go: fetched ones no file names, and those only `originals` name.
+    private func evictable(originals: [Catalog.CameraRollFile]?) throws -> [Catalog.EvictionCandidate] {
+        try catalog.evictionCandidates(originals: originals.map { Set($0.map(\.ino)) }).filter { !isDamaged($0.digest) }
+    }
+
+    /// Bytes over the bound if every candidate and partial block counted.
+    private func over(_ candidates: [Catalog.EvictionCandidate], _ bound: CacheBound) throws -> Int64 {
+        candidates.reduce(try catalog.partialBytes()) { $0 + $1.size } - bound.bytes
+    }
+
+    /// The originals whose content the server says it holds. None when it cannot be
+    /// asked (no server, unreachable): they stay. Those it lacks are backed up again.
+    private func confirmOnServer(_ originals: [Catalog.CameraRollFile], ledger: BackupLedger) throws -> [Catalog.CameraRollFile] {
+        guard let remote else { return [] }
+        let present: Set<SHA256Digest>
+        do {
+            present = try remote.presentContents(Array(Set(originals.map(\.content))))
+        } catch {
+            DriveLog.info("optimize storage waits: the server could not confirm it holds the backed-up originals (\(error)); they stay local")
+            return []
+        }
+        let lacking = originals.filter { !present.contains($0.content) }
+        if !lacking.isEmpty {
+            try catalog.changingBackups { db in
+                for f in lacking { try ledger.serverLacks(path: f.path, content: f.content, in: db) }
+            }
+            DriveLog.error("the server does not hold \(lacking.count) camera-roll version(s) this drive had backed up (was it reset, or restored from an older copy?): "
+                           + "they stay local and are backed up again, first \(lacking[0].path)")
+        }
+        return originals.filter { present.contains($0.content) }
     }
 
     /// Partial blocks go first when the store is over its bound: at most 4 MiB each, and

@@ -133,7 +133,10 @@ extension Catalog {
     /// Candidates for eviction, least recently used first: fetched blocks no file or pin
     /// names; then, when `originals` is given (optimize storage), blocks named only by
     /// those files (a block another file or a pending backup also names has more refs).
-    func evictionCandidates(originals: Set<UInt64>?) throws -> [(digest: SHA256Digest, size: Int64)] {
+    typealias EvictionCandidate = (digest: SHA256Digest, size: Int64)
+    typealias CameraRollFile = (ino: UInt64, path: String, content: SHA256Digest, pinned: Bool)
+
+    func evictionCandidates(originals: Set<UInt64>?) throws -> [EvictionCandidate] {
         try withDatabase { db in
             var out = try db.query("SELECT hash, size FROM blocks WHERE resident = 1 AND refs <= 0 AND fetched = 1 ORDER BY used_ns") {
                 (SHA256Digest(hex: $0.string(0) ?? ""), $0.int64(1))
@@ -171,7 +174,7 @@ extension Catalog {
 
     /// Regular files under the Camera Roll with stored blocks: (inode, path, content),
     /// and whether they carry `pinXattr`.
-    func cameraRollFiles(pinXattr: String) throws -> [(ino: UInt64, path: String, content: SHA256Digest, pinned: Bool)] {
+    func cameraRollFiles(pinXattr: String) throws -> [CameraRollFile] {
         try withDatabase { db in
             let rows = try db.query("""
                 SELECT i.ino, i.content, EXISTS (SELECT 1 FROM xattrs x WHERE x.ino = i.ino AND x.name = ?)
@@ -188,4 +191,15 @@ extension Catalog {
 
     /// Runs `body` on the catalog's connection under the lock (the backup ledger's queries).
     func reading<T>(_ body: (Database) throws -> T) throws -> T { try withDatabase(body) }
+
+    /// The same in one write transaction that changes the backup queue (the ledger's):
+    /// the camera-roll observer hears of it after the commit, and the backup wakes.
+    func changingBackups(_ body: (Database) throws -> Void) throws {
+        try withDatabase { db in
+            try write {
+                try body(db)
+                cameraRollTouched = true
+            }
+        }
+    }
 }

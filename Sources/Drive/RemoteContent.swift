@@ -22,6 +22,11 @@ public protocol RemoteContent: AnyObject, Sendable {
     /// The SHA-256 of each `Blocks.chunkSize` piece of block `hash`, in order (the last
     /// may be shorter). Lets a partial read be verified without fetching the whole block.
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest]
+
+    /// Which of these file contents the server holds whole now (every block verified).
+    /// Asked right before a backed-up original is made online-only: the local copy goes
+    /// only when the server says, at that moment, that it can give it back.
+    func presentContents(_ contents: [SHA256Digest]) throws(RemoteFailure) -> Set<SHA256Digest>
 }
 
 /// Why a remote fetch did not return bytes. The message is for the one log line the

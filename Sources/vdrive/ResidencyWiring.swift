@@ -81,4 +81,9 @@ final class QueueLedger: BackupLedger {
         try database.queryOne("SELECT 1 FROM backup_items WHERE path = ? AND hash = ? AND state = 'done' LIMIT 1",
                               path, content.hex) { _ in true } ?? false
     }
+
+    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws {
+        try BackupQueue(db: database).requeueDone(path: path, hash: content,
+                                                  reason: "the server no longer holds this version (reset, or restored from an older copy): sent again")
+    }
 }

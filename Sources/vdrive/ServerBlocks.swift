@@ -42,6 +42,10 @@ final class ServerBlocks: RemoteContent {
         do { return try client.chunkDigests(hash) } catch { throw Self.failure(error) }
     }
 
+    func presentContents(_ contents: [SHA256Digest]) throws(RemoteFailure) -> Set<SHA256Digest> {
+        do { return try client.presentContents(contents) } catch { throw Self.failure(error) }
+    }
+
     static func failure(_ error: ClientError) -> RemoteFailure {
         switch error {
         case .notFound: return .missing("the server answered 404")

@@ -17,6 +17,9 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         var bytesSent = 0
         var requests = 0
         var chunkListRequests = 0
+        /// Contents this server says it does not hold (every other one it holds).
+        var lostContents: Set<SHA256Digest> = []
+        var presenceChecks = 0
     }
     let state = Mutex(State())
 
@@ -62,6 +65,17 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
             return .success(stride(from: 0, to: block.count, by: Blocks.chunkSize).map {
                 BlockCache.digest(Array(block[$0..<min(block.count, $0 + Blocks.chunkSize)]))
             })
+        }
+        return try result.get()
+    }
+}
+
+extension FakeRemote {
+    func presentContents(_ contents: [SHA256Digest]) throws(RemoteFailure) -> Set<SHA256Digest> {
+        let result: Result<Set<SHA256Digest>, RemoteFailure> = state.withLock { s in
+            if s.down { return .failure(.unavailable("connection refused")) }
+            s.presenceChecks += 1
+            return .success(Set(contents).subtracting(s.lostContents))
         }
         return try result.get()
     }
@@ -233,10 +247,11 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
 }
 
 /// A ledger that says "done" for the paths it was given.
-final class FakeLedger: BackupLedger, @unchecked Sendable {
-    let done: Set<String>
+final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes only on the enforcing thread
+    var done: Set<String>
     init(done: Set<String>) { self.done = done }
     func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool { done.contains(path) }
+    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
 }
 
 @Suite struct CacheBoundTests {
@@ -325,6 +340,41 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {
         let n = try out.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: 0) }
         fs.release(fh)
         #expect(n == 200_000 && out == photos[0])
+    }
+
+    /// A backup marked done on a server that was since reset (or restored from an older
+    /// copy) is not a backup: the original goes only when the server confirms it holds
+    /// the content at that moment, and one it lacks is handed back to the backup.
+    @Test func originalsGoOnlyWhenTheServerConfirmsItHoldsThem() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8)).ino
+        let photos = (0..<2).map { pseudoRandomBytes(150_000, seed: UInt64(81 + $0)) }
+        let kept = try store(fs, "kept.jpg", in: roll, photos[0])
+        let lost = try store(fs, "lost.jpg", in: roll, photos[1])
+        let ledger = FakeLedger(done: ["Camera Roll/kept.jpg", "Camera Roll/lost.jpg"])
+        let bound = CacheBound(bytes: 0, optimizeStorage: true)
+        let blockOf = { (ino: UInt64) in try fs.catalog.storedBlocks(ino)[0]! }
+
+        // No server configured, then a server that does not answer: nothing goes.
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 0)
+        let remote = FakeRemote()
+        for p in photos { _ = remote.add(p) }
+        fs.blockCache.remote = remote
+        remote.state.withLock { $0.down = true }
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 0)
+        #expect(fs.blobs.contains(try blockOf(kept.ino)))
+        #expect(fs.blobs.contains(try blockOf(lost.ino)))
+
+        // The server answers, holding one of the two: only that one goes; the other is
+        // given back to the backup (no longer done) and stays.
+        remote.state.withLock { $0.down = false; $0.lostContents = [lost.content!] }
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 150_000)
+        #expect(!fs.blobs.contains(try blockOf(kept.ino)))
+        #expect(fs.blobs.contains(try blockOf(lost.ino)))
+        #expect(ledger.done == ["Camera Roll/kept.jpg"])
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 0)
+        #expect(fs.blobs.contains(try blockOf(lost.ino)))
     }
 
     @Test func aBlockPinnedByAPendingBackupIsNeverEvicted() throws {

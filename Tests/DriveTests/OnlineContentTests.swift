@@ -90,6 +90,40 @@ import TestSupport
         }
     }
 
+    /// The server is restored from a copy older than a photo's backup: the drive counted
+    /// the photo as done, the server no longer has it. With optimize storage on, the
+    /// photo must not become online-only (it would be lost): it stays local, is backed up
+    /// again, and only then may go.
+    @Test func aServerRestoredFromAnOlderCopyLosesNoPhoto() throws {
+        try Self.withServerAndDrive("vdrive-online-older") { server, drive in
+            let older = server.data + ".older"
+            server.stopServer()
+            let copy = try runCommand("/bin/cp", ["-a", server.data, older])
+            #expect(copy.status == 0, "\(copy.stderr)")
+            try server.start()
+
+            let photo = try BackupEndToEndTests.photo(50)
+            let content = ContentHash.of(bytes: photo).hex
+            try writeFile(drive.path("Camera Roll/R.jpg"), photo)
+            try BackupEndToEndTests.waitForBackup(drive, done: 1)
+            #expect(server.contentHashes().contains(content))
+
+            server.stopServer()
+            try FileManager.default.removeItem(atPath: server.data)
+            try FileManager.default.moveItem(atPath: older, toPath: server.data)
+            try server.start()
+            #expect(!server.contentHashes().contains(content), "the older copy predates the photo")
+
+            try Self.settings(drive, "cache-size", "1K")
+            try Self.settings(drive, "optimize-storage", "on")
+            let backAgain = Self.waitUntil(seconds: 30) { server.contentHashes().contains(content) }
+            #expect(backAgain, "the photo is backed up again to the restored server")
+            #expect(Self.log(drive).contains("does not hold 1 camera-roll version"), "the mount says why: \(Self.log(drive).suffix(600))")
+            #expect(try readFile(drive.path("Camera Roll/R.jpg")) == photo, "read back byte-equal, local or fetched")
+            #expect(BackupEndToEndTests.xattr(drive.path("Camera Roll/R.jpg"), "user.vdrive.backup") == "done")
+        }
+    }
+
     @Test func pendingPhotosAreNeverEvicted() throws {
         try Self.withServerAndDrive("vdrive-online-pending") { server, drive in
             server.stop()   // nothing can be backed up: the photos stay pending
