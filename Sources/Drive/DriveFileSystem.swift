@@ -828,9 +828,22 @@ public final class DriveFileSystem: @unchecked Sendable {
         durability.noteMetadataChanged()
     }
 
+    /// Attributes of a file of a virtual tree that the server holds (`Backups/`): the
+    /// same names a backed-up Camera Roll file shows, so a script reads both alike.
+    private func virtualAttributes(_ ino: UInt64) -> [String: [UInt8]] {
+        guard let v = virtualPath(of: ino), case .remote(let file)? = v.tree.node(at: v.path) else { return [:] }
+        return [Self.contentHashAttribute: Array(file.content.hex.utf8), Self.backupAttribute: Array("done".utf8)]
+    }
+
+    public static let contentHashAttribute = "user.vdrive.content-hash"
+    public static let backupAttribute = "user.vdrive.backup"
+
     public func getxattr(_ ino: UInt64, name: String) throws -> [UInt8] {
         try Self.checkXattrName(name)
-        if VirtualInodes.contains(ino) { throw Errno.noData }
+        if VirtualInodes.contains(ino) {
+            guard let value = virtualAttributes(ino)[name] else { throw Errno.noData }
+            return value
+        }
         if isGenerated(name) {
             guard let value = generatedAttributes(ino)[name] else { throw Errno.noData }
             return value
@@ -839,7 +852,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func listxattr(_ ino: UInt64) throws -> [String] {
-        if VirtualInodes.contains(ino) { return [] }
+        if VirtualInodes.contains(ino) { return virtualAttributes(ino).keys.sorted() }
         return try catalog.listXattrs(ino) + generatedAttributes(ino).keys.sorted()
     }
 

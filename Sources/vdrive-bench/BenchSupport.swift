@@ -61,6 +61,18 @@ enum Bench {
         return nil
     }
 
+    /// CPU seconds the whole machine has been busy (every process and kernel thread:
+    /// /proc/stat's user, nice, system, irq, softirq and steal, all cores). Counts work
+    /// a command leaves to kernel threads, such as writing back its files.
+    static func machineBusySeconds() -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = stat.split(separator: "\n").first(where: { $0.hasPrefix("cpu ") }) else { return 0 }
+        let v = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard v.count >= 8 else { return 0 }
+        // user nice system idle iowait irq softirq steal
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     /// User + system CPU seconds a running process has used (/proc/PID/stat).
     static func cpuSeconds(pid: Int32) -> Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

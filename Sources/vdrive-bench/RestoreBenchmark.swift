@@ -120,18 +120,21 @@ enum RestoreBenchmark {
         }
     }
 
-    /// One row: a command's wall time, the CPU of its process tree, then a `sync`'s time.
-    struct Row { var label: String; var wall: Double; var cpu: Double; var sync: Double; var serverCPU: Double }
+    /// One row: a command's wall time, the CPU of its process tree, then a `sync`'s time;
+    /// and the whole machine's CPU from the start to the end of that `sync` (curl leaves
+    /// writing its files back to kernel threads; `vdrive restore` does it itself).
+    struct Row { var label: String; var wall: Double; var cpu: Double; var sync: Double; var serverCPU: Double; var machineCPU: Double }
 
     static func timed(_ label: String, server: RunningServer, _ command: String, check: () throws -> Void) throws -> Row {
-        let cpuBefore = Bench.childrenCPUSeconds(), serverBefore = server.cpuSeconds()
+        let cpuBefore = Bench.childrenCPUSeconds(), serverBefore = server.cpuSeconds(), machineBefore = Bench.machineBusySeconds()
         let outcome = TimedCommand.run(command, timeout: 3600, log: "/dev/stderr")
         let cpu = Bench.childrenCPUSeconds() - cpuBefore
         guard outcome.succeeded, let wall = outcome.seconds else { throw Bench.Failure(description: "\(label): \(outcome.text { "\($0)" }): \(command)") }
         let serverCPU = server.cpuSeconds() - serverBefore
         let sync = Bench.time { Glibc.sync() }
+        let machineCPU = Bench.machineBusySeconds() - machineBefore
         try check()
-        return Row(label: label, wall: wall, cpu: cpu, sync: sync, serverCPU: serverCPU)
+        return Row(label: label, wall: wall, cpu: cpu, sync: sync, serverCPU: serverCPU, machineCPU: machineCPU)
     }
 
     /// Restores `device` with curl (sequential, then parallel) and with `vdrive restore`
@@ -182,15 +185,17 @@ enum RestoreBenchmark {
             return v[v.count / 2]
         }
         for label in labels {
-            let wall = median(label, \.wall), cpu = median(label, \.cpu), sync = median(label, \.sync)
+            let wall = median(label, \.wall), cpu = median(label, \.cpu), sync = median(label, \.sync), machine = median(label, \.machineCPU)
             let peer = label.hasSuffix("--transfers 1") ? labels[0] : labels[1]
             let isVdrive = label.hasPrefix("vdrive")
             table.append([label, Bench.f(wall), Bench.f(Double(bytes) / wall / 1e6, 0), Bench.f(cpu), Bench.f(sync), Bench.f(wall + sync),
                           Bench.f(median(label, \.serverCPU)),
                           isVdrive ? Bench.f(wall / median(peer, \.wall)) + "× / " + Bench.f((wall + sync) / (median(peer, \.wall) + median(peer, \.sync))) + "×" : "",
-                          isVdrive ? Bench.f(cpu / median(peer, \.cpu)) + "×" : ""])
+                          isVdrive ? Bench.f(cpu / median(peer, \.cpu)) + "×" : "",
+                          Bench.f(machine), isVdrive ? Bench.f(machine / median(peer, \.machineCPU)) + "×" : ""])
         }
-        print(Bench.table(["run", "wall s", "MB/s", "CPU s", "then sync s", "wall + sync s", "server CPU s", "wall vs curl (+sync)", "CPU vs curl"], table))
+        print(Bench.table(["run", "wall s", "MB/s", "CPU s", "then sync s", "wall + sync s", "server CPU s", "wall vs curl (+sync)", "CPU vs curl",
+                           "machine CPU s to sync's end", "machine CPU vs curl"], table))
     }
 
     /// `records` small files restored; the restore's peak RSS (and a baseline build's).

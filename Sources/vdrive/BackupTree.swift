@@ -60,9 +60,9 @@ final class BackupTree: VirtualTree, @unchecked Sendable {
               let hex, let digest = SHA256Digest(hex: hex) else { return [:] }
         // The content hash (SHA-256 of the 4 MiB block digests, Docs/protocol.md), not
         // sha256sum of the bytes: hence its own name.
-        var out = ["user.vdrive.content-hash": Array(digest.hex.utf8)]
+        var out = [DriveFileSystem.contentHashAttribute: Array(digest.hex.utf8)]
         if CameraRollRules.isInCameraRoll(path), let state = try? BackupQueue(db: db).fileState(hash: digest) {
-            out["user.vdrive.backup"] = Array(state.state.rawValue.utf8)
+            out[DriveFileSystem.backupAttribute] = Array(state.state.rawValue.utf8)
             if let reason = state.failureReason { out["user.vdrive.backup-error"] = Array(reason.utf8) }
         }
         return out

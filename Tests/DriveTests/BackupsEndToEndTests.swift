@@ -200,6 +200,11 @@ import Storage
             munmap(map, shared.count)
         }
         close(mapped)
+        // The attributes a backed-up Camera Roll file shows: its content hash, and done.
+        let viewed = fresh.path("Backups/phone/2015/03/DSC_1999.jpg")
+        #expect(BackupEndToEndTests.xattr(viewed, "user.vdrive.content-hash") == ContentHash.of(bytes: shared).hex)
+        #expect(BackupEndToEndTests.xattr(viewed, "user.vdrive.backup") == "done")
+        #expect(BackupEndToEndTests.xattr(fresh.path("Backups/phone/2015"), "user.vdrive.backup") == nil, "folders have none")
 
         // Backups/ is read-only: every change fails with EROFS, as on a read-only mount.
         let file = laptop.path("Backups/phone/2015/03/DSC_1999.jpg")

@@ -76,6 +76,29 @@ import Testing
         #expect(out.contains("Restored 6 file(s)"), "\(out)")
     }
 
+    /// Starts a restore of the fixture's photos into `dest` under a fake system root
+    /// (`environment`) and expects it to wait, saying `held`, having restored nothing.
+    static func startHeld(_ fx: Fixture, into dest: String, environment: [String: String], saying held: String) throws -> (Process, Collector) {
+        let errors = Collector()
+        let process = try fx.startRestore(into: dest, through: nil, arguments: [],
+                                          environment: environment, stderr: errors.pipe)
+        #expect(errors.waitFor("Restore waiting: " + held), "\(errors.current)")
+        #expect(finished(dest).isEmpty, "nothing restored while held")
+        return (process, errors)
+    }
+
+    /// The same with `--now`: it restores all `count` files at once and says it went
+    /// ahead although held (`held`).
+    static func restoreNow(_ fx: Fixture, into dest: String, environment: [String: String], saying held: String, count: Int) throws {
+        let errors = Collector()
+        let now = try fx.startRestore(into: dest, through: nil, arguments: ["--now"],
+                                      environment: environment, stderr: errors.pipe)
+        now.waitUntilExit()
+        #expect(now.terminationStatus == 0, "\(errors.current)")
+        #expect(errors.waitFor("although backup is held: " + held), "\(errors.current)")
+        #expect(finished(dest).count == count)
+    }
+
     /// A metered network (a fake system root whose default route is a USB-tethered
     /// phone, no nmcli): the restore waits and says so; `--now` goes ahead.
     @Test func meteredNetworkHoldsRestoreUnlessNow() throws {
@@ -89,22 +112,41 @@ import Testing
         try FileManager.default.createDirectory(atPath: system + "/sys/class/net/usb0/device", withIntermediateDirectories: true)
         try "DRIVER=rndis_host\n".write(toFile: system + "/sys/class/net/usb0/device/uevent", atomically: true, encoding: .utf8)
         let environment = ["VDRIVE_SYSTEM_ROOT": system, "PATH": "/nonexistent"]
-        let settings = fx.dir.path + "/settings.json"
 
         let dest = fx.dir.path + "/restored"
-        let errors = Collector()
-        let process = try fx.startRestore(into: dest, through: nil, arguments: ["--config", settings], environment: environment, stderr: errors.pipe)
+        let (process, _) = try Self.startHeld(fx, into: dest, environment: environment, saying: "Waiting for an unmetered network.")
         defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
-        #expect(errors.waitFor("Restore waiting: Waiting for an unmetered network."), "\(errors.current)")
-        #expect(Self.finished(dest).isEmpty)
         kill(process.processIdentifier, SIGKILL)  // SIGTERM: blocked in processes the test runner starts
         process.waitUntilExit()
+        try Self.restoreNow(fx, into: dest, environment: environment, saying: "Waiting for an unmetered network", count: 2)
+    }
 
-        let nowErrors = Collector()
-        let now = try fx.startRestore(into: dest, through: nil, arguments: ["--config", settings, "--now"], environment: environment, stderr: nowErrors.pipe)
-        now.waitUntilExit()
-        #expect(now.terminationStatus == 0, "\(nowErrors.current)")
-        #expect(nowErrors.waitFor("although backup is held: Waiting for an unmetered network"), "\(nowErrors.current)")
+    /// A battery under the threshold and not charging (a fake system root): the restore
+    /// waits like the backup does and says so; charging lets it go; `--now` goes ahead.
+    @Test func lowBatteryHoldsRestoreUntilChargingOrNow() throws {
+        let fx = try Fixture()
+        defer { fx.stop() }
+        _ = try fx.backUpPhotos(count: 2, size: 100_000, seed: 960, first: 6000, capture: RestoreTests.day("2024-06-06"))
+        let battery = fx.dir.path + "/system/sys/class/power_supply/BAT0"
+        try FileManager.default.createDirectory(atPath: battery, withIntermediateDirectories: true)
+        try "Battery\n".write(toFile: battery + "/type", atomically: true, encoding: .utf8)
+        try "12\n".write(toFile: battery + "/capacity", atomically: true, encoding: .utf8)
+        try "Discharging\n".write(toFile: battery + "/status", atomically: true, encoding: .utf8)
+        let environment = ["VDRIVE_SYSTEM_ROOT": fx.dir.path + "/system", "PATH": "/nonexistent"]
+
+        let dest = fx.dir.path + "/restored"
+        let (process, errors) = try Self.startHeld(fx, into: dest, environment: environment, saying: "Battery low (12%)")
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() } }
+        // Plugged in: the hold ends and the same process restores everything.
+        try "Charging\n".write(toFile: battery + "/status", atomically: true, encoding: .utf8)
+        let deadline = Date().addingTimeInterval(60)
+        while process.isRunning && Date() < deadline { usleep(100_000) }
+        #expect(!process.isRunning, "the restore goes on once the battery charges: \(errors.current)")
+        if process.isRunning { return }
+        #expect(process.terminationStatus == 0, "\(errors.current)")
         #expect(Self.finished(dest).count == 2)
+
+        try "Discharging\n".write(toFile: battery + "/status", atomically: true, encoding: .utf8)
+        try Self.restoreNow(fx, into: fx.dir.path + "/restored-now", environment: environment, saying: "Battery low (12%)", count: 2)
     }
 }
