@@ -22,16 +22,18 @@ import Testing
     static let examples = 25
     static let seed = 20261130
 
-    /// With and without a token against the embedded server, and with a token against a
+    /// With and without a token against the embedded server, with a token against a
     /// server keeping blocks in a real SeaweedFS (presigned S3 plans, verification,
-    /// redirects to the store): one document for both.
-    @Test(arguments: [(true, false), (false, false), (true, true)])
-    func everyOperationKeepsTheDocument(withToken: Bool, scaled: Bool) throws {
+    /// redirects to the store), and with a token against one keeping its records in
+    /// PostgreSQL: one document for all.
+    @Test(arguments: [(true, false, Records.sqlite), (false, false, .sqlite), (true, true, .sqlite), (true, false, .postgres)])
+    func everyOperationKeepsTheDocument(withToken: Bool, scaled: Bool, records: Records) throws {
         let schemathesis = try Self.schemathesis()
         let dir = TemporaryDirectory()
         defer { dir.remove() }
         let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data).add("contract")
+        let database = try records.freshLocation()
+        let token = try DeviceRegistry(dataDirectory: data, database: database).add("contract")
         let weed = scaled ? try SeaweedFS(folder: dir.path + "/seaweed") : nil
         defer { weed?.stop() }
         var storeArguments: [String] = []
@@ -39,7 +41,7 @@ import Testing
             writeFile(dir.path + "/s3-credentials", Array("aws_access_key_id = \(weed.accessKey)\naws_secret_access_key = \(weed.secretKey)\n".utf8))
             storeArguments = ["--store", weed.storeURL + "&credentials=" + dir.path + "/s3-credentials"]
         }
-        let server = try ServerProcess(data: data, extra: storeArguments)
+        let server = try ServerProcess(data: data, extra: storeArguments + Records.arguments(database))
         defer { server.kill(SIGTERM) }
         let stored = try Self.store(server: server, token: token, in: dir.path)
 
@@ -49,7 +51,7 @@ import Testing
         if withToken { arguments += ["--header", "Authorization: Bearer \(token)"] }
         let result = try runCommand(schemathesis, arguments, environment: stored, directory: Self.repositoryRoot)
         #expect(result.status == 0, """
-            schemathesis found the server and its OpenAPI document disagreeing (\(withToken ? "with" : "without") a token\(scaled ? ", blocks in SeaweedFS" : "")), exit status \(result.status). \
+            schemathesis found the server and its OpenAPI document disagreeing (\(withToken ? "with" : "without") a token\(scaled ? ", blocks in SeaweedFS" : "")\(records == .postgres ? ", records in PostgreSQL" : "")), exit status \(result.status). \
             Reproduce by hand: see Docs/protocol.md, "The contract test".
             \(result.stdout)
             \(result.stderr)
