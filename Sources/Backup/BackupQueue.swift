@@ -108,6 +108,12 @@ public struct BackupQueue {
         try db.queryOne("SELECT 1 FROM backup_items WHERE hash = ? AND state = 'done' LIMIT 1", hash.hex) { _ in true } ?? false
     }
 
+    /// Done items after `afterID`, in id order, at most `limit` (the audit's pages).
+    public func doneItems(limit: Int, afterID: Int64) throws -> [BackupItem] {
+        try db.query("SELECT \(BackupItem.columns) FROM backup_items WHERE state = 'done' AND id > ? ORDER BY id LIMIT ?",
+                     afterID, limit) { try BackupItem(row: $0) }
+    }
+
     /// Done items whose file record has not reached the server yet.
     public func unrecorded(limit: Int = 500) throws -> [BackupItem] {
         try db.query("""
@@ -231,11 +237,21 @@ public struct BackupQueue {
     /// from the start (the plan tells which blocks it still has), and recorded again.
     @discardableResult
     public func requeueDone(path: String, hash: SHA256Digest, reason: String) throws -> Int {
+        try requeueDone(where: "path = ? AND hash = ?", reason: reason, path, hash.hex)
+    }
+
+    /// The same for one item.
+    @discardableResult
+    public func requeueDone(id: Int64, reason: String) throws -> Bool {
+        try requeueDone(where: "id = ?", reason: reason, id) == 1
+    }
+
+    private func requeueDone(where condition: String, reason: String, _ arguments: SQLBindable...) throws -> Int {
         try db.run("""
             UPDATE backup_items SET state = 'pending', linked = 0, recorded = 0, bytes_sent = 0, attempts = 0,
                 next_attempt_at = 0, last_error = ?, finished_at = NULL
-            WHERE path = ? AND hash = ? AND state = 'done'
-            """, reason, path, hash.hex)
+            WHERE state = 'done' AND \(condition)
+            """, arguments: [reason] + arguments)
     }
 
     public func saveProgress(_ id: Int64, bytesSent: Int64) throws {

@@ -8,6 +8,8 @@ import Storage
 final class BackupWorker {
     let queue: BackupQueue
     let transport: BackupTransport
+    /// Where the blocks are (the audit checks a version can still be sent).
+    let blobs: BackupBlobSource
     let stateFolder: String
     let settings: () -> BackupSettings
     let policy: BackupPolicy
@@ -31,6 +33,7 @@ final class BackupWorker {
          onProgress: @escaping (BackupWorker) -> Void = { _ in }) {
         queue = BackupQueue(db: db)
         self.transport = transport
+        self.blobs = blobs
         self.stateFolder = stateFolder
         self.settings = settings
         self.policy = policy
@@ -112,6 +115,8 @@ final class BackupWorker {
     struct SyncReport: Equatable {
         var serverWatermark: BackupWatermark?
         var linked: Int
+        /// Done versions the server no longer holds, queued again.
+        var requeued: Int
         var recorded: Int
         var pushed: BackupWatermark?
     }
@@ -124,9 +129,43 @@ final class BackupWorker {
             try queue.setMeta("server-watermark", String(decoding: data, as: UTF8.self))
         }
         let linked = try learnFromServer()
+        let requeued = try auditDone()
         let recorded = try pushRecords()
         let pushed = try pushWatermark()
-        return SyncReport(serverWatermark: server, linked: linked, recorded: recorded, pushed: pushed)
+        return SyncReport(serverWatermark: server, linked: linked, requeued: requeued, recorded: recorded, pushed: pushed)
+    }
+
+    /// Checks, `batchSize` items per request, that the server still holds every content
+    /// the queue counts as done. A version it lacks (the server was reset, restored from
+    /// a copy older than the backup, or is another workspace) goes back to pending and is
+    /// sent again, when this drive still holds its blocks; one whose blocks are gone here
+    /// (the photo deleted or replaced since) has nothing left to send and stays as it is.
+    /// Run with every sync: at start and then hourly.
+    func auditDone(batchSize: Int = 1000) throws -> Int {
+        var requeued = 0
+        var after: Int64 = 0
+        while true {
+            let items = try queue.doneItems(limit: batchSize, afterID: after)
+            guard let last = items.last else { break }
+            let present = try transport.presentContents(Array(Set(items.map(\.hash))))
+            for item in items where !present.contains(item.hash) && holdsBlocks(of: item) {
+                let reason = "the server no longer holds this version (reset, restored from an older copy, or another workspace): sent again"
+                if try queue.requeueDone(id: item.id, reason: reason) { requeued += 1 }
+            }
+            after = last.id
+            if items.count < batchSize { break }
+        }
+        return requeued
+    }
+
+    /// Whether every non-zero block of `item` can be read here.
+    private func holdsBlocks(of item: BackupItem) -> Bool {
+        item.blocks.enumerated().allSatisfy { index, digest in
+            if Blocks.isZero(digest, length: Blocks.length(ofBlock: index, fileSize: item.size)) { return true }
+            guard let fd = try? blobs.openBlock(digest) else { return false }
+            FileIO.close(fd)
+            return true
+        }
     }
 
     /// Marks every settled pending or failed item whose content the server already holds
