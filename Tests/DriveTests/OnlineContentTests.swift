@@ -90,30 +90,35 @@ import TestSupport
         }
     }
 
-    /// The server is restored from a copy older than a photo's backup: the drive counted
-    /// the photo as done, the server no longer has it. With optimize storage on, the
-    /// photo must not become online-only (it would be lost): it stays local, is backed up
-    /// again, and only then may go.
+    /// Backs up one photo, then replaces the server's data folder with a copy taken
+    /// before that backup (a server restored from an older copy) and restarts it at the
+    /// same address. Returns the photo and its content hash.
+    static func backUpThenRestoreServerFromBefore(_ server: LocalServer, _ drive: MountedDrive, seed: Int) throws -> ([UInt8], String) {
+        let older = server.data + ".older"
+        server.stopServer()
+        let copy = try runCommand("/bin/cp", ["-a", server.data, older])
+        guard copy.status == 0 else { throw TestFailure("cp -a: \(copy.stderr)") }
+        try server.start()
+
+        let photo = try BackupEndToEndTests.photo(seed)
+        let content = ContentHash.of(bytes: photo).hex
+        try writeFile(drive.path("Camera Roll/R.jpg"), photo)
+        try BackupEndToEndTests.waitForBackup(drive, done: 1)
+        #expect(server.contentHashes().contains(content))
+
+        server.stopServer()
+        try FileManager.default.removeItem(atPath: server.data)
+        try FileManager.default.moveItem(atPath: older, toPath: server.data)
+        try server.start()
+        #expect(!server.contentHashes().contains(content), "the older copy predates the photo")
+        return (photo, content)
+    }
+
+    /// With optimize storage on, the photo the restored server lacks must not become
+    /// online-only (it would be lost): it stays local, is backed up again, and only then may go.
     @Test func aServerRestoredFromAnOlderCopyLosesNoPhoto() throws {
         try Self.withServerAndDrive("vdrive-online-older") { server, drive in
-            let older = server.data + ".older"
-            server.stopServer()
-            let copy = try runCommand("/bin/cp", ["-a", server.data, older])
-            #expect(copy.status == 0, "\(copy.stderr)")
-            try server.start()
-
-            let photo = try BackupEndToEndTests.photo(50)
-            let content = ContentHash.of(bytes: photo).hex
-            try writeFile(drive.path("Camera Roll/R.jpg"), photo)
-            try BackupEndToEndTests.waitForBackup(drive, done: 1)
-            #expect(server.contentHashes().contains(content))
-
-            server.stopServer()
-            try FileManager.default.removeItem(atPath: server.data)
-            try FileManager.default.moveItem(atPath: older, toPath: server.data)
-            try server.start()
-            #expect(!server.contentHashes().contains(content), "the older copy predates the photo")
-
+            let (photo, content) = try Self.backUpThenRestoreServerFromBefore(server, drive, seed: 50)
             try Self.settings(drive, "cache-size", "1K")
             try Self.settings(drive, "optimize-storage", "on")
             let backAgain = Self.waitUntil(seconds: 30) { server.contentHashes().contains(content) }
@@ -121,6 +126,19 @@ import TestSupport
             #expect(Self.log(drive).contains("does not hold 1 camera-roll version"), "the mount says why: \(Self.log(drive).suffix(600))")
             #expect(try readFile(drive.path("Camera Roll/R.jpg")) == photo, "read back byte-equal, local or fetched")
             #expect(BackupEndToEndTests.xattr(drive.path("Camera Roll/R.jpg"), "user.vdrive.backup") == "done")
+        }
+    }
+
+    /// Without optimize storage: the next mount's sync audits what is done, finds the
+    /// version the restored server lacks, and sends it again.
+    @Test func aServerRestoredFromAnOlderCopyGetsThePhotoAgainAtTheNextMount() throws {
+        try Self.withServerAndDrive("vdrive-online-audit") { server, drive in
+            let (photo, content) = try Self.backUpThenRestoreServerFromBefore(server, drive, seed: 51)
+            try drive.unmount()
+            try drive.start()
+            let backAgain = Self.waitUntil(seconds: 30) { server.contentHashes().contains(content) }
+            #expect(backAgain, "the photo is backed up again to the restored server")
+            #expect(try readFile(drive.path("Camera Roll/R.jpg")) == photo)
         }
     }
 
