@@ -93,9 +93,9 @@ static inline void *vd_read_buffer(size_t size) {
    writev to the kernel. For a read larger than libfuse's splice pipe holds (64 KiB: its
    size heuristic counts buffers, not bytes, so the pipe never grows for one large
    piece) libfuse splices what fits and then reads the rest into memory it allocates
-   and frees on every request (page faults on every reply: measured, a cold sequential
-   read of an online-only file at 0.45x curl). Stops at a short piece (end of a file),
-   as libfuse's copy does. */
+   and frees on every request (its pages faulted in on every reply, seen in a profile of
+   a cold sequential read). Stops at a short piece (end of a file), as libfuse's copy
+   does. */
 static inline int vd_fuse_reply_pieces_buffered(fuse_req_t req, int count, const int *fds, const off_t *pos, const size_t *lens) {
     size_t total = 0;
     for (int i = 0; i < count; i++) total += lens[i];

@@ -38,6 +38,8 @@ public final class BlockCache: @unchecked Sendable {
         var damaged: Set<SHA256Digest> = []
         var uses: [SHA256Digest: Int64] = [:]
         var outageLogged = false
+        /// The server could not confirm originals for optimize storage (logged once).
+        var confirmationOutageLogged = false
         var prefetching: Set<SHA256Digest> = []
         var stats = Statistics()
     }
@@ -114,6 +116,15 @@ public final class BlockCache: @unchecked Sendable {
                 _ = state.withLock { $0.prefetching.remove(hash) }
             }
             _ = try? descriptor(hash, length: length, range: 0..<length, interactive: false, whole: true)
+        }
+    }
+
+    /// Whether this failure (or success: false) to confirm originals with the server
+    /// is the first of an outage: one log line per outage, not one per pass.
+    func isFirstConfirmationFailure(_ failed: Bool) -> Bool {
+        state.withLock { s in
+            defer { s.confirmationOutageLogged = failed }
+            return failed && !s.confirmationOutageLogged
         }
     }
 

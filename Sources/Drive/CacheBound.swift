@@ -72,8 +72,8 @@ extension BlockCache {
         // Originals go only when the server confirms, now, that it holds them: a backup
         // marked done on a server since reset or restored from an older copy must not
         // become the only copy it no longer is.
-        if !originals.isEmpty, try over(candidates, bound) > 0 {
-            let confirmed = try confirmOnServer(originals, ledger: ledger!)
+        if let ledger, !originals.isEmpty, try over(candidates, bound) > 0 {
+            let confirmed = try confirmOnServer(originals, ledger: ledger)
             if confirmed.count < originals.count { candidates = try evictable(originals: confirmed) }
         }
         let partial = try catalog.partialBytes()
@@ -110,8 +110,11 @@ extension BlockCache {
         let present: Set<SHA256Digest>
         do {
             present = try remote.presentContents(Array(Set(originals.map(\.content))))
+            _ = isFirstConfirmationFailure(false)
         } catch {
-            DriveLog.info("optimize storage waits: the server could not confirm it holds the backed-up originals (\(error)); they stay local")
+            if isFirstConfirmationFailure(true) {
+                DriveLog.info("optimize storage waits: the server could not confirm it holds the backed-up originals (\(error)); they stay local until it answers")
+            }
             return []
         }
         let lacking = originals.filter { !present.contains($0.content) }

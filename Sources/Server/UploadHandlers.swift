@@ -168,9 +168,7 @@ enum TusHandlers {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
                 return .respond(head(row, headers: headers))
             }
-            let busy = HTTPResponse.error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers)
-            // A PATCH's body (at most one block) is read and dropped, so the client hears the 409.
-            return request.method == "PATCH" ? .read(DiscardedBody(reply: busy)) : .respond(busy)
+            return answer(request, .error(409, "upload_busy", "another request is writing this upload now; wait for it, then HEAD for the offset", headers: headers))
         }
         var hasher = claim
         let row: UploadRow
@@ -179,7 +177,7 @@ enum TusHandlers {
                   let digest = SHA256Digest(hex: found.hash) else {
                 hasher?.cancel()
                 context.uploads.remove(id)
-                return .respond(notFound)
+                return answer(request, notFound)
             }
             if let h = hasher, h.position != found.received {
                 h.cancel()
@@ -213,6 +211,16 @@ enum TusHandlers {
         }
     }
 
+    /// A PATCH answered before its body is used (busy, gone, wrong offset, complete): a
+    /// body of at most one block is read and dropped first, so the client hears the
+    /// answer. Answered at once, the connection closes under a client still sending,
+    /// which then sees a broken connection instead of the status (two devices sending
+    /// the same block met it: `ConcurrencyTests`).
+    static func answer(_ request: HTTPRequest, _ response: HTTPResponse) -> Route {
+        guard request.method == "PATCH", let length = request.contentLength, length > 0, length <= Int64(Blocks.size) else { return .respond(response) }
+        return .read(DiscardedBody(reply: response))
+    }
+
     private static func head(_ row: UploadRow, headers: [(String, String)]) -> HTTPResponse {
         .empty(200, headers: headers + [(Tus.uploadOffset, String(row.received)), (Tus.uploadLength, String(row.length)), ("Cache-Control", "no-store")])
     }
@@ -233,7 +241,7 @@ enum TusHandlers {
     private static func patch(_ request: HTTPRequest, row: UploadRow, digest: SHA256Digest, hasher: TrailingHasher?, headers: [(String, String)], context: ServerContext) -> Route {
         func fail(_ response: HTTPResponse) -> Route {
             context.uploads.release(row.id, hasher: hasher)
-            return .respond(response.adding(headers))
+            return answer(request, response.adding(headers))
         }
         guard request.header("Content-Type")?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
             return fail(.error(415, "unsupported_media_type", "a PATCH must have 'Content-Type: \(Tus.offsetContentType)'", field: "Content-Type"))
@@ -259,7 +267,7 @@ enum TusHandlers {
         if row.completed {
             hasher?.cancel()
             context.uploads.release(row.id, hasher: nil)
-            return .respond(.empty(204, headers: headers + [(Tus.uploadOffset, String(row.length))]))
+            return answer(request, .empty(204, headers: headers + [(Tus.uploadOffset, String(row.length))]))
         }
         let fd: Int32
         do { fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_RDWR | O_CREAT, 0o600) } catch { return fail(ServerContext.failure(error)) }
