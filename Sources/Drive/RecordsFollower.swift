@@ -39,6 +39,14 @@ public final class RecordsFollower: @unchecked Sendable {
         while true {
             let since = try table.cursor()
             let page = try remote.changes(since: since, limit: pageSize)
+            if let latest = page.latestSequence, since > latest {
+                // The server forgot part of its feed (reset, or restored from an older
+                // copy): what this drive learned may name versions it no longer has, and
+                // versions it records now would sit below the cursor. Learn it all again.
+                DriveLog.error("the workspace server's change feed ends at \(latest), before this drive's \(since) (was it reset, or restored from an older copy?): Backups/ is learned again from the start")
+                changed.formUnion(try table.startOver())
+                continue
+            }
             if page.changes.isEmpty && page.nextSequence <= since { return changed }
             changed.formUnion(try table.apply(page))
             if page.changes.count < pageSize { return changed }

@@ -102,6 +102,23 @@ public final class RecordsTable: @unchecked Sendable {
         }
     }
 
+    /// Forgets every record and sets the cursor to 0, in one transaction: the server
+    /// forgot part of its feed. Returns the files that had records (Backups/ drops them
+    /// until the feed names them again). Block lists stay (a content's list never
+    /// changes), and so do the names given in `Backups/` (a file that comes back keeps its name).
+    public func startOver() throws -> Set<RecordKey> {
+        try locked { db in
+            try db.transaction {
+                let keys = try db.query("SELECT DISTINCT device, path FROM remote_versions") {
+                    RecordKey(device: $0.string(0) ?? "", path: $0.string(1) ?? "")
+                }
+                try db.execute("DELETE FROM remote_versions")
+                try db.run("UPDATE remote_feed SET cursor = 0 WHERE id = 1")
+                return Set(keys)
+            }
+        }
+    }
+
     private static let columns = "sequence, device, path, content, size, capture_date, mtime, recorded_at"
 
     private static func version(_ row: Row) -> RemoteVersion? {

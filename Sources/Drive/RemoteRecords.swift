@@ -61,5 +61,10 @@ public enum RemoteChange: Sendable, Equatable {
 public struct RemoteChangePage: Sendable, Equatable {
     public var changes: [RemoteChange]
     public var nextSequence: Int64
-    public init(changes: [RemoteChange], nextSequence: Int64) { self.changes = changes; self.nextSequence = nextSequence }
+    /// The highest sequence the server has handed out (nil: an older server that does
+    /// not say). Below the drive's cursor: the server forgot part of its feed.
+    public var latestSequence: Int64?
+    public init(changes: [RemoteChange], nextSequence: Int64, latestSequence: Int64? = nil) {
+        self.changes = changes; self.nextSequence = nextSequence; self.latestSequence = latestSequence
+    }
 }

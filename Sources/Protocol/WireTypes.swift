@@ -202,8 +202,12 @@ public struct ChangesResponse: Codable, Sendable {
     public var deletions: [VersionDeletion]?
     /// Pass as `since` next time; equals `since` when there was nothing new.
     public var nextSequence: Int64
-    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64) {
-        self.changes = changes; self.deletions = deletions; self.nextSequence = nextSequence
+    /// The highest sequence the server has handed out (absent from older servers). A
+    /// `since` above it means the server forgot part of its feed (reset, or restored
+    /// from an older copy): read the feed again from 0.
+    public var latestSequence: Int64?
+    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64, latestSequence: Int64? = nil) {
+        self.changes = changes; self.deletions = deletions; self.nextSequence = nextSequence; self.latestSequence = latestSequence
     }
 }
 

@@ -7,8 +7,11 @@ struct ChangesPage {
     let records: [FileRecord]
     let deletions: [VersionDeletion]
     let nextSequence: Int64
+    /// The highest sequence handed out so far.
+    let latest: Int64
 
-    init(records: [FileRecord], deletions: [VersionDeletion], since: Int64, limit: Int) {
+    init(records: [FileRecord], deletions: [VersionDeletion], since: Int64, limit: Int, latest: Int64) {
+        self.latest = latest
         var r = records[...], d = deletions[...]
         var keptRecords: [FileRecord] = [], keptDeletions: [VersionDeletion] = []
         var last = since
@@ -26,6 +29,6 @@ struct ChangesPage {
     }
 
     var response: ChangesResponse {
-        ChangesResponse(changes: records, deletions: deletions, nextSequence: nextSequence)
+        ChangesResponse(changes: records, deletions: deletions, nextSequence: nextSequence, latestSequence: latest)
     }
 }

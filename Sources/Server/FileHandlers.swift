@@ -101,10 +101,11 @@ enum FileHandlers {
         do {
             let since = try request.integer("since", default: 0, in: 0...Int64.max)
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
-            let (records, deletions) = try context.metadata.withSession { db in
-                (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db))
+            let (records, deletions, latest) = try context.metadata.withSession { db in
+                (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db),
+                 try FileVersions.nextSequence(in: db) - 1)
             }
-            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit)).response)
+            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit), latest: latest).response)
         } catch {
             return ServerContext.failure(error)
         }

@@ -15,7 +15,7 @@ import Storage
         func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {
             if down { throw .unavailable("connection refused") }
             let page = Array(entries.filter { $0.sequence > since }.prefix(limit))
-            return RemoteChangePage(changes: page, nextSequence: page.last?.sequence ?? since)
+            return RemoteChangePage(changes: page, nextSequence: page.last?.sequence ?? since, latestSequence: entries.last?.sequence ?? 0)
         }
         func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
             guard let list = blockLists[content] else { throw .missing("no such content") }
@@ -78,6 +78,28 @@ import Storage
         }
 
         func names(_ path: String) -> [String] { (tree.entries(in: path) ?? []).map(\.name).sorted() }
+    }
+
+    /// The server is restored from a copy older than what this drive learned: its feed
+    /// ends before the drive's cursor, and the sequences after it are handed out again
+    /// to new versions. The drive learns the feed again from the start: the versions the
+    /// server forgot leave `Backups/`, the new ones (numbered below the old cursor) come.
+    @Test func aFeedThatEndsBeforeTheCursorIsLearnedAgain() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        s.feed.record("phone", "Camera Roll/kept.jpg", [1], captured: Self.july2019)
+        s.feed.record("phone", "Camera Roll/forgotten-1.jpg", [2], captured: Self.july2019)
+        s.feed.record("phone", "Camera Roll/forgotten-2.jpg", [3], captured: Self.july2019)
+        try s.sync()
+        #expect(s.names("phone/2019/07") == ["forgotten-1.jpg", "forgotten-2.jpg", "kept.jpg"])
+        #expect(try s.table.cursor() == 3)
+
+        s.feed.entries = Array(s.feed.entries.prefix(1))   // the older copy
+        s.feed.record("laptop", "Camera Roll/new.jpg", [4], captured: Self.july2019)   // sequence 2 again
+        try s.sync()
+        #expect(s.names("") == ["laptop", "phone"])
+        #expect(s.names("phone/2019/07") == ["kept.jpg"])
+        #expect(s.names("laptop/2019/07") == ["new.jpg"])
+        #expect(try s.table.cursor() == 2)
     }
 
     @Test func filesAreFiledByDeviceYearAndMonthWithSizesAndDates() throws {

@@ -169,6 +169,10 @@ import Testing
         // The feed from 0 holds what is left: v1 and the later record, and the deletion.
         let all = try s.client.changesPage(since: 0)
         #expect(all.changes.map(\.sequence) == [r1.sequence, r3.sequence] && all.deletions?.count == 1)
+        // Every page says where the feed ends, whatever its `since` (a follower past it
+        // knows the server forgot part of its feed).
+        for p in [page, first, second, all] { #expect(p.latestSequence == r3.sequence) }
+        #expect(try s.client.changesPage(since: r3.sequence! + 100).latestSequence == r3.sequence)
     }
 
     @Test(arguments: Records.all) func adminVerbRefusesWithoutYes(_ records: Records) throws {
