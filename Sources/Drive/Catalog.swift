@@ -57,6 +57,9 @@ final class Catalog: @unchecked Sendable {
     var attributeCache: [UInt64: NodeAttributes] = [:]
     /// See `securityXattrInodes`.
     private var securityInodes: Set<UInt64>?
+    /// Inodes naming a block this drive does not hold (online only): their `stored`
+    /// counts only what is here (see `heldHere`). Loaded on first use; eviction adds.
+    var onlineInodes: Set<UInt64>?
     var observer: CameraRollObserver?
     /// Whether a writable handle is open on an inode (set by the file system; takes only
     /// its leaf lock, so it may be called under the catalog lock).
@@ -143,9 +146,10 @@ final class Catalog: @unchecked Sendable {
     /// transaction with its own locks.
     func node(_ ino: UInt64) throws -> NodeAttributes {
         if let a = attributeCache[ino] { return a }
-        guard let a = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
+        guard let row = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
             throw Errno.noSuchFileOrDirectory
         }
+        let a = try heldHere(row)
         if attributeCache.count >= Self.attributeCacheLimit { attributeCache.removeAll(keepingCapacity: true) }
         attributeCache[ino] = a
         return a
@@ -156,7 +160,28 @@ final class Catalog: @unchecked Sendable {
 
     private func child(_ parent: UInt64, _ name: [UInt8]) throws -> NodeAttributes? {
         try db.queryOne("SELECT i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content, i.stored FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.name = ?",
-                        parent, name, row: { Self.attributes($0) })
+                        parent, name, row: { Self.attributes($0) }).map { try heldHere($0) }
+    }
+
+    /// `a` with `stored` counting only the blocks held here, for a file that names a
+    /// block only the server has (optimize storage made it online only): `du` and
+    /// `st_blocks` then tell what the file takes on this disk, as for a `Backups/` file.
+    /// One query for such files only; every other file is as its row says.
+    func heldHere(_ a: NodeAttributes) throws -> NodeAttributes {
+        if onlineInodes == nil {
+            onlineInodes = Set(try db.query("""
+                SELECT DISTINCT f.ino FROM file_blocks f JOIN blocks b ON b.hash = f.hash WHERE b.resident = 0
+                """) { UInt64($0.int64(0)) })
+        }
+        guard a.isRegularFile, onlineInodes?.contains(a.ino) == true else { return a }
+        let held = try db.queryOne("""
+            SELECT COALESCE(SUM(b.size), 0) FROM file_blocks f JOIN blocks b ON b.hash = f.hash WHERE f.ino = ? AND b.resident = 1
+            """, a.ino) { $0.int64(0) } ?? 0
+        // Every block back (read again, or rewritten): an ordinary file from now on.
+        if held >= a.stored { onlineInodes?.remove(a.ino); return a }
+        var out = a
+        out.stored = held
+        return out
     }
 
     func attributes(_ ino: UInt64) throws -> NodeAttributes {
@@ -197,7 +222,7 @@ final class Catalog: @unchecked Sendable {
             let rows = try db.query("SELECT e.id, e.name, i.ino, i.mode, i.uid, i.gid, i.size, i.nlink, i.atime_ns, i.mtime_ns, i.ctime_ns, i.rdev, i.content, i.stored FROM entries e JOIN inodes i ON i.ino = e.ino WHERE e.parent = ? AND e.id > ? ORDER BY e.id LIMIT ?",
                                     ino, after, limit) { r in
                 DirectoryEntry(offset: r.int64(0) + 2, name: r.bytes(1) ?? [], attributes: Self.attributes(r, from: 2))
-            }
+            }.map { DirectoryEntry(offset: $0.offset, name: $0.name, attributes: try heldHere($0.attributes)) }
             out.append(contentsOf: rows)
             return out
         }

@@ -86,6 +86,9 @@ extension Catalog {
                     ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
                     """, digest.hex, length, generation, nowNanoseconds())
                 try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
+                for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
+                    attributeCache.removeValue(forKey: ino)
+                }
                 return generation
             }
         }
@@ -166,6 +169,12 @@ extension Catalog {
                 try db.run("DELETE FROM blocks WHERE hash = ? AND refs <= 0", digest.hex)
                 if try db.run("UPDATE blocks SET resident = 0 WHERE hash = ?", digest.hex) == 0 {
                     try db.run("DELETE FROM block_chunks WHERE hash = ?", digest.hex)
+                } else {
+                    // The files naming it now take less on this disk (`heldHere`).
+                    for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
+                        onlineInodes?.insert(ino)
+                        attributeCache.removeValue(forKey: ino)
+                    }
                 }
             }
             blobs.remove(digest)

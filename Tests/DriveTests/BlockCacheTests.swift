@@ -335,11 +335,16 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
         // Same size and dates; reading brings it back, byte-equal.
         let after = try fs.getattr(done.ino)
         #expect(after.size == done.size && after.mtime == done.mtime && after.content == done.content)
+        // st_blocks (du) counts what is on this disk: nothing while online only.
+        #expect(after.stored == 0 && done.stored == 200_000)
+        #expect(try fs.lookup(parent: roll, name: Array("done.jpg".utf8)).stored == 0)
+        #expect(try fs.getattr(pinned.ino).stored == 200_000)
         let fh = try fs.open(done.ino, writable: false, truncate: false)
         var out = [UInt8](repeating: 0, count: 200_000)
         let n = try out.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: 0) }
         fs.release(fh)
         #expect(n == 200_000 && out == photos[0])
+        #expect(try fs.getattr(done.ino).stored == 200_000, "held here again")
     }
 
     /// A backup marked done on a server that was since reset (or restored from an older

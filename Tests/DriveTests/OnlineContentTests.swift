@@ -74,6 +74,11 @@ import TestSupport
                     && !FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[1]))
             }
             #expect(dropped, "done, unpinned photos become online-only")
+            // du counts what is on this disk: an online-only photo takes none (the kernel's
+            // cached attributes expire first), a pinned one all of it.
+            func blocks(_ name: String) -> Int { var st = stat(); return stat(drive.path("Camera Roll/" + name), &st) == 0 ? Int(st.st_blocks) : -1 }
+            #expect(Self.waitUntil(seconds: 5) { blocks("P0.jpg") == 0 }, "st_blocks of an online-only photo: \(blocks("P0.jpg"))")
+            #expect(blocks("P2.jpg") > 0)
             #expect(FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[2])), "a pinned photo stays")
             let status = try drive.vdrive(["status", "--state", drive.state]).stdout
             #expect(status.contains("online only") && !status.contains("0 B online only"), "status: \(status)")
