@@ -68,16 +68,18 @@ extension BlockCache {
                 if try catalog.reading({ try ledger.isBackedUp(path: f.path, content: f.content, in: $0) }) { originals.append(f) }
             }
         }
+        let partial = try catalog.partialBytes()
         var candidates = try evictable(originals: bound.optimizeStorage ? originals : nil)
+        /// Bytes over the bound if every candidate and partial block counted.
+        func excess() -> Int64 { candidates.reduce(partial) { $0 + $1.size } - bound.bytes }
         // Originals go only when the server confirms, now, that it holds them: a backup
         // marked done on a server since reset or restored from an older copy must not
         // become the only copy it no longer is.
-        if let ledger, !originals.isEmpty, try over(candidates, bound) > 0 {
+        if let ledger, !originals.isEmpty, excess() > 0 {
             let confirmed = try confirmOnServer(originals, ledger: ledger)
             if confirmed.count < originals.count { candidates = try evictable(originals: confirmed) }
         }
-        let partial = try catalog.partialBytes()
-        var over = try over(candidates, bound)
+        var over = excess()
         guard over > 0 else { return 0 }
         if partial > 0 {
             dropPartials()
@@ -96,11 +98,6 @@ extension BlockCache {
     /// Blocks that may go: fetched ones no file names, and those only `originals` name.
     private func evictable(originals: [Catalog.CameraRollFile]?) throws -> [Catalog.EvictionCandidate] {
         try catalog.evictionCandidates(originals: originals.map { Set($0.map(\.ino)) }).filter { !isDamaged($0.digest) }
-    }
-
-    /// Bytes over the bound if every candidate and partial block counted.
-    private func over(_ candidates: [Catalog.EvictionCandidate], _ bound: CacheBound) throws -> Int64 {
-        candidates.reduce(try catalog.partialBytes()) { $0 + $1.size } - bound.bytes
     }
 
     /// The originals whose content the server says it holds. None when it cannot be

@@ -108,11 +108,12 @@ public final class FuseSession {
         }
     }
 
-    /// Readahead asked of the kernel for this mount, in KiB: one request per 1 MiB
-    /// (`max_write`, which also bounds a read) instead of the 128 KiB every new
-    /// device gets. A sequential reader of an online-only file then costs a quarter of
-    /// the FUSE round trips; measured in Docs/benchmarks.md.
-    static let readaheadKiB = 4096
+    /// Readahead asked of the kernel for this mount, in KiB: one read request of 1 MiB
+    /// (`max_write`, which also bounds a read, and the INIT reply's `max_readahead`)
+    /// instead of the 128 KiB every new device gets: an eighth of the FUSE round trips
+    /// for a sequential reader (Docs/benchmarks.md: local cold reads gained 10-20 %,
+    /// online-only ones, bound by hashing, did not change).
+    static let readaheadKiB = 1024
 
     /// Sets the mount's readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`, writable by
     /// root only: a user's mount keeps the kernel's default, which is only slower).

@@ -74,41 +74,47 @@ enum ScaleBenchmark {
         }
         // curl runs first and again last: the store's cost per byte drifts as it fills
         // (measured: 9.25 CPU-s per GB for the first run, 8.1-8.4 for the later ones),
-        // so each device run is compared with the faster of the two.
-        func curlRow(_ n: Int) throws -> (seconds: Double, rate: Double, store: String) {
+        // so each run is compared with the faster of the two.
+        struct Run {
+            var label: String, servers = "–", seconds: Double, rate: Double
+            var rss = "–", cpu = "–", cpuPerGB = "–", store = "–"
+            func cells(against best: Double) -> [String] {
+                [label, servers, Bench.f(seconds), Bench.f(rate, 0), Bench.f(rate / best), rss, cpu, cpuPerGB, store]
+            }
+        }
+        func curlBaseline(_ n: Int) throws -> Run {
             var seconds = 0.0
             let store = try storeCPU { seconds = try curlRun(o, photos: photos, store: s3, prefix: "curl-\(n)") }
             let rate = Double(totalBytes) / seconds / 1e6
             say("  curl straight to SeaweedFS: \(Bench.f(seconds)) s, \(Bench.f(rate, 0)) MB/s")
-            return (seconds, rate, store)
+            return Run(label: "curl → SeaweedFS (presigned PUT), \(n == 1 ? "first" : "last")", seconds: seconds, rate: rate, store: store)
         }
-        let curlFirst = try curlRow(1)
-        var deviceRows: [(label: String, servers: String, seconds: Double, rate: Double, rss: String, cpu: String, cpuPerGB: String, store: String)] = []
-        for (round, count) in o.servers.enumerated() {
+        /// A device run's row; `store` nil for the embedded server (tus into its folder).
+        func devicesRun(servers count: Int, round: Int, store: String?) throws -> Run {
             var r = DeviceRun(seconds: 0, rss: [], cpu: [])
-            let store = try storeCPU { r = try deviceRun(o, photos: photos, servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials) }
+            var storeCPUPerGB = "–"
+            if let store {
+                storeCPUPerGB = try storeCPU { r = try deviceRun(o, photos: photos, servers: count, round: round, store: store) }
+            } else {
+                r = try deviceRun(o, photos: photos, servers: count, round: round, store: nil)
+            }
             let rate = Double(totalBytes) / r.seconds / 1e6
-            let cpuPerGB = r.cpu.reduce(0, +) / gigabytes
-            say("  vdrive, \(count) server(s): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
-            deviceRows.append(("devices → \(count) vdrive serve → SeaweedFS", "\(count)", r.seconds, rate, r.rss.map { Bench.f($0, 1) }.joined(separator: ", "),
-                               r.cpu.map { Bench.f($0) }.joined(separator: ", "), Bench.f(cpuPerGB), store))
+            let what = store == nil ? "embedded (tus)" : "\(count) server(s)"
+            say("  vdrive, \(what): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
+            return Run(label: store == nil ? "devices → 1 vdrive serve, embedded (tus to its disk)" : "devices → \(count) vdrive serve → SeaweedFS",
+                       servers: "\(count)", seconds: r.seconds, rate: rate, rss: r.rss.map { Bench.f($0, 1) }.joined(separator: ", "),
+                       cpu: r.cpu.map { Bench.f($0) }.joined(separator: ", "), cpuPerGB: Bench.f(r.cpu.reduce(0, +) / gigabytes), store: storeCPUPerGB)
         }
-        let curlLast = try curlRow(2)
-        let curlRate = max(curlFirst.rate, curlLast.rate)
-        var rows: [[String]] = [["curl → SeaweedFS (presigned PUT), first", "–", Bench.f(curlFirst.seconds), Bench.f(curlFirst.rate, 0), Bench.f(curlFirst.rate / curlRate), "–", "–", "–", curlFirst.store]]
-        for d in deviceRows {
-            rows.append([d.label, d.servers, Bench.f(d.seconds), Bench.f(d.rate, 0), Bench.f(d.rate / curlRate), d.rss, d.cpu, d.cpuPerGB, d.store])
+        var runs = [try curlBaseline(1)]
+        for (round, count) in o.servers.enumerated() {
+            runs.append(try devicesRun(servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials))
         }
-        rows.append(["curl → SeaweedFS (presigned PUT), last", "–", Bench.f(curlLast.seconds), Bench.f(curlLast.rate, 0), Bench.f(curlLast.rate / curlRate), "–", "–", "–", curlLast.store])
-        if o.embedded {
-            // The same devices and photos against one embedded server (tus into its folder):
-            // what a server spends when the bytes do go through it.
-            let r = try deviceRun(o, photos: photos, servers: 1, round: o.servers.count, store: nil)
-            let rate = Double(totalBytes) / r.seconds / 1e6
-            say("  vdrive, embedded (tus): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
-            rows.append(["devices → 1 vdrive serve, embedded (tus to its disk)", "1", Bench.f(r.seconds), Bench.f(rate, 0), Bench.f(rate / curlRate),
-                         Bench.f(r.rss[0], 1), Bench.f(r.cpu[0]), Bench.f(r.cpu[0] / gigabytes), "–"])
-        }
+        runs.append(try curlBaseline(2))
+        // The same devices and photos against one embedded server: what a server spends
+        // when the bytes do go through it.
+        if o.embedded { runs.append(try devicesRun(servers: 1, round: o.servers.count, store: nil)) }
+        let curlRate = max(runs[0].rate, runs.last(where: { $0.label.hasPrefix("curl") })!.rate)
+        let rows = runs.map { $0.cells(against: curlRate) }
         say()
         say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl (the faster)", "server peak RSS MB", "server CPU s", "server CPU s per GB", "store CPU s per GB"], rows))
     }
