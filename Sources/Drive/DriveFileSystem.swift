@@ -671,9 +671,19 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public func write(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws -> Int {
+        let (count, hashing) = try writeHashingLater(fh, buffer, at: offset)
+        for h in hashing { h.run() }
+        return count
+    }
+
+    /// A write whose large in-order pieces are hashed by the caller after it answered
+    /// the writer (`PendingHash.run`, each exactly once, while `buffer` is valid): the
+    /// writer's next request then overlaps this one's SHA-256. A commit waits for them.
+    func writeHashingLater(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws -> (Int, [PendingHash]) {
         let h = try handle(fh)
         guard h.writable else { throw Errno.badFileDescriptor }
         if offset < 0 || offset + Int64(buffer.count) > (Int64(1) << 40) { throw Errno.fileTooLarge }
+        var hashing: [PendingHash] = []
         try h.node.lock.withLock {
             let d = try draftForWrite(h.node)
             if let failure = d.failure { throw failure }
@@ -685,20 +695,22 @@ public final class DriveFileSystem: @unchecked Sendable {
                     let length = Blocks.length(ofBlock: span.index, fileSize: d.size)
                     let b = try dirtyBlock(d, span.index, length: length, overwritten: span.inBlock == 0 && span.length >= length)
                     let piece = UnsafeRawBufferPointer(rebasing: buffer[done..<(done + span.length)])
-                    try FileIO.pwrite(b.fd, piece, at: Int64(span.inBlock))
-                    b.noteWrite(piece, at: span.inBlock)
+                    if let pending = try b.write(piece, at: span.inBlock) { hashing.append(pending) }
                     done += span.length
                 }
-            } catch let error as Errno {
-                // Poisoned: the next flush must report this, even if nothing was written before.
-                d.failure = error
-                d.changed = true
+            } catch {
+                for p in hashing { p.run() }   // every ticket taken must be used, or the commit waits forever
+                if let failure = error as? Errno {
+                    // Poisoned: the next flush must report this, even if nothing was written before.
+                    d.failure = failure
+                    d.changed = true
+                }
                 throw error
             }
             d.changed = true
             d.mtime = nowNanoseconds()
         }
-        return buffer.count
+        return (buffer.count, hashing)
     }
 
     /// Commits a node's draft, if it changed: each rewritten block hashed (while written,

@@ -60,11 +60,16 @@ enum FuseFileOps {
         }
         ops.write = { req, _, buf, size, offset, fi in
             let ctx = FuseContext.of(req)
+            var hashing: [PendingHash] = []
             replying(req) {
                 guard let fi, let buf else { throw Errno.invalidArgument }
-                let n = try ctx.fs.write(vd_fi_fh(fi), UnsafeRawBufferPointer(start: buf, count: size), at: Int64(offset))
+                let n: Int
+                (n, hashing) = try ctx.fs.writeHashingLater(vd_fi_fh(fi), UnsafeRawBufferPointer(start: buf, count: size), at: Int64(offset))
                 fuse_reply_write(req, n)
             }
+            // After the reply and before libfuse reuses `buf`: the writer's next request
+            // arrives at another worker while this one hashes.
+            for h in hashing { h.run() }
         }
         ops.flush = { req, _, fi in
             let ctx = FuseContext.of(req)

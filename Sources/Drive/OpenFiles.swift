@@ -14,7 +14,15 @@ final class SharedDescriptor: Sendable {
 /// One block being rewritten: a staging file outside the store holding the block's
 /// whole new content (its length is the block's length in the file), hashed as
 /// writes arrive in order from the block's start.
-final class DirtyBlock {
+///
+/// Hashing a large write waits until the write has been answered (see `PendingHash`):
+/// the writer sends its next bytes while a FUSE worker hashes these on the other core.
+/// Each in-order write takes a ticket (under the node's lock, so tickets follow the
+/// order of the bytes) and updates the hash only in its turn; a commit waits for every
+/// ticket before it reads the digest.
+/// `@unchecked Sendable`: `hasher`, `hashedUpTo` and `ticketsIssued` are guarded by the
+/// node's lock, `ticketsDone` by `turns`.
+final class DirtyBlock: @unchecked Sendable {
     let fd: Int32
     let path: String
     /// The store the staging file came from, and goes back to.
@@ -23,6 +31,13 @@ final class DirtyBlock {
     /// (or the block started as a copy of stored bytes): the digest is then read back.
     var hasher: SHA256Hasher?
     var hashedUpTo = 0
+    private var ticketsIssued = 0
+    private var ticketsDone = 0
+    private let turns = NSCondition()
+
+    /// Writes at least this large are hashed after their reply; smaller ones at once
+    /// (a thread's round trip would cost more than it hides).
+    static let hashAfterReplyMinimum = 256 << 10
 
     init(fd: Int32, path: String, store: BlobStore, hashed: Bool) {
         self.fd = fd
@@ -31,18 +46,54 @@ final class DirtyBlock {
         self.hasher = hashed ? SHA256Hasher() : nil
     }
 
-    func noteWrite(_ buffer: UnsafeRawBufferPointer, at offset: Int) {
-        if let hasher, offset == hashedUpTo {
-            hasher.update(buffer)
-            hashedUpTo += buffer.count
-        } else {
-            hasher = nil
+    /// Writes `buffer` at `offset` of the staging file. Bytes that continue the running
+    /// hash are hashed now (small writes) or returned as a `PendingHash` the caller runs
+    /// once the write is answered, while `buffer` is still valid.
+    /// Called with the node's lock held.
+    func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws -> PendingHash? {
+        do {
+            try FileIO.pwrite(fd, buffer, at: Int64(offset))
+        } catch {
+            hasher = nil   // the file may hold part of the bytes: read back, if ever committed
+            throw error
         }
+        guard let hasher, offset == hashedUpTo else {
+            hasher = nil
+            return nil
+        }
+        hashedUpTo += buffer.count
+        let pending = PendingHash(block: self, hasher: hasher, ticket: ticketsIssued, bytes: buffer)
+        ticketsIssued += 1
+        if buffer.count < Self.hashAfterReplyMinimum {
+            pending.run()
+            return nil
+        }
+        return pending
+    }
+
+    /// Runs `update` in ticket `ticket`'s turn.
+    fileprivate func inTurn(_ ticket: Int, _ update: () -> Void) {
+        turns.lock()
+        while ticketsDone != ticket { turns.wait() }
+        turns.unlock()
+        update()
+        turns.lock()
+        ticketsDone += 1
+        turns.broadcast()
+        turns.unlock()
+    }
+
+    /// Waits until every ticket issued has updated the hash. Called with the node's lock held.
+    private func waitForHashing() {
+        turns.lock()
+        while ticketsDone != ticketsIssued { turns.wait() }
+        turns.unlock()
     }
 
     /// The block's digest: the running hash when every byte came in order, else one read
     /// of at most one block. `hashedWhileWriting` tells which (for statistics).
     func digest(length: Int) throws -> (digest: SHA256Digest, hashedWhileWriting: Bool) {
+        waitForHashing()
         if let hasher, hashedUpTo == length {
             self.hasher = nil
             return (hasher.finish(), true)
@@ -55,6 +106,20 @@ final class DirtyBlock {
     /// stored, removed from the staging folder when it is now a stored block.
     func discard() {
         store.returnStagingFile(fd: fd, path: path)
+    }
+}
+
+/// The hashing of one in-order write, run by the thread that answered the write.
+/// `bytes` is the request's buffer: `run` must be called before it is given back.
+/// A pending hash left unrun would stall the block's commit, so every path runs it.
+struct PendingHash: @unchecked Sendable {
+    let block: DirtyBlock
+    let hasher: SHA256Hasher
+    let ticket: Int
+    let bytes: UnsafeRawBufferPointer
+
+    func run() {
+        block.inTurn(ticket) { hasher.update(bytes) }
     }
 }
 

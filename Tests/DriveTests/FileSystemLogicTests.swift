@@ -37,6 +37,49 @@ import Storage
         #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: bytes))
     }
 
+    /// The FUSE layer answers a large write before hashing it (`writeHashingLater`).
+    /// Here the hashes run on other threads in the reverse order of the writes, a small
+    /// write (hashed at once, in its turn) comes after them, and the flush starts before
+    /// any of them ran: the tickets put the bytes into the hash in file order and the
+    /// commit waits for the last one.
+    @Test func writesHashedAfterTheirReplyKeepFileOrderAndTheCommitWaitsForThem() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("v.mov".utf8), mode: 0o644, uid: 0, gid: 0)
+        let piece = DirtyBlock.hashAfterReplyMinimum
+        let large = 6 * piece
+        let bytes = pseudoRandomBytes(large + 1000, seed: 9)   // one block
+        let copy = UnsafeMutableRawBufferPointer.allocate(byteCount: bytes.count, alignment: 16)
+        defer { copy.deallocate() }
+        copy.copyBytes(from: bytes)
+        nonisolated(unsafe) let buffer = UnsafeRawBufferPointer(copy)
+        var pending: [PendingHash] = []
+        for start in stride(from: 0, to: large, by: piece) {
+            let (n, hashing) = try fs.writeHashingLater(fh, UnsafeRawBufferPointer(rebasing: buffer[start..<(start + piece)]), at: Int64(start))
+            #expect(n == piece)
+            pending += hashing
+        }
+        #expect(pending.count == 6)
+        let group = DispatchGroup()
+        DispatchQueue.global().async(group: group) {
+            _ = try? fs.write(fh, UnsafeRawBufferPointer(rebasing: buffer[large...]), at: Int64(large))
+        }
+        // The small write holds the node's lock while it waits for its turn: go on once it does.
+        let node = try fs.handle(fh).node
+        while node.lock.try() { node.lock.unlock(); usleep(200) }
+        for p in pending.reversed() {
+            DispatchQueue.global().async(group: group) { p.run() }
+            usleep(2000)   // let each one start (and wait for its turn) before the next
+        }
+        try fs.flush(fh)
+        group.wait()
+        fs.release(fh)
+        #expect(try fs.getattr(a.ino).size == Int64(bytes.count))
+        #expect(fs.statistics.blocksHashedWhileWriting == 1)
+        #expect(fs.statistics.blocksHashedByReading == 0)
+        #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: bytes))
+    }
+
     @Test func outOfOrderWritesFallBackToOneRead() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
