@@ -47,6 +47,13 @@ public final class RecordsFollower: @unchecked Sendable {
                 changed.formUnion(try table.startOver())
                 continue
             }
+            if let workspace = page.workspace, let known = try table.workspace(), known != workspace {
+                // Another workspace answers at this address (the drive was pointed at
+                // another server, or this one was set up again): its records replace these.
+                DriveLog.error("the workspace server now serves another workspace (\(workspace.prefix(8)), before \(known.prefix(8))): Backups/ is learned again from the start")
+                changed.formUnion(try table.startOver())
+                continue
+            }
             if page.changes.isEmpty && page.nextSequence <= since { return changed }
             changed.formUnion(try table.apply(page))
             if page.changes.count < pageSize { return changed }

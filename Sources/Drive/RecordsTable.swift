@@ -10,7 +10,8 @@ import Storage
 /// - `remote_names`: the name each (device, path) got in each `Backups/` folder it
 ///   appeared in, assigned once (BackupsLayout.swift), so names never change.
 /// - `remote_contents`: block lists of contents, fetched once when a file is read.
-/// - `remote_feed`: the feed cursor (the highest sequence applied).
+/// - `remote_feed`: the feed cursor (the highest sequence applied) and the identity of
+///   the workspace the records came from.
 ///
 /// A feed page is applied in one transaction with the cursor, reading the cursor
 /// inside it: a mount and `vdrive task run us.virtualdrive.sync` may both follow the
@@ -49,6 +50,9 @@ public final class RecordsTable: @unchecked Sendable {
         );
         INSERT INTO remote_feed(id, cursor) VALUES (1, 0);
         """),
+        Migration("drive-remote-records-2-workspace", """
+        ALTER TABLE remote_feed ADD COLUMN workspace TEXT;
+        """),
     ]
 
     /// The names of this table's migrations (a task without a mount applies only these).
@@ -77,13 +81,26 @@ public final class RecordsTable: @unchecked Sendable {
         try locked { db in try db.queryOne("SELECT cursor FROM remote_feed WHERE id = 1") { $0.int64(0) } ?? 0 }
     }
 
+    /// The workspace the records came from (nil: none yet, or a server that does not say).
+    public func workspace() throws -> String? {
+        try locked { db in try db.queryOne("SELECT workspace FROM remote_feed WHERE id = 1") { $0.string(0) } ?? nil }
+    }
+
     /// Applies a page of the feed (entries at or below the stored cursor are skipped)
     /// and moves the cursor to its end. Returns the files whose records changed.
+    /// A page of another workspace than the records' is not applied (the follower
+    /// starts over first); the first page that names one records it.
     @discardableResult
     public func apply(_ page: RemoteChangePage) throws -> Set<RecordKey> {
         try locked { db in
             try db.transaction {
-                let cursor = try db.queryOne("SELECT cursor FROM remote_feed WHERE id = 1") { $0.int64(0) } ?? 0
+                let (cursor, known) = try db.queryOne("SELECT cursor, workspace FROM remote_feed WHERE id = 1") {
+                    ($0.int64(0), $0.string(1))
+                } ?? (0, nil)
+                if let workspace = page.workspace {
+                    if let known, known != workspace { return [] }
+                    if known == nil { try db.run("UPDATE remote_feed SET workspace = ? WHERE id = 1", workspace) }
+                }
                 var changed = Set<RecordKey>()
                 for change in page.changes where change.sequence > cursor {
                     switch change {
@@ -102,8 +119,8 @@ public final class RecordsTable: @unchecked Sendable {
         }
     }
 
-    /// Forgets every record and sets the cursor to 0, in one transaction: the server
-    /// forgot part of its feed. Returns the files that had records (Backups/ drops them
+    /// Forgets every record, the cursor and the workspace, in one transaction: the server
+    /// forgot part of its feed, or the address reaches another workspace. Returns the files that had records (Backups/ drops them
     /// until the feed names them again). Block lists stay (a content's list never
     /// changes), and so do the names given in `Backups/` (a file that comes back keeps its name).
     public func startOver() throws -> Set<RecordKey> {
@@ -113,7 +130,7 @@ public final class RecordsTable: @unchecked Sendable {
                     RecordKey(device: $0.string(0) ?? "", path: $0.string(1) ?? "")
                 }
                 try db.execute("DELETE FROM remote_versions")
-                try db.run("UPDATE remote_feed SET cursor = 0 WHERE id = 1")
+                try db.run("UPDATE remote_feed SET cursor = 0, workspace = NULL WHERE id = 1")
                 return Set(keys)
             }
         }

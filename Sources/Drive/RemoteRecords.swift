@@ -64,7 +64,11 @@ public struct RemoteChangePage: Sendable, Equatable {
     /// The highest sequence the server has handed out (nil: an older server that does
     /// not say). Below the drive's cursor: the server forgot part of its feed.
     public var latestSequence: Int64?
-    public init(changes: [RemoteChange], nextSequence: Int64, latestSequence: Int64? = nil) {
+    /// The workspace's identity (nil: an older server that does not say). Another one
+    /// than the drive's records came from: the address reaches another workspace now.
+    public var workspace: String?
+    public init(changes: [RemoteChange], nextSequence: Int64, latestSequence: Int64? = nil, workspace: String? = nil) {
         self.changes = changes; self.nextSequence = nextSequence; self.latestSequence = latestSequence
+        self.workspace = workspace
     }
 }

@@ -206,8 +206,14 @@ public struct ChangesResponse: Codable, Sendable {
     /// `since` above it means the server forgot part of its feed (reset, or restored
     /// from an older copy): read the feed again from 0.
     public var latestSequence: Int64?
-    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64, latestSequence: Int64? = nil) {
+    /// The workspace's identity, 32 hex digits, the same from every server process of it
+    /// (absent from older servers). Another value than last time: the address now
+    /// reaches another workspace (or the server was reset): read the feed again from 0.
+    public var workspace: String?
+    public init(changes: [FileRecord], deletions: [VersionDeletion]? = nil, nextSequence: Int64, latestSequence: Int64? = nil,
+                workspace: String? = nil) {
         self.changes = changes; self.deletions = deletions; self.nextSequence = nextSequence; self.latestSequence = latestSequence
+        self.workspace = workspace
     }
 }
 

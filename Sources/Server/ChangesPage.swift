@@ -28,7 +28,7 @@ struct ChangesPage {
         nextSequence = last
     }
 
-    var response: ChangesResponse {
-        ChangesResponse(changes: records, deletions: deletions, nextSequence: nextSequence, latestSequence: latest)
+    func response(workspace: String) -> ChangesResponse {
+        ChangesResponse(changes: records, deletions: deletions, nextSequence: nextSequence, latestSequence: latest, workspace: workspace)
     }
 }

@@ -105,7 +105,8 @@ enum FileHandlers {
                 (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db),
                  try FileVersions.nextSequence(in: db) - 1)
             }
-            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit), latest: latest).response)
+            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit), latest: latest)
+                .response(workspace: context.workspaceID))
         } catch {
             return ServerContext.failure(error)
         }

@@ -83,19 +83,28 @@ final class Metadata: Sendable {
     // MARK: settings
 
     /// The presigning key: 32 random bytes made on first use and kept in the database.
-    /// Two processes starting at once on a fresh database make one key between them:
-    /// the second's insert does nothing and it reads the first's.
-    func presignKey() throws -> [UInt8] {
+    func presignKey() throws -> [UInt8] { try randomSetting("presign_key", bytes: 32) }
+
+    /// The workspace's identity: 16 random bytes made on first use and kept with the
+    /// records, as 32 hex digits. Every server process on the same records says the same;
+    /// a reset server (new records) says another, and so does another workspace at the
+    /// same address. The change feed carries it so a drive can tell (RecordsFollower).
+    func workspaceID() throws -> String { Hex.encode(try randomSetting("workspace_id", bytes: 16)) }
+
+    /// A setting of `bytes` random bytes, made on first use. Two processes starting at
+    /// once on a fresh database make one value between them: the second's insert does
+    /// nothing and it reads the first's.
+    private func randomSetting(_ key: String, bytes: Int) throws -> [UInt8] {
         try withSession { db in
             try db.transaction {
-                if let key = try db.queryOne("SELECT value FROM settings WHERE key = 'presign_key'", row: { $0.bytes(0) }), let key, key.count >= 32 {
-                    return key
+                if let value = try db.queryOne("SELECT value FROM settings WHERE key = ?", key, row: { $0.bytes(0) }), let value, value.count >= bytes {
+                    return value
                 }
                 try db.run("""
-                    INSERT INTO settings(key, value) VALUES ('presign_key', ?)
-                    ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE length(settings.value) < 32
-                    """, SecureRandom.bytes(32))
-                return try db.queryOne("SELECT value FROM settings WHERE key = 'presign_key'", row: { $0.bytes(0) }).flatMap { $0 } ?? []
+                    INSERT INTO settings(key, value) VALUES (?, ?)
+                    ON CONFLICT (key) DO UPDATE SET value = excluded.value WHERE length(settings.value) < \(bytes)
+                    """, key, SecureRandom.bytes(bytes))
+                return try db.queryOne("SELECT value FROM settings WHERE key = ?", key, row: { $0.bytes(0) }).flatMap { $0 } ?? []
             }
         }
     }

@@ -73,14 +73,18 @@ final class ServerContext: Sendable {
     /// The block store (a `BlobStore`: content-addressed files, one per block).
     let blockStore: BlobStore
     let presigner: Presigner
+    /// The workspace's identity (Metadata.workspaceID), read once at start.
+    let workspaceID: String
     let uploads: UploadTable
     /// The S3 bucket holding the blocks of a scaled server; nil for the embedded store
     /// (then `blockStore` holds them).
     let objects: ObjectBlocks?
     private let lastSweep = Mutex(ServerContext.now())
 
-    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner, objects: ObjectBlocks?) {
+    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner,
+                 workspaceID: String, objects: ObjectBlocks?) {
         self.configuration = configuration; self.metadata = metadata; self.blockStore = blockStore; self.presigner = presigner
+        self.workspaceID = workspaceID
         self.uploads = UploadTable()
         self.objects = objects
     }
@@ -95,10 +99,13 @@ final class ServerContext: Sendable {
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
         let metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
-        let key: [UInt8]
-        do { key = try metadata.presignKey() } catch { throw .records(configuration.records, error) }
+        let key: [UInt8], workspaceID: String
+        do {
+            key = try metadata.presignKey()
+            workspaceID = try metadata.workspaceID()
+        } catch { throw .records(configuration.records, error) }
         let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key),
-                                    objects: try openObjects(configuration.store))
+                                    workspaceID: workspaceID, objects: try openObjects(configuration.store))
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
         return context
     }

@@ -32,7 +32,8 @@ final class ClientRemoteRecords: RemoteRecords, Sendable {
         }
         for d in reply.deletions ?? [] { changes.append(.deleted(sequence: d.sequence, version: d.version)) }
         changes.sort { $0.sequence < $1.sequence }
-        return RemoteChangePage(changes: changes, nextSequence: reply.nextSequence, latestSequence: reply.latestSequence)
+        return RemoteChangePage(changes: changes, nextSequence: reply.nextSequence, latestSequence: reply.latestSequence,
+                                workspace: reply.workspace)
     }
 
     func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {

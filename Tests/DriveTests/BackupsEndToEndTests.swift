@@ -137,6 +137,13 @@ import Storage
                 #expect(files[path]?.mtime == want.mtime, "\(drive.mountPoint)/Backups/\(path): mtime \(files[path]?.mtime ?? -1), capture date \(want.mtime)")
             }
         }
+        // Both drives know which workspace their records came from (a drive pointed at
+        // another one later learns its records from the start: RecordsFollower).
+        let workspace = try #require(server.workspaceID())
+        for drive in [phone, laptop] {
+            let known = try Database(path: drive.state + "/catalog.sqlite").queryOne("SELECT workspace FROM remote_feed") { $0.string(0) }
+            #expect(known == workspace, "\(drive.mountPoint): \(String(describing: known)), the server's \(workspace)")
+        }
         // Nothing is stored twice on the server: each content once, each block once.
         let contents = [phone1, laptop1, shared, screenshot, clip, trip, phone2]
         #expect(server.contentHashes() == Set(contents.map { ContentHash.of(bytes: $0).hex }))

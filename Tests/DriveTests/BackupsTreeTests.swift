@@ -12,10 +12,12 @@ import Storage
         var entries: [RemoteChange] = []
         var blockLists: [SHA256Digest: [SHA256Digest]] = [:]
         var down = false
+        var workspace: String? = "00112233445566778899aabbccddeeff"
         func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {
             if down { throw .unavailable("connection refused") }
             let page = Array(entries.filter { $0.sequence > since }.prefix(limit))
-            return RemoteChangePage(changes: page, nextSequence: page.last?.sequence ?? since, latestSequence: entries.last?.sequence ?? 0)
+            return RemoteChangePage(changes: page, nextSequence: page.last?.sequence ?? since, latestSequence: entries.last?.sequence ?? 0,
+                                    workspace: workspace)
         }
         func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
             guard let list = blockLists[content] else { throw .missing("no such content") }
@@ -100,6 +102,33 @@ import Storage
         #expect(s.names("phone/2019/07") == ["kept.jpg"])
         #expect(s.names("laptop/2019/07") == ["new.jpg"])
         #expect(try s.table.cursor() == 2)
+    }
+
+    /// The drive pointed at another workspace (another server at the same address, or one
+    /// set up again) whose feed is longer than this drive's cursor: without the identity
+    /// the drive would keep the first workspace's records and skip the new one's first.
+    @Test func aFeedOfAnotherWorkspaceReplacesTheRecords() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        s.feed.record("phone", "Camera Roll/old.jpg", [1], captured: Self.july2019)
+        try s.sync()
+        #expect(try s.table.workspace() == "00112233445566778899aabbccddeeff")
+
+        s.feed.workspace = "ffeeddccbbaa99887766554433221100"
+        s.feed.entries = []
+        s.feed.record("tablet", "Camera Roll/a.jpg", [2], captured: Self.july2019)
+        s.feed.record("tablet", "Camera Roll/b.jpg", [3], captured: Self.july2019)
+        try s.sync()
+        #expect(s.names("") == ["tablet"])
+        #expect(s.names("tablet/2019/07") == ["a.jpg", "b.jpg"])
+        #expect(try s.table.cursor() == 2)
+        #expect(try s.table.workspace() == "ffeeddccbbaa99887766554433221100")
+
+        // A server that does not say (older) changes nothing.
+        s.feed.workspace = nil
+        s.feed.record("tablet", "Camera Roll/c.jpg", [4], captured: Self.july2019)
+        try s.sync()
+        #expect(s.names("tablet/2019/07") == ["a.jpg", "b.jpg", "c.jpg"])
+        #expect(try s.table.workspace() == "ffeeddccbbaa99887766554433221100")
     }
 
     @Test func filesAreFiledByDeviceYearAndMonthWithSizesAndDates() throws {

@@ -95,6 +95,17 @@ final class LocalServer {
 
     /// The complete blobs the server holds (its blob store: `blobs/ab/<sha256>`).
     /// The content hashes the server holds (verified manifests), read from its database.
+    /// The workspace's identity the server keeps (`settings.workspace_id`), in hex.
+    func workspaceID() -> String? {
+        if let database, let cluster = PostgresCluster.shared {
+            let name = PostgresCluster.databaseName(of: database)
+            return try? cluster.psql(name, "SELECT encode(value, 'hex') FROM settings WHERE key = 'workspace_id'")
+                .trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        guard let db = try? Database(path: data + "/server.db") else { return nil }
+        return (try? db.queryOne("SELECT lower(hex(value)) FROM settings WHERE key = 'workspace_id'") { $0.string(0) }) ?? nil
+    }
+
     func contentHashes() -> Set<String> {
         if let database, let cluster = PostgresCluster.shared {
             let name = PostgresCluster.databaseName(of: database)

@@ -175,6 +175,23 @@ import Testing
         #expect(try s.client.changesPage(since: r3.sequence! + 100).latestSequence == r3.sequence)
     }
 
+    /// Every page names the workspace: the same from every server process on the same
+    /// records (the scaled setup, or a restart), another for other records (a reset
+    /// server, or another workspace at the same address), so a drive can tell.
+    @Test(arguments: Records.all) func everyPageNamesTheWorkspace(_ records: Records) throws {
+        let s = try TestServer(records: records)
+        defer { s.stop() }
+        let id = try #require(try s.client.changesPage(since: 0).workspace)
+        #expect(id.utf8.count == 32 && id.utf8.allSatisfy(Hex.isHexDigit) && id == id.lowercased())
+        let second = try WorkspaceServer(ServerConfiguration(dataDirectory: s.server.configuration.dataDirectory, host: "127.0.0.1", port: 0,
+                                                             database: s.database))
+        defer { second.stop() }
+        #expect(try WorkspaceClient(baseURL: second.baseURL, token: s.token).changesPage(since: 5).workspace == id)
+        let other = try TestServer(records: records)
+        defer { other.stop() }
+        #expect(try other.client.changesPage(since: 0).workspace != id)
+    }
+
     @Test(arguments: Records.all) func adminVerbRefusesWithoutYes(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
