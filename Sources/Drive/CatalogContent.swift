@@ -95,19 +95,18 @@ extension Catalog {
 
     /// Hard-links a staging file into the store. Returns true when this call created the
     /// block file. A block marked damaged is replaced by the good bytes (self-heal).
+    /// The link is tried first: a new block (the common case) costs one system call.
     private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest, _ db: Database) throws -> Bool {
         let target = blobs.path(for: digest)
-        if FileIO.exists(target) {
-            let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
-            if !damaged { return false }
-            _ = unlink(target)
-        }
         try blobs.makeFolder(for: digest)
-        if Glibc.link(stagingPath, target) != 0 {
-            if errno == EEXIST { return false }
-            throw Errno.current
-        }
-        return true
+        if Glibc.link(stagingPath, target) == 0 { return true }
+        if errno != EEXIST { throw Errno.current }
+        let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
+        if !damaged { return false }
+        _ = unlink(target)
+        if Glibc.link(stagingPath, target) == 0 { return true }
+        if errno == EEXIST { return false }
+        throw Errno.current
     }
 
     func recordCameraRollCommit(ino: UInt64, content: SHA256Digest, blocks: [SHA256Digest], size: Int64,
