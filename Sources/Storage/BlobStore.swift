@@ -18,11 +18,9 @@ public final class BlobStore: Sendable {
 
     public init(root: String) throws {
         self.root = root
-        let stagingRoot = root + "/staging"
-        self.stagingRoot = stagingRoot
+        self.stagingRoot = root + "/staging"
         try FileIO.makeDirectories(root)
         try FileIO.makeDirectories(stagingRoot)
-        pool = StagingPool { try Self.makeStagingFile(in: stagingRoot) }
     }
 
     public func path(for digest: SHA256Digest) -> String {
@@ -52,23 +50,44 @@ public final class BlobStore: Sendable {
         return Int64(st.st_size)
     }
 
-    /// Empty staging files for writers, made and taken back in the background (StagingPool.swift).
-    private let pool: StagingPool
+    /// Empty staging files kept for reuse (see `takeStagingFile`), at most `spareLimit`.
+    private let spares = Mutex<[(fd: Int32, path: String)]>([])
+    private static let spareLimit = 32
 
-    /// An empty staging file, ready at once (made ahead of need). Give it back with
-    /// `returnStagingFile`.
-    public func takeStagingFile() throws -> (fd: Int32, path: String) { try pool.take() }
+    /// An empty staging file: a spare one when there is one, else a new one. Give it
+    /// back with `returnStagingFile` when its content was not stored.
+    ///
+    /// Why reuse: a file whose content the store already has (a copy of a file already
+    /// on the drive, a tree unpacked twice) would otherwise create an inode and free it
+    /// again at once. On ext4 without a journal, every inode allocation in a block
+    /// group steps over the inodes freed there in the last seconds, checking each one
+    /// (`recently_deleted`); with thousands freed in the staging folder's group, that
+    /// scan took a fifth of the mount's CPU while unpacking a tree (perf, Docs/benchmarks.md).
+    public func takeStagingFile() throws -> (fd: Int32, path: String) {
+        if let spare = spares.withLock({ $0.popLast() }) { return spare }
+        return try makeStagingFile()
+    }
 
-    /// Takes back a staging file: emptied and kept for reuse when its content was not
-    /// stored (the store already had it, or the write was abandoned), else (it was
-    /// linked into the store: a stored block now) closed and its staging name removed.
-    /// The caller must not use `fd` again.
-    public func returnStagingFile(fd: Int32, path: String) { pool.giveBack((fd, path)) }
+    /// Takes back a staging file whose content was not stored (the store already had
+    /// it, or the write was abandoned): emptied and kept as a spare, or removed when
+    /// enough are kept. A file that was linked into the store (more than one link) is
+    /// never reused: it is a stored block now.
+    public func returnStagingFile(fd: Int32, path: String) {
+        var st = stat()
+        if fstat(fd, &st) == 0, st.st_nlink == 1, ftruncate(fd, 0) == 0,
+           spares.withLock({ list -> Bool in
+               guard list.count < Self.spareLimit else { return false }
+               list.append((fd, path))
+               return true
+           }) {
+            return
+        }
+        FileIO.close(fd)
+        _ = unlink(path)
+    }
 
     /// Creates a new, empty staging file and returns its descriptor (read-write) and path.
-    public func makeStagingFile() throws -> (fd: Int32, path: String) { try Self.makeStagingFile(in: stagingRoot) }
-
-    private static func makeStagingFile(in stagingRoot: String) throws -> (fd: Int32, path: String) {
+    public func makeStagingFile() throws -> (fd: Int32, path: String) {
         let name = Hex.encode(SecureRandom.bytes(12))
         let path = "\(stagingRoot)/\(name)"
         let fd = try FileIO.open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
@@ -137,7 +156,9 @@ public final class BlobStore: Sendable {
 
     /// Removes every staging file (left over from a previous run).
     public func clearStaging() {
-        pool.drain()
+        for spare in spares.withLock({ list -> [(fd: Int32, path: String)] in defer { list.removeAll() }; return list }) {
+            FileIO.close(spare.fd)
+        }
         for name in (try? FileIO.listDirectory(stagingRoot)) ?? [] {
             _ = unlink("\(stagingRoot)/\(name)")
         }

@@ -10,12 +10,15 @@ import Foundation
 /// a sparse 2 GiB file, sequential copies, `tar x` of many small files, and xfstests'
 /// fsstress. Every command has a deadline: a row that stalls prints "timeout after N s"
 /// and the run goes on; every mount is unmounted on every path.
+/// `--baseline-vdrive PATH` adds another build of the drive as a last column: on these
+/// noisy machines a change is judged by its column beside the build before it, in the
+/// same rows, not by two runs minutes apart.
 enum DriveBenchmark {
     static let usage = """
         usage: vdrive-bench drive [--dir DIR] [--big-mib N] [--files N] [--list N] [--tree DIR] [--rounds N]
                                   [--libfuse DIR] [--fsstress PATH] [--fsstress-procs N] [--fsstress-ops N] [--seed N]
-                                  [--timeout S] [--fsstress-timeout S] [--only plain,bindfs,hp,ll,vdrive]
-                                  [--rows copy,small,sparse,many,list,tar,fsstress]
+                                  [--timeout S] [--fsstress-timeout S] [--only plain,bindfs,hp,ll,vdrive,baseline]
+                                  [--rows copy,small,sparse,many,list,tar,fsstress] [--baseline-vdrive PATH]
         """
 
     struct Options {
@@ -28,9 +31,11 @@ enum DriveBenchmark {
         var timeout = 120.0, fsstressTimeout = 300.0
         var only: Set<String>? = nil
         var rows: Set<String>? = nil
+        /// Another build of `vdrive`, measured as its own column.
+        var baseline: String? = nil
     }
 
-    enum Kind: String { case plain, bindfs, hp, ll, vdrive }
+    enum Kind: String { case plain, bindfs, hp, ll, vdrive, baseline }
 
     /// One column: where the rows write, and what holds its bytes on disk.
     struct Target {
@@ -71,6 +76,7 @@ enum DriveBenchmark {
             case "--timeout": o.timeout = Double(try number(try value()))
             case "--fsstress-timeout": o.fsstressTimeout = Double(try number(try value()))
             case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
+            case "--baseline-vdrive": o.baseline = try value()
             case "--rows":
                 let known: Set<String> = ["copy", "small", "sparse", "many", "list", "tar", "fsstress"]
                 let r = Set(try value().split(separator: ",").map(String.init))
@@ -117,7 +123,7 @@ enum DriveBenchmark {
         func go() throws {
             BenchMounts.shared.unmountOnSignals()
             defer { BenchMounts.shared.unmountAll() }
-            for m in ["bindfs-mnt", "hp-mnt", "ll-mnt", "drive-mnt"] where Bench.isMounted("\(d)/\(m)") {
+            for m in ["bindfs-mnt", "hp-mnt", "ll-mnt", "drive-mnt", "baseline-mnt"] where Bench.isMounted("\(d)/\(m)") {
                 _ = TimedCommand.run("fusermount3 -u -z \(d)/\(m)", timeout: 30)
             }
             _ = TimedCommand.run("rm -rf \(d)", timeout: 600)
@@ -143,7 +149,7 @@ enum DriveBenchmark {
             }))
             for n in notes { say("- " + n) }
             BenchMounts.shared.unmountAll()
-            _ = TimedCommand.run("rm -rf \(d)/src \(d)/plain \(d)/bindfs-src \(d)/hp-src \(d)/ll-src \(d)/drive-state", timeout: 600)
+            _ = TimedCommand.run("rm -rf \(d)/src \(d)/plain \(d)/bindfs-src \(d)/hp-src \(d)/ll-src \(d)/drive-state \(d)/baseline-state", timeout: 600)
         }
 
         /// Adds a row; `key` sorts the printed table ("a1 label").
@@ -181,7 +187,7 @@ enum DriveBenchmark {
 
         func startTargets() throws {
             let fm = FileManager.default
-            for sub in ["plain", "bindfs-src", "bindfs-mnt", "hp-src", "hp-mnt", "ll-src", "ll-mnt", "drive-mnt"] {
+            for sub in ["plain", "bindfs-src", "bindfs-mnt", "hp-src", "hp-mnt", "ll-src", "ll-mnt", "drive-mnt", "baseline-mnt"] {
                 try fm.createDirectory(atPath: "\(d)/\(sub)", withIntermediateDirectories: true)
             }
             if wanted(.plain) { targets.append(Target(kind: .plain, name: "plain folder", path: "\(d)/plain", backing: "\(d)/plain")) }
@@ -213,6 +219,11 @@ enum DriveBenchmark {
             if wanted(.vdrive) {
                 startFuse(.vdrive, "vdrive", [Bench.sibling("vdrive"), "mount", "\(d)/drive-mnt", "--state", "\(d)/drive-state", "-f"],
                           mount: "\(d)/drive-mnt", backing: "\(d)/drive-state")
+            }
+            if let baseline = o.baseline, wanted(.baseline) {
+                guard fm.isExecutableFile(atPath: baseline) else { throw Bench.Failure(description: "--baseline-vdrive \(baseline): not an executable file") }
+                startFuse(.baseline, "vdrive (baseline)", [baseline, "mount", "\(d)/baseline-mnt", "--state", "\(d)/baseline-state", "-f"],
+                          mount: "\(d)/baseline-mnt", backing: "\(d)/baseline-state")
             }
             guard !targets.isEmpty else { throw Bench.Failure(description: "no target to measure") }
         }
