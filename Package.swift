@@ -37,7 +37,7 @@ let package = Package(
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
         .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport"]),
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
+        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "HTTPClient", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
     ]
 )

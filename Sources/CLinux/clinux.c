@@ -26,6 +26,10 @@ int vd_start_writeback(int fd, int64_t offset, int64_t length) {
     return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
 }
 
+int vd_open_direct_for_writing(const char *path) {
+    return open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+}
+
 void vd_tune_malloc(int mmap_threshold, int max_arenas) {
     mallopt(M_MMAP_THRESHOLD, mmap_threshold);
     mallopt(M_ARENA_MAX, max_arenas);

@@ -315,7 +315,7 @@ public final class WorkspaceClient: Sendable {
     public func download(content: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
                          progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
         let hasher = range == nil ? ContentHasher() : nil
-        let written = try fetch(API.contentPrefix + content.hex, range: range, to: fd, at: fdOffset, hook: hasher.map { h in { h.update($0) } }, progress: progress)
+        let written = try fetch(API.contentPrefix + content.hex, range: range, to: fd, at: fdOffset, direct: nil, hook: hasher.map { h in { h.update($0) } }, progress: progress)
         if let hasher {
             let got = hasher.finish().content
             guard got == content else { throw .contentMismatch("the downloaded content hashes to \(got.hex), not \(content.hex); download it again") }
@@ -326,10 +326,12 @@ public final class WorkspaceClient: Sendable {
     /// Downloads one stored block (or `range` of it) into `fd` at `fdOffset`; returns the
     /// bytes written. A whole block is checked against its hash (`.contentMismatch`).
     @discardableResult
+    /// `direct`: an O_DIRECT descriptor of `fd`'s file, to write the block past the page cache.
     public func downloadBlock(_ hash: SHA256Digest, range: ClosedRange<Int64>? = nil, to fd: Int32, at fdOffset: Int64 = 0,
-                              progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
+                              direct: Int32? = nil, progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> Int64 {
         let hasher = range == nil ? SHA256Hasher() : nil
-        let written = try fetch(API.blockPrefix + hash.hex, range: range, to: fd, at: fdOffset, hook: hasher.map { h in { h.update($0) } }, progress: progress)
+        let written = try fetch(API.blockPrefix + hash.hex, range: range, to: fd, at: fdOffset, direct: direct,
+                                hook: hasher.map { h in { h.update($0) } }, progress: progress)
         if let hasher {
             let got = hasher.finish()
             guard got == hash else { throw .contentMismatch("the downloaded block hashes to \(got.hex), not \(hash.hex); download it again") }
@@ -357,7 +359,7 @@ public final class WorkspaceClient: Sendable {
     @discardableResult
     public func streamBlock(_ hash: SHA256Digest, to fd: Int32, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
         try withoutActuallyEscaping(piece) { piece throws(ClientError) -> Int64 in
-            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, hook: piece, progress: nil)
+            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, direct: nil, hook: piece, progress: nil)
         }
     }
 
@@ -377,20 +379,20 @@ public final class WorkspaceClient: Sendable {
     }
 
     /// GET of `path` (with one Range) into `fd`; `hook` sees every piece written.
-    private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64,
+    private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64, direct: Int32?,
                        hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
         var headers = [authHeader]
         if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
         let counter = ByteCounter()
         var reply = try connection.perform(method: "GET", url: baseURL + path, headers: headers,
-                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
+                                           sink: fd, sinkOffset: fdOffset, directSink: direct, sinkHook: { chunk in
                                                counter.count += Int64(chunk.count)
                                                hook?(chunk)
                                            }, progress: progress)
         if reply.status == 307, let location = reply.header("Location"), counter.count == 0 {
             // A scaled server's blocks come from its object store: follow once, without the token.
             reply = try connection.perform(method: "GET", url: location, headers: Array(headers.dropFirst()),
-                                           sink: fd, sinkOffset: fdOffset, sinkHook: { chunk in
+                                           sink: fd, sinkOffset: fdOffset, directSink: direct, sinkHook: { chunk in
                                                counter.count += Int64(chunk.count)
                                                hook?(chunk)
                                            }, progress: progress)

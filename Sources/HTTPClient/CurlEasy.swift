@@ -39,6 +39,10 @@ private let curlGlobalInit: Bool = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) 
 /// idle list for the request, put back after).
 final class CurlEasy: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
+    /// The aligned buffer of downloads written past the page cache (DirectSink), made on
+    /// first need and kept with the handle.
+    private(set) lazy var directBuffer: UnsafeMutableRawPointer = DirectSink.makeBuffer()
+    private var madeDirectBuffer = false
 
     init() {
         precondition(curlGlobalInit, "curl_global_init failed")
@@ -46,7 +50,15 @@ final class CurlEasy: @unchecked Sendable {
         handle = h
     }
 
-    deinit { curl_easy_cleanup(handle) }
+    func directSink(direct: Int32, buffered: Int32, offset: Int64) -> DirectSink? {
+        madeDirectBuffer = true
+        return DirectSink(direct: direct, buffered: buffered, offset: offset, buffer: directBuffer)
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        if madeDirectBuffer { directBuffer.deallocate() }
+    }
 }
 
 /// State shared with the C callbacks of one transfer, reached through their userdata pointer.
@@ -69,6 +81,8 @@ private final class Transfer {
     var writeError: Int32 = 0
     var received: Int64 = 0
     var sinkHook: ((UnsafeRawBufferPointer) -> Void)?
+    /// Set when the download goes to `sink` past the page cache.
+    var direct: DirectSink?
     var progress: ((Int64) -> Bool)?
     var cancelled = false
 }
@@ -107,6 +121,13 @@ private func writeCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ 
     let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
     let n = size * count
     let chunk = UnsafeRawBufferPointer(start: data, count: n)
+    if let direct = t.direct {
+        if !direct.append(chunk) { t.writeError = direct.error; return 0 }
+        t.sinkOffset += Int64(n)
+        t.sinkHook?(chunk)
+        t.received += Int64(n)
+        return n
+    }
     if t.sink >= 0 {
         var done = 0
         while done < n {
@@ -166,12 +187,15 @@ public final class HTTPConnection: Sendable {
     /// `responseLimit` bytes) or, with `sink`, to that descriptor from `sinkOffset`
     /// (`sinkHook` sees each written piece). `progress` gets bytes sent (or received)
     /// so far and returns false to cancel.
+    /// `directSink`: another descriptor of `sink`'s file, opened with O_DIRECT; the body
+    /// is then written through it a megabyte at a time, past the page cache (DirectSink),
+    /// when `sinkOffset` is aligned.
     public func perform(method: String, url: String, headers: [String] = [], body: RequestBodySource = .none,
-                        responseLimit: Int = 16 << 20, sink: Int32? = nil, sinkOffset: Int64 = 0,
+                        responseLimit: Int = 16 << 20, sink: Int32? = nil, sinkOffset: Int64 = 0, directSink: Int32? = nil,
                         sinkHook: ((UnsafeRawBufferPointer) -> Void)? = nil,
                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: body, raw: nil, responseLimit: responseLimit,
-                sink: sink, sinkOffset: sinkOffset, sinkHook: sinkHook, progress: progress)
+                sink: sink, sinkOffset: sinkOffset, directSink: directSink, sinkHook: sinkHook, progress: progress)
     }
 
     /// Sends `bytes` as the request body straight from the caller's buffer (valid for the
@@ -180,11 +204,11 @@ public final class HTTPConnection: Sendable {
     public func perform(method: String, url: String, headers: [String] = [], bytes: UnsafeRawBufferPointer,
                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: .none, raw: bytes, responseLimit: 16 << 20,
-                sink: nil, sinkOffset: 0, sinkHook: nil, progress: progress)
+                sink: nil, sinkOffset: 0, directSink: nil, sinkHook: nil, progress: progress)
     }
 
     private func run(method: String, url: String, headers: [String], body: RequestBodySource, raw: UnsafeRawBufferPointer?,
-                     responseLimit: Int, sink: Int32?, sinkOffset: Int64,
+                     responseLimit: Int, sink: Int32?, sinkOffset: Int64, directSink: Int32?,
                      sinkHook: ((UnsafeRawBufferPointer) -> Void)?,
                      progress: ((Int64) -> Bool)?) throws(ClientError) -> HTTPResult {
         let transfer = Transfer()
@@ -196,6 +220,7 @@ public final class HTTPConnection: Sendable {
         let timeouts = self.timeouts
         let easy = idle.withLock { $0.popLast() } ?? CurlEasy()
         defer { idle.withLock { $0.append(easy) } }
+        if let directSink, let sink { transfer.direct = easy.directSink(direct: directSink, buffered: sink, offset: sinkOffset) }
         let result: Result<HTTPResult, ClientError> = {
             let h = easy.handle
             curl_easy_reset(h)
@@ -209,9 +234,6 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
-            // A download into a file takes the socket in 256 KiB reads, not libcurl's
-            // 16 KiB: a sixteenth of the recv and pwrite calls (restore's CPU per GB).
-            if sink != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 256 << 10) }
             vd_curl_setopt_write(h, writeCallback)
             vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
             // A download into a file: 256 KiB per write callback instead of 16 KiB, so a
@@ -249,6 +271,9 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_ptr(h, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
             let code = curl_easy_perform(h)
             if code != CURLE_OK { return .failure(Self.map(code, transfer)) }
+            if let direct = transfer.direct, !direct.finish() {
+                return .failure(.localIO("writing the downloaded bytes failed: \(String(cString: strerror(direct.error)))"))
+            }
             var status = 0
             vd_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
             return .success(HTTPResult(status: status, headers: transfer.headers, body: transfer.body))

@@ -110,6 +110,14 @@ public enum FileIO {
     /// Starts writing `[offset, offset + length)` of `fd` back to the disk and returns
     /// at once (sync_file_range WRITE): a later fdatasync finds less to wait for. Only a
     /// hint: nothing is promised about durability, so failures are not reported.
+    /// A second descriptor of an existing file for writes that bypass the page cache
+    /// (O_DIRECT: aligned offsets, lengths and buffers; HTTPClient's DirectSink), or nil
+    /// when its file system does not take them (tmpfs).
+    public static func openDirectForWriting(_ path: String) -> Int32? {
+        let fd = vd_open_direct_for_writing(path)
+        return fd >= 0 ? fd : nil
+    }
+
     public static func startWriteback(_ fd: Int32, offset: Int64, length: Int64) {
         _ = vd_start_writeback(fd, offset, length)
     }

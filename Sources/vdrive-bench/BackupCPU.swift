@@ -79,20 +79,11 @@ extension BackupBenchmark {
         if let perf = o.perf {
             print("cpu: one more drive run under perf record -p <mount> ...")
             let m = try DriveRun(vdrive: vdrive, dir: "\(d)/drive")
-            let rec = Process()
-            rec.executableURL = URL(fileURLWithPath: "/usr/bin/perf")
-            rec.arguments = ["record", "-F", "2999", "-g", "-p", "\(m.mount.pid)", "-o", perf]
-            rec.standardOutput = FileHandle.nullDevice
-            rec.standardError = FileHandle.nullDevice
-            try rec.run()
-            usleep(500_000)
-            try Bench.sh("cp \(d)/src-cpu/* '\(d)/drive/mnt/Camera Roll/'")
-            try m.mount.waitUntilBackedUp(done: n)
-            kill(rec.processIdentifier, SIGINT)
-            rec.waitUntilExit()
-            m.stop()
-            try Bench.sh("perf report -i \(perf) --no-children --sort dso,sym --stdio -g none 2>/dev/null | swift demangle --simplified > \(perf).txt 2>/dev/null || perf report -i \(perf) --no-children --sort dso,sym --stdio -g none > \(perf).txt 2>/dev/null")
-            try Bench.sh("perf report -i \(perf) --no-children --sort dso --stdio -g none > \(perf).dso.txt 2>/dev/null")
+            defer { m.stop() }
+            try Bench.profile(pid: m.mount.pid, into: perf) {
+                try Bench.sh("cp \(d)/src-cpu/* '\(d)/drive/mnt/Camera Roll/'")
+                try m.mount.waitUntilBackedUp(done: n)
+            }
             print("cpu: profile in \(perf).txt (by symbol) and \(perf).dso.txt (by library)")
         }
 

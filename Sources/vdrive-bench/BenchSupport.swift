@@ -46,6 +46,24 @@ enum Bench {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// Runs `body` under `perf record -g -p pid` into `output`, then writes the report by
+    /// symbol (`output.txt`, Swift names demangled) and by library (`output.dso.txt`).
+    static func profile(pid: pid_t, into output: String, during body: () throws -> Void) throws {
+        let rec = Process()
+        rec.executableURL = URL(fileURLWithPath: "/usr/bin/perf")
+        rec.arguments = ["record", "-F", "2999", "-g", "-p", "\(pid)", "-o", output]
+        rec.standardOutput = FileHandle.nullDevice
+        rec.standardError = FileHandle.nullDevice
+        try rec.run()
+        usleep(500_000)
+        let outcome = Result { try body() }
+        kill(rec.processIdentifier, SIGINT)
+        rec.waitUntilExit()
+        try outcome.get()
+        try sh("perf report -i \(output) --no-children --sort dso,sym --stdio -g none 2>/dev/null | swift demangle --simplified > \(output).txt 2>/dev/null || perf report -i \(output) --no-children --sort dso,sym --stdio -g none > \(output).txt 2>/dev/null")
+        try sh("perf report -i \(output) --no-children --sort dso --stdio -g none > \(output).dso.txt 2>/dev/null")
+    }
+
     static func dropCaches() {
         sync()
         _ = try? "3\n".write(toFile: "/proc/sys/vm/drop_caches", atomically: false, encoding: .utf8)

@@ -16,11 +16,13 @@ import Client
 ///   from the server (`GET /v1/contents/<hash>`, one connection, a file on the same disk),
 ///   and `curl -o /dev/null` for reference. Target: at least 0.8x curl's throughput.
 enum OnlineBenchmark {
-    static let usage = "       vdrive-bench online [--first-gib N] [--seq-gib N] [--rounds N] [--dir DIR]"
+    static let usage = "       vdrive-bench online [--first-gib N] [--seq-gib N] [--rounds N] [--dir DIR] [--perf FILE]"
 
     static func run(_ args: [String]) throws {
         var dir = "/var/tmp/vdrive-bench-online", firstGiB = 2, seqGiB = 1, rounds = 3
+        var perf: String?
         try Bench.parseOptions(args, values: [
+            "--perf": { perf = $0 },
             "--dir": { dir = $0 },
             "--first-gib": { firstGiB = Int($0)! },
             "--seq-gib": { seqGiB = Int($0)! },
@@ -86,6 +88,13 @@ enum OnlineBenchmark {
                   + "\(Bench.f(curlRate.last! / 1e6, 0)) MB/s (\(Bench.f(driveRate.last! / curlRate.last!))x), curl -o /dev/null \(Bench.f(curlNullRate.last! / 1e6, 0)) MB/s; "
                   + "CPU s per GiB: cat \(Bench.f(driveCPU.last!.reader)) + mount \(Bench.f(driveCPU.last!.mount)) + server \(Bench.f(driveCPU.last!.server)), "
                   + "curl \(Bench.f(curlCPU.last!.reader)) + server \(Bench.f(curlCPU.last!.server))")
+        }
+        if let perf {
+            // One more cold sequential read, with the mount under `perf record`.
+            try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
+            Bench.dropCaches()
+            try Bench.profile(pid: mount.pid, into: perf) { try Bench.sh("cat '\(sequential)' > /dev/null") }
+            print("online: profile of the mount during a cold read in \(perf).txt (by symbol) and \(perf).dso.txt (by library)")
         }
         let median = { (v: [Double]) in v.sorted()[v.count / 2] }
         print("")

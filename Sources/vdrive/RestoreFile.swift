@@ -34,6 +34,9 @@ final class FileInFlight: Sendable {
     let final: String
     let temporary: String
     let fd: Int32
+    /// The same file opened with O_DIRECT: fetched blocks are written past the page
+    /// cache (nil where the file system refuses it).
+    let direct: Int32?
     let manifest: BlockManifest
     /// The temporary file's size before this run: a killed run may have left verified
     /// blocks below it.
@@ -48,10 +51,15 @@ final class FileInFlight: Sendable {
     }
     let state: Mutex<State>
 
-    init(record: FileRecord, final: String, temporary: String, fd: Int32, manifest: BlockManifest, leftBehind: Int64) {
-        self.record = record; self.final = final; self.temporary = temporary; self.fd = fd
+    init(record: FileRecord, final: String, temporary: String, fd: Int32, direct: Int32?, manifest: BlockManifest, leftBehind: Int64) {
+        self.record = record; self.final = final; self.temporary = temporary; self.fd = fd; self.direct = direct
         self.manifest = manifest; self.leftBehind = leftBehind
         state = Mutex(State(remaining: manifest.blocks.count))
+    }
+
+    func close() {
+        FileIO.close(fd)
+        if let direct { FileIO.close(direct) }
     }
 }
 
@@ -126,7 +134,8 @@ struct FileRestorer: Sendable {
             let had = Int64(try FileIO.status(fd).st_size)
             // Exactly the size: holes read as zeros, which is what zero blocks are.
             try FileIO.ftruncate(fd, record.size)
-            return .fetch(FileInFlight(record: record, final: final, temporary: temporary, fd: fd, manifest: manifest, leftBehind: min(had, record.size)))
+            return .fetch(FileInFlight(record: record, final: final, temporary: temporary, fd: fd, direct: FileIO.openDirectForWriting(temporary),
+                                       manifest: manifest, leftBehind: min(had, record.size)))
         } catch {
             FileIO.close(fd)
             throw .local("cannot write \(temporary): \(error)")
@@ -145,9 +154,9 @@ struct FileRestorer: Sendable {
             return .kept
         }
         do {
-            let fetched = try client.downloadBlock(hash, to: file.fd, at: offset, progress: progress)
-            // Start writing the block back now (without waiting): the disk works while
-            // the next blocks arrive, and `complete`'s fdatasync has little left to do.
+            let fetched = try client.downloadBlock(hash, to: file.fd, at: offset, direct: file.direct, progress: progress)
+            // Through the page cache (no O_DIRECT here, or the block's last bytes): start
+            // writing it back now, without waiting; `complete`'s fdatasync has little left.
             FileIO.startWriteback(file.fd, offset: offset, length: Int64(length))
             return .fetched(fetched)
         } catch {
@@ -157,14 +166,14 @@ struct FileRestorer: Sendable {
 
     /// Every block is settled: the file goes to disk, gets its date, takes its name.
     func complete(_ file: FileInFlight) throws(RestoreFailure) {
-        defer { FileIO.close(file.fd) }
+        defer { file.close() }
         do { try FileIO.fdatasync(file.fd) } catch { throw .local("cannot write \(file.temporary): \(error)") }
         Self.setTimes(file.temporary, RestoreSelection.date(of: file.record))
         do { try FileIO.rename(file.temporary, file.final) } catch { throw .local("cannot rename \(file.temporary) to \(file.final): \(error)") }
     }
 
     /// A block failed: the temporary file stays (its verified blocks serve the next run).
-    func abandon(_ file: FileInFlight) { FileIO.close(file.fd) }
+    func abandon(_ file: FileInFlight) { file.close() }
 
     static func folder(of path: String) -> String { String(path[..<path.lastIndex(of: "/")!]) }
 

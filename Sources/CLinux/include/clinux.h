@@ -9,6 +9,9 @@ int vd_clone_file(int dst_fd, int src_fd);
 int vd_syncfs(int fd);
 /* sync_file_range(SYNC_FILE_RANGE_WRITE): start writing a range back, without waiting. */
 int vd_start_writeback(int fd, int64_t offset, int64_t length);
+/* open(path, O_WRONLY | O_DIRECT): writes that bypass the page cache (-1 and errno when
+   the file system refuses O_DIRECT, e.g. tmpfs). */
+int vd_open_direct_for_writing(const char *path);
 /* mallopt(M_MMAP_THRESHOLD) and mallopt(M_ARENA_MAX): <malloc.h> is not in Swift's Glibc. */
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
 #endif
