@@ -5,6 +5,7 @@
 #include <linux/fs.h>
 #include <malloc.h>
 #include <fcntl.h>
+#include <sys/vfs.h>
 
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len) {
     loff_t in = *off_in, out = *off_out;
@@ -24,6 +25,11 @@ int vd_syncfs(int fd) {
 
 int vd_start_writeback(int fd, int64_t offset, int64_t length) {
     return sync_file_range(fd, offset, length, SYNC_FILE_RANGE_WRITE);
+}
+
+long vd_file_system_type(int fd) {
+    struct statfs fs;
+    return fstatfs(fd, &fs) == 0 ? (long)fs.f_type : -1;
 }
 
 int vd_open_direct_for_writing(const char *path) {

@@ -112,11 +112,24 @@ public enum FileIO {
     /// hint: nothing is promised about durability, so failures are not reported.
     /// A second descriptor of an existing file for writes that bypass the page cache
     /// (O_DIRECT: aligned offsets, lengths and buffers; HTTPClient's DirectSink), or nil
-    /// when its file system does not take them (tmpfs).
+    /// when its file system refuses them (tmpfs) or is not a local disk's.
     public static func openDirectForWriting(_ path: String) -> Int32? {
         let fd = vd_open_direct_for_writing(path)
-        return fd >= 0 ? fd : nil
+        guard fd >= 0 else { return nil }
+        guard directWriteFileSystems.contains(fileSystemType(fd)) else {
+            close(fd)
+            return nil
+        }
+        return fd
     }
+
+    /// The magic number of the file system holding `fd` (`statfs.f_type`), or -1.
+    public static func fileSystemType(_ fd: Int32) -> Int { vd_file_system_type(fd) }
+
+    /// File systems on a local disk, where a direct write goes to the disk and costs
+    /// no page cache: ext2/3/4, XFS, btrfs. Elsewhere (NFS, FUSE, overlays) a direct
+    /// write can be a synchronous round trip each, so the page cache is kept.
+    public static let directWriteFileSystems: Set<Int> = [0xEF53, 0x5846_5342, 0x9123_683E]
 
     public static func startWriteback(_ fd: Int32, offset: Int64, length: Int64) {
         _ = vd_start_writeback(fd, offset, length)

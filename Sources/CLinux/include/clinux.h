@@ -12,6 +12,8 @@ int vd_start_writeback(int fd, int64_t offset, int64_t length);
 /* open(path, O_WRONLY | O_DIRECT): writes that bypass the page cache (-1 and errno when
    the file system refuses O_DIRECT, e.g. tmpfs). */
 int vd_open_direct_for_writing(const char *path);
+/* fstatfs(fd).f_type (the file system's magic number), or -1: <sys/vfs.h> is not in Swift's Glibc. */
+long vd_file_system_type(int fd);
 /* mallopt(M_MMAP_THRESHOLD) and mallopt(M_ARENA_MAX): <malloc.h> is not in Swift's Glibc. */
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
 #endif
