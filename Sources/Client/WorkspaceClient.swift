@@ -357,9 +357,9 @@ public final class WorkspaceClient: Sendable {
     /// written to `piece`; not checked here (the caller hashes the pieces). Returns the
     /// bytes written.
     @discardableResult
-    public func streamBlock(_ hash: SHA256Digest, to fd: Int32, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
+    public func streamBlock(_ hash: SHA256Digest, to fd: Int32, direct: Int32? = nil, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
         try withoutActuallyEscaping(piece) { piece throws(ClientError) -> Int64 in
-            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, direct: nil, hook: piece, progress: nil)
+            try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, direct: direct, hook: piece, progress: nil)
         }
     }
 

@@ -182,8 +182,12 @@ public final class BlockCache: @unchecked Sendable {
     private func fetchWhole(_ hash: SHA256Digest, length: Int, interactive: Bool, _ remote: RemoteContent) throws {
         let wasDamaged = isDamaged(hash)
         let (fd, path) = try blobs.makeStagingFile()
+        let direct = FileIO.openDirectForWriting(path)
         do {
-            defer { FileIO.close(fd) }
+            defer {
+                FileIO.close(fd)
+                if let direct { FileIO.close(direct) }
+            }
             var verified = false
             for attempt in 1...2 where !verified {
                 // Only a retry truncates: ext4 starts writeback at the close of a file
@@ -191,7 +195,7 @@ public final class BlockCache: @unchecked Sendable {
                 if attempt > 1 { try FileIO.ftruncate(fd, 0) }
                 let hasher = SHA256Hasher()
                 let n = try remoteCall(hash) { () throws(RemoteFailure) -> Int in
-                    try remote.wholeBlock(hash, into: fd, interactive: interactive) { hasher.update($0) }
+                    try remote.wholeBlock(hash, into: fd, direct: direct, interactive: interactive) { hasher.update($0) }
                 }
                 state.withLock { $0.stats.bytesFetched += Int64(n) }
                 verified = n == length && hasher.finish() == hash

@@ -15,8 +15,9 @@ public protocol RemoteContent: AnyObject, Sendable {
 
     /// The whole block `hash`, written to `fd` from offset 0 as it arrives; every piece
     /// written is also handed to `piece` (the drive hashes them, so the bytes are read
-    /// once and never held in memory whole). Returns the bytes written.
-    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, interactive: Bool,
+    /// once and never held in memory whole). `direct`: the same file opened with
+    /// O_DIRECT, to write past the page cache. Returns the bytes written.
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int
 
     /// The SHA-256 of each `Blocks.chunkSize` piece of block `hash`, in order (the last

@@ -46,7 +46,7 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         return try result.get()
     }
 
-    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, interactive: Bool,
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
         let length = state.withLock { $0.blocks[hash]?.count } ?? 0
         let bytes = try blockBytes(hash, offset: 0, length: length, interactive: interactive)
