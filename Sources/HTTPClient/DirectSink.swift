@@ -56,13 +56,7 @@ final class DirectSink {
     func finish() -> Bool {
         let aligned = fill / Self.alignment * Self.alignment
         if aligned > 0 && !write(aligned) { return false }
-        var done = 0
-        while done < fill {
-            let n = pwrite(buffered, buffer + done, fill - done, off_t(start) + off_t(done))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { error = n < 0 ? errno : EIO; return false }
-            done += n
-        }
+        if !writeAll(buffered, fill) { return false }
         start += Int64(fill)
         fill = 0
         return true
@@ -71,16 +65,22 @@ final class DirectSink {
     /// Writes the buffer's first `count` bytes (a multiple of `alignment`) at `start`,
     /// and keeps the rest at the buffer's head.
     private func write(_ count: Int) -> Bool {
+        if !writeAll(direct, count) { return false }
+        start += Int64(count)
+        fill -= count
+        if fill > 0 { buffer.copyMemory(from: buffer + count, byteCount: fill) }
+        return true
+    }
+
+    /// pwrite of the buffer's first `count` bytes to `fd` at `start`, whole.
+    private func writeAll(_ fd: Int32, _ count: Int) -> Bool {
         var done = 0
         while done < count {
-            let n = pwrite(direct, buffer + done, count - done, off_t(start) + off_t(done))
+            let n = pwrite(fd, buffer + done, count - done, off_t(start) + off_t(done))
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { error = n < 0 ? errno : EIO; return false }
             done += n
         }
-        start += Int64(count)
-        fill -= count
-        if fill > 0 { buffer.copyMemory(from: buffer + count, byteCount: fill) }
         return true
     }
 }
