@@ -120,9 +120,10 @@ public final class RecordsTable: @unchecked Sendable {
     }
 
     /// Forgets every record, the cursor and the workspace, in one transaction: the server
-    /// forgot part of its feed, or the address reaches another workspace. Returns the files that had records (Backups/ drops them
-    /// until the feed names them again). Block lists stay (a content's list never
-    /// changes), and so do the names given in `Backups/` (a file that comes back keeps its name).
+    /// forgot part of its feed, or the address reaches another workspace. Returns the
+    /// files that had records (Backups/ drops them until the feed names them again).
+    /// Block lists stay (a content's list never changes), and so do the names given in
+    /// `Backups/` (a file that comes back keeps its name).
     public func startOver() throws -> Set<RecordKey> {
         try locked { db in
             try db.transaction {

@@ -41,8 +41,7 @@ final class CurlEasy: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
     /// The aligned buffer of downloads written past the page cache (DirectSink), made on
     /// first need and kept with the handle.
-    private(set) lazy var directBuffer: UnsafeMutableRawPointer = DirectSink.makeBuffer()
-    private var madeDirectBuffer = false
+    private var directBuffer: UnsafeMutableRawPointer?
 
     init() {
         precondition(curlGlobalInit, "curl_global_init failed")
@@ -51,13 +50,14 @@ final class CurlEasy: @unchecked Sendable {
     }
 
     func directSink(direct: Int32, buffered: Int32, offset: Int64) -> DirectSink? {
-        madeDirectBuffer = true
-        return DirectSink(direct: direct, buffered: buffered, offset: offset, buffer: directBuffer)
+        let buffer = directBuffer ?? DirectSink.makeBuffer()
+        directBuffer = buffer
+        return DirectSink(direct: direct, buffered: buffered, offset: offset, buffer: buffer)
     }
 
     deinit {
         curl_easy_cleanup(handle)
-        if madeDirectBuffer { directBuffer.deallocate() }
+        directBuffer?.deallocate()
     }
 }
 
@@ -121,22 +121,19 @@ private func writeCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ 
     let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
     let n = size * count
     let chunk = UnsafeRawBufferPointer(start: data, count: n)
-    if let direct = t.direct {
-        if !direct.append(chunk) { t.writeError = direct.error; return 0 }
-        t.sinkOffset += Int64(n)
-        t.sinkHook?(chunk)
-        t.received += Int64(n)
-        return n
-    }
     if t.sink >= 0 {
-        var done = 0
-        while done < n {
-            let w = pwrite(t.sink, data + done, n - done, off_t(t.sinkOffset))
-            if w < 0 && errno == EINTR { continue }
-            if w <= 0 { t.writeError = w < 0 ? errno : EIO; return 0 }
-            done += w
-            t.sinkOffset += Int64(w)
+        if let direct = t.direct {
+            if !direct.append(chunk) { t.writeError = direct.error; return 0 }
+        } else {
+            var done = 0
+            while done < n {
+                let w = pwrite(t.sink, data + done, n - done, off_t(t.sinkOffset) + off_t(done))
+                if w < 0 && errno == EINTR { continue }
+                if w <= 0 { t.writeError = w < 0 ? errno : EIO; return 0 }
+                done += w
+            }
         }
+        t.sinkOffset += Int64(n)
         t.sinkHook?(chunk)
         t.received += Int64(n)
         return n
