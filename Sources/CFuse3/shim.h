@@ -55,10 +55,6 @@ static inline void vd_conn_configure(struct fuse_conn_info *conn, unsigned max_w
     conn->congestion_threshold = 48;
 }
 
-/* Replies to a read with pieces of several files and zeros (a file stored in blocks,
-   holes included), in one reply. Piece i is `lens[i]` bytes of `fds[i]` from `pos[i]`,
-   or zeros when `fds[i]` is -1, taken from `zeros` (a read-only region of `zeros_len`
-   zero bytes the caller keeps mapped). */
 /* Each FUSE worker thread's buffer for read replies, kept for the thread's life and
    freed when it ends. */
 struct vd_read_buffer { void *mem; size_t cap; };
@@ -89,22 +85,24 @@ static inline void *vd_read_buffer(size_t size) {
     return b->mem;
 }
 
-/* Replies with the pieces read into the thread's buffer: one pread per piece, one
-   writev to the kernel. For a read larger than libfuse's splice pipe holds (64 KiB: its
-   size heuristic counts buffers, not bytes, so the pipe never grows for one large
-   piece) libfuse splices what fits and then reads the rest into memory it allocates
-   and frees on every request (its pages faulted in on every reply, seen in a profile of
-   a cold sequential read). Stops at a short piece (end of a file), as libfuse's copy
-   does. */
-static inline int vd_fuse_reply_pieces_buffered(fuse_req_t req, int count, const int *fds, const off_t *pos, const size_t *lens) {
+/* Replies with the pieces gathered in the thread's buffer: one pread per stored piece,
+   a copy of each piece in memory, one write to the kernel. For a read larger than
+   libfuse's splice pipe holds (64 KiB: its size heuristic counts buffers, not bytes, so
+   the pipe never grows for one large piece) libfuse splices what fits and then reads the
+   rest into memory it allocates and frees on every request (its pages faulted in on
+   every reply, seen in a profile of a cold sequential read). Stops at a short piece (end
+   of a file), as libfuse's copy does. */
+static inline int vd_fuse_reply_pieces_buffered(fuse_req_t req, int count, const int *fds, const off_t *pos,
+                                                const size_t *lens, const void *const *mems) {
     size_t total = 0;
     for (int i = 0; i < count; i++) total += lens[i];
     char *out = (char *)vd_read_buffer(total);
     if (out == NULL) return fuse_reply_err(req, ENOMEM);
     size_t filled = 0;
     for (int i = 0; i < count; i++) {
-        if (fds[i] < 0) {
-            memset(out + filled, 0, lens[i]);
+        if (mems[i] != NULL || fds[i] < 0) {
+            if (mems[i] != NULL) memcpy(out + filled, mems[i], lens[i]);
+            else memset(out + filled, 0, lens[i]);
             filled += lens[i];
             continue;
         }
@@ -125,40 +123,54 @@ static inline int vd_fuse_reply_pieces_buffered(fuse_req_t req, int count, const
 /* Replies up to this size are spliced by libfuse (they fit its pipe). */
 #define VD_SPLICE_REPLY_MAX (48 * 1024)
 
+/* Replies to a read with pieces of several files, bytes in memory and zeros (a file
+   stored in blocks, holes included), in one reply. Piece i is `lens[i]` bytes: from
+   `mems[i]` when it is not NULL (a block just fetched and checked), else of `fds[i]`
+   from `pos[i]`, or zeros when `fds[i]` is -1, taken from `zeros` (a read-only region
+   of `zeros_len` zero bytes the caller keeps mapped). */
 static inline int vd_fuse_reply_pieces(fuse_req_t req, int count, const int *fds, const off_t *pos, const size_t *lens,
-                                       const void *zeros, size_t zeros_len) {
-    int n = 0;
+                                       const void *const *mems, const void *zeros, size_t zeros_len) {
     int has_fd = 0;
-    for (int i = 0; i < count; i++) if (fds[i] >= 0) has_fd = 1;
-    if (!has_fd) {
-        /* Only holes: one plain write of the zero region (splicing memory into a pipe
-           would copy every zero twice and cost pipe pages). */
-        size_t total = 0;
-        for (int i = 0; i < count; i++) total += lens[i];
-        int slots_needed = (int)((total + zeros_len - 1) / zeros_len);
-        struct iovec iov[16];
-        if (slots_needed <= 16) {
-            int k = 0;
-            while (total > 0) {
-                size_t take = total < zeros_len ? total : zeros_len;
+    size_t whole = 0, slots = 0;
+    for (int i = 0; i < count; i++) {
+        if (mems[i] == NULL && fds[i] >= 0) has_fd = 1;
+        whole += lens[i];
+        /* A hole longer than the zero region takes several buffers. */
+        slots += (mems[i] != NULL || fds[i] >= 0) ? 1 : (lens[i] + zeros_len - 1) / zeros_len;
+    }
+    if (!has_fd && slots <= 64) {
+        /* Memory and holes only: one write of them, no copy here (splicing memory into
+           a pipe would copy every byte twice and cost pipe pages). */
+        struct iovec iov[64];
+        int k = 0;
+        for (int i = 0; i < count; i++) {
+            if (mems[i] != NULL) {
+                iov[k].iov_base = (void *)mems[i];
+                iov[k].iov_len = lens[i];
+                k++;
+                continue;
+            }
+            size_t left = lens[i];
+            while (left > 0) {
+                size_t take = left < zeros_len ? left : zeros_len;
                 iov[k].iov_base = (void *)zeros;
                 iov[k].iov_len = take;
                 k++;
-                total -= take;
+                left -= take;
             }
-            return fuse_reply_iov(req, iov, k);
         }
+        return fuse_reply_iov(req, iov, k);
     }
-    size_t whole = 0;
-    for (int i = 0; i < count; i++) whole += lens[i];
-    if (whole > VD_SPLICE_REPLY_MAX) return vd_fuse_reply_pieces_buffered(req, count, fds, pos, lens);
-    /* A hole longer than the zero region takes several buffers. */
-    size_t slots = 0;
-    for (int i = 0; i < count; i++) slots += fds[i] >= 0 ? 1 : (lens[i] + zeros_len - 1) / zeros_len;
+    if (whole > VD_SPLICE_REPLY_MAX || !has_fd) return vd_fuse_reply_pieces_buffered(req, count, fds, pos, lens, mems);
     struct fuse_bufvec *vec = (struct fuse_bufvec *)calloc(1, sizeof(struct fuse_bufvec) + slots * sizeof(struct fuse_buf));
     if (vec == NULL) return fuse_reply_err(req, ENOMEM);
+    int n = 0;
     for (int i = 0; i < count; i++) {
-        if (fds[i] >= 0) {
+        if (mems[i] != NULL) {
+            vec->buf[n].size = lens[i];
+            vec->buf[n].mem = (void *)mems[i];
+            n++;
+        } else if (fds[i] >= 0) {
             vec->buf[n].size = lens[i];
             vec->buf[n].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
             vec->buf[n].fd = fds[i];

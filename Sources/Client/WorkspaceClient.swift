@@ -353,11 +353,11 @@ public final class WorkspaceClient: Sendable {
         return reply.body
     }
 
-    /// Downloads one whole stored block into `fd` from offset 0, handing every piece
-    /// written to `piece`; not checked here (the caller hashes the pieces). Returns the
-    /// bytes written.
+    /// Downloads one whole stored block into `fd` from offset 0 (nil: nowhere), handing
+    /// every piece to `piece`; not checked here (the caller hashes the pieces). Returns
+    /// the bytes received.
     @discardableResult
-    public func streamBlock(_ hash: SHA256Digest, to fd: Int32, direct: Int32? = nil, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
+    public func streamBlock(_ hash: SHA256Digest, to fd: Int32?, direct: Int32? = nil, piece: (UnsafeRawBufferPointer) -> Void) throws(ClientError) -> Int64 {
         try withoutActuallyEscaping(piece) { piece throws(ClientError) -> Int64 in
             try fetch(API.blockPrefix + hash.hex, range: nil, to: fd, at: 0, direct: direct, hook: piece, progress: nil)
         }
@@ -378,8 +378,8 @@ public final class WorkspaceClient: Sendable {
         return digests
     }
 
-    /// GET of `path` (with one Range) into `fd`; `hook` sees every piece written.
-    private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32, at fdOffset: Int64, direct: Int32?,
+    /// GET of `path` (with one Range) into `fd` (nil: only to `hook`); `hook` sees every piece.
+    private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32?, at fdOffset: Int64, direct: Int32?,
                        hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
         var headers = [authHeader]
         if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }

@@ -46,13 +46,15 @@ public final class BlockCache: @unchecked Sendable {
     private let state = Mutex(State())
     private let busy = NSCondition()
     private var busyHashes: Set<SHA256Digest> = []
-    private let prefetchQueue = DispatchQueue(label: "vdrive-prefetch", attributes: .concurrent)
     /// At most this many prefetches at once, whatever the number of readers (each holds
     /// a connection and a thread while it waits on the network).
-    private let prefetchSlots = DispatchSemaphore(value: 4)
+    private let prefetchWorkers = BlockingWorkers(name: "vdrive-prefetch", limit: 4)
     /// Blocks fetched ahead of a sequential reader at once (16 MiB: enough to keep the
     /// connection busy while the reader consumes one block).
     static let prefetchDepth = 4
+    /// Blocks fetched whole for a sequential reader, in memory until served once.
+    /// Its pool covers them and the fetches in flight (the prefetches and a reader's).
+    let fetched = FetchedBlocks(limit: prefetchDepth + 2, poolLimit: 2 * prefetchDepth + 3)
 
     /// Counters for tests, `vdrive status` and benchmarks.
     public struct Statistics: Sendable {
@@ -109,13 +111,9 @@ public final class BlockCache: @unchecked Sendable {
             return true
         }
         guard start else { return }
-        prefetchQueue.async { [self] in
-            prefetchSlots.wait()
-            defer {
-                prefetchSlots.signal()
-                _ = state.withLock { $0.prefetching.remove(hash) }
-            }
-            _ = try? descriptor(hash, length: length, range: 0..<length, interactive: false, whole: true)
+        prefetchWorkers.run { [self] in
+            defer { _ = state.withLock { $0.prefetching.remove(hash) } }
+            _ = try? descriptor(hash, length: length, range: 0..<length, interactive: false, whole: true, keepInMemory: true)
         }
     }
 
@@ -138,8 +136,10 @@ public final class BlockCache: @unchecked Sendable {
 
     /// A descriptor from which `range` of block `hash` reads verified bytes: the stored
     /// block, or its partial file with every chunk covering `range` verified. `whole`
-    /// fetches the whole block in one request (a sequential reader, a copy before a write).
-    func descriptor(_ hash: SHA256Digest, length: Int, range: Range<Int>, interactive: Bool, whole: Bool) throws -> SharedDescriptor {
+    /// fetches the whole block in one request (a sequential reader, a copy before a write);
+    /// `keepInMemory` also keeps its checked bytes in `fetched` for the reader.
+    func descriptor(_ hash: SHA256Digest, length: Int, range: Range<Int>, interactive: Bool, whole: Bool,
+                    keepInMemory: Bool = false) throws -> SharedDescriptor {
         noteUse(hash)
         if let fd = openResident(hash) { return SharedDescriptor(fd) }
         guard let remote else {
@@ -149,7 +149,7 @@ public final class BlockCache: @unchecked Sendable {
         return try exclusively(hash) {
             if let fd = openResident(hash) { return SharedDescriptor(fd) }
             if whole || isDamaged(hash) {
-                try fetchWhole(hash, length: length, interactive: interactive, remote)
+                try fetchWhole(hash, length: length, interactive: interactive, keepInMemory: keepInMemory && whole, remote)
                 guard let fd = openResident(hash) else { throw Errno.ioError }
                 return SharedDescriptor(fd)
             }
@@ -179,8 +179,11 @@ public final class BlockCache: @unchecked Sendable {
 
     /// One whole block in one request, streamed into a staging file and hashed as it
     /// arrives, checked against its SHA-256 (fetched once more when wrong), then adopted.
-    private func fetchWhole(_ hash: SHA256Digest, length: Int, interactive: Bool, _ remote: RemoteContent) throws {
+    /// `keepInMemory`: the bytes are also gathered in memory and, once checked, published
+    /// in `fetched` (before the adoption: a waiting reader needs only the check).
+    private func fetchWhole(_ hash: SHA256Digest, length: Int, interactive: Bool, keepInMemory: Bool, _ remote: RemoteContent) throws {
         let wasDamaged = isDamaged(hash)
+        let memory = keepInMemory ? fetched.makeBlock(capacity: length) : nil
         let (fd, path) = try blobs.makeStagingFile()
         let direct = FileIO.openDirectForWriting(path)
         do {
@@ -192,10 +195,18 @@ public final class BlockCache: @unchecked Sendable {
             for attempt in 1...2 where !verified {
                 // Only a retry truncates: ext4 starts writeback at the close of a file
                 // truncated to zero (auto_da_alloc), measured at 7% of a cold read's CPU.
-                if attempt > 1 { try FileIO.ftruncate(fd, 0) }
+                if attempt > 1 && memory == nil { try FileIO.ftruncate(fd, 0) }
+                memory?.reset()
                 let hasher = SHA256Hasher()
                 let n = try remoteCall(hash) { () throws(RemoteFailure) -> Int in
-                    try remote.wholeBlock(hash, into: fd, direct: direct, interactive: interactive) { hasher.update($0) }
+                    // Into memory only, when kept there: the disk is written once the
+                    // block checked (an O_DIRECT write waits for the disk, and a reader
+                    // waiting for this block need not).
+                    try remote.wholeBlock(hash, into: memory == nil ? fd : nil, direct: memory == nil ? direct : nil,
+                                          interactive: interactive) { piece in
+                        hasher.update(piece)
+                        memory?.append(piece)
+                    }
                 }
                 state.withLock { $0.stats.bytesFetched += Int64(n) }
                 verified = n == length && hasher.finish() == hash
@@ -207,6 +218,13 @@ public final class BlockCache: @unchecked Sendable {
                 }
             }
             if !verified { throw Errno.ioError }
+            if let memory {
+                fetched.publish(hash, memory)
+                busy.lock()
+                busy.broadcast()   // readers in `awaitFetched` go on now
+                busy.unlock()
+                try Self.write(memory.bytes(0..<length), to: fd, direct: direct)
+            }
         } catch {
             _ = unlink(path)
             throw error
@@ -218,6 +236,28 @@ public final class BlockCache: @unchecked Sendable {
             if wasDamaged { s.stats.blocksHealed += 1 }
         }
         if wasDamaged { DriveLog.info("block \(hash.hex) was fetched again from the server: its files read correctly again") }
+    }
+
+    /// Writes a block from memory: through `direct` (O_DIRECT, past the page cache) all
+    /// but a tail shorter than a disk block, which goes through `fd`. The memory is
+    /// aligned (FetchedBlock), so nothing is copied on the way.
+    private static func write(_ bytes: UnsafeRawBufferPointer, to fd: Int32, direct: Int32?) throws {
+        let aligned = direct == nil ? 0 : bytes.count & ~(FileIO.directAlignment - 1)
+        if let direct, aligned > 0 { try FileIO.pwrite(direct, UnsafeRawBufferPointer(rebasing: bytes[0..<aligned]), at: 0) }
+        if aligned < bytes.count { try FileIO.pwrite(fd, UnsafeRawBufferPointer(rebasing: bytes[aligned...]), at: Int64(aligned)) }
+    }
+
+    /// Block `hash`'s bytes for `range` from memory, waiting while a fetch of it is in
+    /// flight (it publishes them as soon as they check, before it writes the disk);
+    /// nil when no fetch kept them.
+    func awaitFetched(_ hash: SHA256Digest, _ range: Range<Int>) -> FetchedBlock? {
+        busy.lock()
+        defer { busy.unlock() }
+        while busyHashes.contains(hash) {
+            if let m = fetched.take(hash, range) { return m }
+            busy.wait()
+        }
+        return fetched.take(hash, range)
     }
 
     /// The chunks covering `range` that are not verified yet, each checked against its

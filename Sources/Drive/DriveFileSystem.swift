@@ -491,9 +491,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// One piece of a read reply: bytes of a stored block (spliced by the FUSE layer),
-    /// or zeros (a hole).
+    /// checked bytes of a block just fetched (still in memory), or zeros (a hole).
     enum ReadPiece {
         case block(SharedDescriptor, offset: Int64, length: Int)
+        case memory(FetchedBlock, offset: Int, length: Int)
         case zeros(Int)
     }
 
@@ -559,6 +560,9 @@ public final class DriveFileSystem: @unchecked Sendable {
             let sequential = continues && node.sequentialRun > Int64(2 * Blocks.chunkSize)
             let planned: [PlannedPiece] = try spans.map { span in
                 guard let digest = committed[span.index] else { return .ready(.zeros(span.length)) }
+                if let m = blockCache.fetched.take(digest, span.inBlock..<(span.inBlock + span.length)) {
+                    return .ready(.memory(m, offset: span.inBlock, length: span.length))
+                }
                 if let fd = try residentReader(node, digest) {
                     return .ready(.block(fd, offset: Int64(span.inBlock), length: span.length))
                 }
@@ -577,11 +581,22 @@ public final class DriveFileSystem: @unchecked Sendable {
             case .ready(let p): return p
             case .copied: throw Errno.ioError   // only ever alone, handled above
             case .remote(let digest, let blockLength, let inBlock, let length, let whole):
-                let fd = try blockCache.descriptor(digest, length: blockLength, range: inBlock..<(inBlock + length),
-                                                   interactive: true, whole: whole)
-                return .block(fd, offset: Int64(inBlock), length: length)
+                return try fetchedPiece(digest, blockLength: blockLength, range: inBlock..<(inBlock + length), whole: whole)
             }
         })
+    }
+
+    /// The piece of `range` of a block not held here (or just fetched): from memory when
+    /// a whole fetch for a sequential reader kept it there, else from the block cache's
+    /// descriptor (which fetches what is missing, verified).
+    func fetchedPiece(_ digest: SHA256Digest, blockLength: Int, range: Range<Int>, whole: Bool) throws -> ReadPiece {
+        // Also a reader not seen as sequential (the kernel's readahead sends a block's
+        // pieces on several threads at once) takes the bytes a whole fetch kept.
+        if let m = blockCache.awaitFetched(digest, range) { return .memory(m, offset: range.lowerBound, length: range.count) }
+        let fd = try blockCache.descriptor(digest, length: blockLength, range: range, interactive: true,
+                                           whole: whole, keepInMemory: whole)
+        if let m = blockCache.fetched.take(digest, range) { return .memory(m, offset: range.lowerBound, length: range.count) }
+        return .block(fd, offset: Int64(range.lowerBound), length: range.count)
     }
 
     /// A read's piece before blocks not held here are fetched.
@@ -663,6 +678,9 @@ public final class DriveFileSystem: @unchecked Sendable {
                     filled += n
                 case .block(let d, let offset, let length):
                     try readFully(d.fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + length)]), at: offset)
+                    filled += length
+                case .memory(let m, let offset, let length):
+                    UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + length)]).copyMemory(from: m.bytes(offset..<(offset + length)))
                     filled += length
                 }
             }

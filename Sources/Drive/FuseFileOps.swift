@@ -53,7 +53,6 @@ enum FuseFileOps {
                 case .bytes(let n):
                     fuse_reply_buf(req, buffer?.baseAddress?.assumingMemoryBound(to: CChar.self), n)
                 case .pieces(let pieces):
-                    // The descriptors stay open until the reply is sent (they are held here).
                     replyPieces(req, pieces)
                 }
             }
@@ -95,25 +94,32 @@ enum FuseFileOps {
     }
 }
 
-/// Replies to a read with stored blocks (spliced from their files) and zeros for holes.
+/// Replies to a read with stored blocks (spliced from their files), blocks just fetched
+/// (from memory) and zeros for holes.
 private func replyPieces(_ req: fuse_req_t?, _ pieces: [DriveFileSystem.ReadPiece]) {
     var fds: [Int32] = [], positions: [off_t] = [], lengths: [Int] = []
-    var held: [SharedDescriptor] = []
+    var mems: [UnsafeRawPointer?] = []
+    var held: [AnyObject] = []
     for piece in pieces {
         switch piece {
         case .zeros(let n):
-            fds.append(-1); positions.append(0); lengths.append(n)
+            fds.append(-1); positions.append(0); lengths.append(n); mems.append(nil)
         case .block(let d, let offset, let length):
             held.append(d)
-            fds.append(d.fd); positions.append(off_t(offset)); lengths.append(length)
+            fds.append(d.fd); positions.append(off_t(offset)); lengths.append(length); mems.append(nil)
+        case .memory(let m, let offset, let length):
+            held.append(m)
+            fds.append(-1); positions.append(0); lengths.append(length)
+            mems.append(m.bytes(offset..<(offset + length)).baseAddress)
         }
     }
     if pieces.isEmpty {
         fuse_reply_buf(req, nil, 0)
         return
     }
+    // The descriptors and memory stay valid until the reply is sent (they are held here).
     withExtendedLifetime(held) {
-        _ = vd_fuse_reply_pieces(req, Int32(fds.count), fds, positions, lengths, ZeroRegion.shared.base, ZeroRegion.shared.length)
+        _ = vd_fuse_reply_pieces(req, Int32(fds.count), fds, positions, lengths, mems, ZeroRegion.shared.base, ZeroRegion.shared.length)
     }
 }
 

@@ -13,11 +13,11 @@ public protocol RemoteContent: AnyObject, Sendable {
     /// prefetch and bulk work (held while backups are paused or the network is metered).
     func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int, interactive: Bool) throws(RemoteFailure) -> [UInt8]
 
-    /// The whole block `hash`, written to `fd` from offset 0 as it arrives; every piece
-    /// written is also handed to `piece` (the drive hashes them, so the bytes are read
-    /// once and never held in memory whole). `direct`: the same file opened with
-    /// O_DIRECT, to write past the page cache. Returns the bytes written.
-    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, direct: Int32?, interactive: Bool,
+    /// The whole block `hash`, written to `fd` from offset 0 as it arrives (nil: written
+    /// nowhere); every piece is also handed to `piece` (the drive hashes them, and keeps
+    /// them in memory when `fd` is nil). `direct`: the same file opened with O_DIRECT, to
+    /// write past the page cache. Returns the bytes received.
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32?, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int
 
     /// The SHA-256 of each `Blocks.chunkSize` piece of block `hash`, in order (the last

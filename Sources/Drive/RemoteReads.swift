@@ -96,9 +96,7 @@ extension DriveFileSystem {
             let digest = blocks[span.index]
             let length = Blocks.length(ofBlock: span.index, fileSize: file.size)
             if Blocks.isZero(digest, length: length) { return .zeros(span.length) }
-            let fd = try blockCache.descriptor(digest, length: length, range: span.inBlock..<(span.inBlock + span.length),
-                                               interactive: true, whole: sequential)
-            return .block(fd, offset: Int64(span.inBlock), length: span.length)
+            return try fetchedPiece(digest, blockLength: length, range: span.inBlock..<(span.inBlock + span.length), whole: sequential)
         }
         if sequential, let last = spans.last {
             for index in (last.index + 1)..<min(blocks.count, last.index + 1 + BlockCache.prefetchDepth) {

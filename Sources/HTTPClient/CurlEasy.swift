@@ -121,6 +121,11 @@ private func writeCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ 
     let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
     let n = size * count
     let chunk = UnsafeRawBufferPointer(start: data, count: n)
+    if t.sink < 0, let hook = t.sinkHook {   // streamed to the hook only
+        hook(chunk)
+        t.received += Int64(n)
+        return n
+    }
     if t.sink >= 0 {
         if let direct = t.direct {
             if !direct.append(chunk) { t.writeError = direct.error; return 0 }
@@ -182,7 +187,8 @@ public final class HTTPConnection: Sendable {
 
     /// Sends one request and waits for the reply. Response bodies go to memory (at most
     /// `responseLimit` bytes) or, with `sink`, to that descriptor from `sinkOffset`
-    /// (`sinkHook` sees each written piece). `progress` gets bytes sent (or received)
+    /// (`sinkHook` sees each written piece), or, with `sinkHook` alone, only to the hook
+    /// (nothing kept in memory here). `progress` gets bytes sent (or received)
     /// so far and returns false to cancel.
     /// `directSink`: another descriptor of `sink`'s file, opened with O_DIRECT; the body
     /// is then written through it a megabyte at a time, past the page cache (DirectSink),
@@ -233,9 +239,9 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
             vd_curl_setopt_write(h, writeCallback)
             vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
-            // A download into a file: 256 KiB per write callback instead of 16 KiB, so a
+            // A download into a file (or to `sinkHook`): 256 KiB per write callback instead of 16 KiB, so a
             // 4 MiB block is 16 pwrites and hash updates, not 256.
-            if sink != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 256 << 10) }
+            if sink != nil || sinkHook != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 256 << 10) }
             vd_curl_setopt_header(h, headerCallback)
             vd_curl_setopt_ptr(h, CURLOPT_HEADERDATA, ud)
             if progress != nil {

@@ -110,6 +110,10 @@ public enum FileIO {
     /// Starts writing `[offset, offset + length)` of `fd` back to the disk and returns
     /// at once (sync_file_range WRITE): a later fdatasync finds less to wait for. Only a
     /// hint: nothing is promised about durability, so failures are not reported.
+    /// What O_DIRECT writes align their offsets, lengths and buffers to: the page size,
+    /// which covers every Linux disk's logical block.
+    public static let directAlignment = 4096
+
     /// A second descriptor of an existing file for writes that bypass the page cache
     /// (O_DIRECT: aligned offsets, lengths and buffers; HTTPClient's DirectSink), or nil
     /// when its file system refuses them (tmpfs) or is not a local disk's.

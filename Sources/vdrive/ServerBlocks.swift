@@ -32,7 +32,7 @@ final class ServerBlocks: RemoteContent {
         do { return try client.blockBytes(hash, offset: offset, length: length) } catch { throw Self.failure(error) }
     }
 
-    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, direct: Int32?, interactive: Bool,
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32?, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
         if !interactive, let why = hold() { throw .held(why) }
         do { return Int(try client.streamBlock(hash, to: fd, direct: direct, piece: piece)) } catch { throw Self.failure(error) }

@@ -46,12 +46,12 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         return try result.get()
     }
 
-    func wholeBlock(_ hash: SHA256Digest, into fd: Int32, direct: Int32?, interactive: Bool,
+    func wholeBlock(_ hash: SHA256Digest, into fd: Int32?, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
         let length = state.withLock { $0.blocks[hash]?.count } ?? 0
         let bytes = try blockBytes(hash, offset: 0, length: length, interactive: interactive)
         bytes.withUnsafeBytes { raw in
-            _ = pwrite(fd, raw.baseAddress, raw.count, 0)
+            if let fd { _ = pwrite(fd, raw.baseAddress, raw.count, 0) }
             piece(raw)
         }
         return bytes.count
