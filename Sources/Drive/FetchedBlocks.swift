@@ -46,13 +46,10 @@ final class FetchedBlock: @unchecked Sendable {
 
     deinit { owner.recycle(memory) }
 
-    /// Appends a piece as it arrives. Past the capacity nothing is kept: such a block
-    /// is too long, fails its check, and is never published.
+    /// Appends a piece as it arrives. Bytes past the capacity are not kept: such a block
+    /// arrived longer than its length, fails its check, and is never published.
     func append(_ piece: UnsafeRawBufferPointer) {
-        guard let from = piece.baseAddress, length + piece.count <= capacity else {
-            length = capacity + 1
-            return
-        }
+        guard let from = piece.baseAddress, length + piece.count <= capacity else { return }
         (memory.base + length).copyMemory(from: from, byteCount: piece.count)
         length += piece.count
     }
@@ -160,7 +157,6 @@ final class FetchedBlocks: @unchecked Sendable {
         let now = nowNanoseconds()
         var dropped: [FetchedBlock] = []   // released outside the lock
         let schedule = state.withLock { s -> Bool in
-            dropped = Self.expire(&s, now: now, maxAge: maxAge)
             // A block replaced or dropped is released outside the lock: its memory goes
             // back to the pool, which takes the lock.
             if let old = s.entries[hash] { dropped.append(old.block) } else { s.order.append(hash) }
@@ -189,14 +185,6 @@ final class FetchedBlocks: @unchecked Sendable {
             }
             return e.block
         }
-    }
-
-    func removeAll() {
-        let dropped = state.withLock { s -> [Entry] in
-            defer { s.entries.removeAll(); s.order.removeAll() }
-            return Array(s.entries.values)
-        }
-        withExtendedLifetime(dropped) {}
     }
 
     private static func expire(_ s: inout State, now: Int64, maxAge: Int64) -> [FetchedBlock] {
