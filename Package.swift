@@ -19,10 +19,11 @@ let package = Package(
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "CLinux"),
+        .target(name: "CFuseIO", dependencies: ["CFuse3"]),
 
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
-        .target(name: "Drive", dependencies: ["CFuse3", "Storage"]),
+        .target(name: "Drive", dependencies: ["CFuse3", "CFuseIO", "Storage"]),
         .target(name: "Protocol", dependencies: ["Crypto"]),
         .target(name: "HTTPClient", dependencies: ["CCurl", "Crypto"]),
         .target(name: "Client", dependencies: ["HTTPClient", "Protocol", "Crypto"]),

@@ -512,6 +512,11 @@ final class Catalog: @unchecked Sendable {
 
     private static let securityPrefix = "security."
 
+    /// False when the inode surely has no `security.*` attribute (from memory).
+    func mayHaveSecurityAttributes(_ ino: UInt64) throws -> Bool {
+        try withDatabase { db in try securityXattrInodes(db).contains(ino) }
+    }
+
     /// The inodes that may have a `security.*` attribute, read once. Only this connection
     /// writes attributes, so it stays a superset: setting one adds its inode; removals
     /// and deletions leave it (a later lookup then asks the table).

@@ -182,17 +182,19 @@ public final class DriveFileSystem: @unchecked Sendable {
         return withLiveContent(try catalog.attributes(ino))
     }
 
-    public func setattr(_ ino: UInt64, _ changes: AttributeChanges, handle: UInt64?) throws -> NodeAttributes {
+    /// `callerUid`: who asks (a truncate by anyone but root clears setuid; Privileges.swift).
+    public func setattr(_ ino: UInt64, _ changes: AttributeChanges, handle: UInt64?, callerUid: UInt32 = 0) throws -> NodeAttributes {
         try refuseVirtual(ino)
         var current = try catalog.attributes(ino)
         if let size = changes.size {
             if current.isDirectory { throw Errno.isDirectory }
             guard current.isRegularFile else { throw Errno.invalidArgument }
             if size < 0 { throw Errno.invalidArgument }
-            try truncate(ino, to: size, handle: handle)
+            try truncate(ino, to: size, handle: handle, callerUid: callerUid)
         }
         var rest = changes
         rest.size = nil
+        if let mode = try modeForOwnerChange(getattr(ino), rest) { rest.mode = mode }
         if !rest.isEmpty && !deferToDraft(ino, rest) {
             current = try catalog.setAttributes(ino, rest)
             if let mtime = rest.mtime, let node = tables.withLock({ openNodes[ino] }) {
@@ -229,11 +231,12 @@ public final class DriveFileSystem: @unchecked Sendable {
         d.attributes = AttributeChanges()
     }
 
-    private func truncate(_ ino: UInt64, to size: Int64, handle: UInt64?) throws {
+    private func truncate(_ ino: UInt64, to size: Int64, handle: UInt64?, callerUid: UInt32) throws {
         let open = tables.withLock { openNodes[ino] }
         let node = open ?? OpenNode(ino: ino)
         try node.lock.withLock {
             let d = try draftForWrite(node)
+            try dropPrivilegesForChange(d, ino: ino, callerUid: callerUid)
             try resize(d, to: size)
             let now = nowNanoseconds()
             d.changed = true
@@ -347,7 +350,7 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// Opens a file. With `truncate` (O_TRUNC) the new content starts empty in a
     /// draft; the previous content stays until the next commit.
-    public func open(_ ino: UInt64, writable: Bool, truncate: Bool) throws -> UInt64 {
+    public func open(_ ino: UInt64, writable: Bool, truncate: Bool, callerUid: UInt32 = 0) throws -> UInt64 {
         if VirtualInodes.contains(ino) { return try openVirtual(ino, writable: writable) }
         let a = try catalog.attributes(ino)
         if a.isDirectory { throw Errno.isDirectory }
@@ -357,6 +360,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             do {
                 try node.lock.withLock {
                     let d = try draftForWrite(node)
+                    try dropPrivilegesForChange(d, ino: ino, callerUid: callerUid)
                     try resize(d, to: 0)
                     d.changed = true
                     d.mtime = nowNanoseconds()
@@ -697,7 +701,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// A write whose large in-order pieces are hashed by the caller after it answered
     /// the writer (`PendingHash.run`, each exactly once, while `buffer` is valid): the
     /// writer's next request then overlaps this one's SHA-256. A commit waits for them.
-    func writeHashingLater(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64) throws -> (Int, [PendingHash]) {
+    func writeHashingLater(_ fh: UInt64, _ buffer: UnsafeRawBufferPointer, at offset: Int64, callerUid: UInt32 = 0) throws -> (Int, [PendingHash]) {
         let h = try handle(fh)
         guard h.writable else { throw Errno.badFileDescriptor }
         if offset < 0 || offset + Int64(buffer.count) > (Int64(1) << 40) { throw Errno.fileTooLarge }
@@ -706,6 +710,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             let d = try draftForWrite(h.node)
             if let failure = d.failure { throw failure }
             do {
+                try dropPrivilegesForChange(d, ino: h.node.ino, callerUid: callerUid)
                 let end = offset + Int64(buffer.count)
                 if end > d.size { try resize(d, to: end) }
                 var done = 0

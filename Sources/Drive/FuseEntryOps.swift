@@ -45,7 +45,7 @@ enum FuseEntryOps {
                 guard let attr else { throw Errno.invalidArgument }
                 let changes = FuseEntryOps.attributeChanges(attr.pointee, toSet)
                 let fh: UInt64? = fi.map { vd_fi_fh($0) }
-                ctx.replyAttr(req, try ctx.fs.setattr(UInt64(ino), changes, handle: fh))
+                ctx.replyAttr(req, try ctx.fs.setattr(UInt64(ino), changes, handle: fh, callerUid: fuse_req_ctx(req)!.pointee.uid))
             }
         }
     }

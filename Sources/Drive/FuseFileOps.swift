@@ -27,7 +27,7 @@ enum FuseFileOps {
                 guard let fi else { throw Errno.invalidArgument }
                 let flags = vd_fi_flags(fi)
                 let writable = flags & O_ACCMODE != O_RDONLY
-                let fh = try ctx.fs.open(UInt64(ino), writable: writable, truncate: flags & O_TRUNC != 0)
+                let fh = try ctx.fs.open(UInt64(ino), writable: writable, truncate: flags & O_TRUNC != 0, callerUid: fuse_req_ctx(req)!.pointee.uid)
                 vd_fi_set_fh(fi, fh)
                 // Generated files change size between stat and read: bypass the page cache.
                 // A Backups/ file is a fixed content per open (a new version is seen at the
@@ -63,7 +63,8 @@ enum FuseFileOps {
             replying(req) {
                 guard let fi, let buf else { throw Errno.invalidArgument }
                 let n: Int
-                (n, hashing) = try ctx.fs.writeHashingLater(vd_fi_fh(fi), UnsafeRawBufferPointer(start: buf, count: size), at: Int64(offset))
+                (n, hashing) = try ctx.fs.writeHashingLater(vd_fi_fh(fi), UnsafeRawBufferPointer(start: buf, count: size), at: Int64(offset),
+                                                            callerUid: fuse_req_ctx(req)!.pointee.uid)
                 fuse_reply_write(req, n)
             }
             // After the reply and before libfuse reuses `buf`: the writer's next request

@@ -1,5 +1,6 @@
 import Foundation
 import CFuse3
+import CFuseIO
 import Storage
 
 /// Why a mount could not start, with the path at fault and what to do.
@@ -98,6 +99,10 @@ public final class FuseSession {
             fuse_session_destroy(se)
             throw MountError.mountFailed(mountPoint)
         }
+        // The device's I/O through CFuseIO, which takes FUSE_HANDLE_KILLPRIV_V2 from the
+        // kernel (Privileges.swift). Should it fail, the kernel clears privileges itself.
+        let wrapped = vd_fuse_handle_killpriv(se)
+        if wrapped != 0 { DriveLog.info("the FUSE device is read directly (errno \(-wrapped)): the kernel clears setuid itself") }
         session = se
         Self.widenReadahead(mountPoint)
         let box = SessionBox(se)

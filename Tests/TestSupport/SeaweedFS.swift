@@ -64,6 +64,10 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
                        "-filer.port=\(ports[4])", "-filer.port.grpc=\(ports[5])",
                        "-s3", "-s3.port=\(ports[6])", "-s3.port.grpc=\(ports[7])", "-s3.config=\(folder)/s3.json",
                        "-s3.port.iceberg=0", "-s3.port.lance=0"]
+        // weed puts its gRPC sockets and glog files in the temporary folder and never
+        // removes them: give it one inside `folder`, so a run leaves nothing in /tmp.
+        try FileManager.default.createDirectory(atPath: folder + "/tmp", withIntermediateDirectories: true)
+        p.environment = ProcessInfo.processInfo.environment.merging(["TMPDIR": folder + "/tmp"]) { $1 }
         FileManager.default.createFile(atPath: folder + "/weed.log", contents: nil)
         let log = FileHandle(forWritingAtPath: folder + "/weed.log")
         log?.seekToEndOfFile()
