@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <fcntl.h>
 #include <sys/vfs.h>
+#include <sys/mman.h>
 
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len) {
     loff_t in = *off_in, out = *off_out;
@@ -13,6 +14,10 @@ ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_
     *off_in = in;
     *off_out = out;
     return n;
+}
+
+int vd_memory_file(const char *name) {
+    return memfd_create(name, MFD_CLOEXEC);
 }
 
 int vd_clone_file(int dst_fd, int src_fd) {

@@ -104,7 +104,7 @@ public final class BlockCache: @unchecked Sendable {
     /// Starts fetching a block in the background, as non-interactive work (held while
     /// paused or metered), unless it is here or already on its way.
     public func prefetch(_ hash: SHA256Digest, length: Int) {
-        if !isDamaged(hash) && blobs.contains(hash) { return }
+        if !isDamaged(hash) && blobs.contains(hash) || (try? catalog.inlineBlock(hash)) != nil { return }
         let start = state.withLock { s -> Bool in
             guard s.remote != nil, !s.prefetching.contains(hash) else { return false }
             s.prefetching.insert(hash)
@@ -158,9 +158,15 @@ public final class BlockCache: @unchecked Sendable {
     }
 
     /// The stored block's descriptor, when it is here and not damaged.
-    private func openResident(_ hash: SHA256Digest) -> Int32? {
+    private func openResident(_ hash: SHA256Digest) -> Int32? { (try? openHeld(hash)) ?? nil }
+
+    /// The descriptor of a block held here and sound: a small block kept in the catalog
+    /// (a memory file with its bytes; asked first, so a damaged file of the same bytes is
+    /// never served), else its block file; nil when it is not here or damaged.
+    func openHeld(_ hash: SHA256Digest) throws -> Int32? {
+        if let bytes = try catalog.inlineBlock(hash) { return try BlobStore.memoryFile(holding: bytes) }
         if isDamaged(hash) { return nil }
-        return try? blobs.open(hash)
+        do { return try blobs.open(hash) } catch Errno.noSuchFileOrDirectory { return nil }
     }
 
     func exclusively<T>(_ hash: SHA256Digest, _ body: () throws -> T) rethrows -> T {

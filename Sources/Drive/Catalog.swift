@@ -94,7 +94,7 @@ final class Catalog: @unchecked Sendable {
         // NORMAL in WAL mode: a commit survives a process kill; durability against power
         // loss comes from the flusher's fsync of the WAL (Durability.swift).
         try db.execute("PRAGMA synchronous = NORMAL")
-        try db.execute("PRAGMA wal_autocheckpoint = 4000")
+        try db.execute("PRAGMA wal_autocheckpoint = \(ProcessInfo.processInfo.environment["VD_WALCP"] ?? "4000")")
         try db.execute("PRAGMA cache_size = -8000")
         try db.migrate(migrations)
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0

@@ -10,6 +10,8 @@ struct ContentCommit {
     var changed: [Int: SHA256Digest?] = [:]
     /// Staging files holding new blocks, to link into the store under their digest.
     var staged: [(digest: SHA256Digest, path: String, length: Int)] = []
+    /// New blocks of small files, kept in the catalog (InlineBlocks.swift).
+    var inlined: [(digest: SHA256Digest, bytes: [UInt8])] = []
     /// False while a writable handle stays open (see `CameraRollChange.settled`).
     var settled = true
     /// chmod, chown, utimens made while the file was being written, committed with it.
@@ -47,16 +49,39 @@ extension Catalog {
         try withDatabase { db in
             var a = try node(ino)
             var linkedHere: [SHA256Digest] = []
+            var staged = change.staged
+            var inlined = change.inlined
+            // A photo stays a file whatever its size: the backup and "optimize storage"
+            // work on block files (an inline block cannot be made online-only).
+            var written: [String] = []
+            defer { for path in written { _ = unlink(path) } }
+            if !inlined.isEmpty, a.nlink > 0, let path = try path(of: ino), Self.isInCameraRoll(path) {
+                for block in inlined {
+                    let (fd, path) = try blobs.makeStagingFile()
+                    written.append(path)
+                    defer { FileIO.close(fd) }
+                    try block.bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+                    staged.append((block.digest, path, block.bytes.count))
+                }
+                inlined = []
+            }
             do {
-                for s in change.staged where try linkIntoStore(s.path, s.digest, db) { linkedHere.append(s.digest) }
+                for s in staged where try linkIntoStore(s.path, s.digest, db) { linkedHere.append(s.digest) }
                 let now = nowNanoseconds()
                 let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
                     generation += 1
-                    for s in change.staged {
+                    for s in staged {
                         try db.run("""
                             INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
                             ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
                             """, s.digest.hex, s.length, generation)
+                    }
+                    for block in inlined {
+                        try db.run("""
+                            INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
+                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0
+                            """, block.digest.hex, block.bytes.count, generation)
+                        try db.run("INSERT INTO inline_blocks(hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING", block.digest.hex, block.bytes)
                     }
                     try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
                     for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
@@ -190,9 +215,21 @@ extension Catalog {
     }
 
     /// Blocks stored by commits newer than `generation`, for the check after an unclean stop.
+    /// Block files to check after an unclean stop (blocks kept in the catalog are as
+    /// safe as its transactions: they have no file to check).
     func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
         try withDatabase { db in
-            try db.query("SELECT hash FROM blocks WHERE gen > ? AND damaged = 0 AND resident = 1", generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+            try db.query("""
+                SELECT hash FROM blocks WHERE gen > ? AND damaged = 0 AND resident = 1
+                AND hash NOT IN (SELECT hash FROM inline_blocks)
+                """, generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
+        }
+    }
+
+    /// The bytes of a small block kept in the catalog, or nil for a block file.
+    func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? {
+        try withDatabase { db in
+            try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
         }
     }
 

@@ -151,6 +151,7 @@ extension Catalog {
                 out += try db.query("""
                     SELECT b.hash, b.size FROM blocks b
                     WHERE b.resident = 1 AND b.refs > 0 AND b.damaged = 0
+                      AND b.hash NOT IN (SELECT hash FROM inline_blocks)
                       AND b.refs = (SELECT count(*) FROM file_blocks f JOIN evictable_inodes e ON e.ino = f.ino WHERE f.hash = b.hash)
                     ORDER BY b.used_ns
                     """) { (SHA256Digest(hex: $0.string(0) ?? ""), $0.int64(1)) }

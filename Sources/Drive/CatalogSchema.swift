@@ -156,5 +156,16 @@ enum CatalogSchema {
             chunks INTEGER NOT NULL DEFAULT 0
         ) WITHOUT ROWID;
         """),
+        // Small blocks kept in the catalog instead of a file each (InlineBlocks.swift):
+        // a block of at most `InlineBlocks.limit` bytes, the only block of a file outside
+        // the Camera Roll. Its `blocks` row is as for any block; the bytes go with it.
+        Migration("drive-005-inline-blocks", """
+        CREATE TABLE inline_blocks (
+            hash TEXT PRIMARY KEY,
+            data BLOB NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks
+        BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
+        """),
     ]
 }

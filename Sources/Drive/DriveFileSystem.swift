@@ -423,7 +423,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// about to overwrite all of it, else zeros. At most one block is ever copied.
     private func dirtyBlock(_ d: Draft, _ index: Int, length: Int, overwritten: Bool) throws -> DirtyBlock {
         if let b = d.dirty[index] { return b }
-        let (fd, path) = try blobs.takeStagingFile()
+        // A small file's only block is staged in memory: no inode on the disk for it,
+        // now or at commit (InlineBlocks.swift).
+        let small = index == 0 && d.size <= Int64(InlineBlocks.limit)
+        let (fd, path) = try small ? blobs.makeMemoryStagingFile() : blobs.takeStagingFile()
         var copied = false
         do {
             if !overwritten, let digest = d.stored[index] {
@@ -434,7 +437,8 @@ public final class DriveFileSystem: @unchecked Sendable {
                 }
                 copied = true
             }
-            try FileIO.ftruncate(fd, Int64(length))
+            // A write about to cover the whole block sets its length itself.
+            if copied || !overwritten { try FileIO.ftruncate(fd, Int64(length)) }
         } catch {
             blobs.returnStagingFile(fd: fd, path: path)
             throw error
@@ -448,9 +452,12 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// Changes a draft's size. Only the block holding the old or the new end is touched
     /// (shortened or zero-extended); blocks past a shorter end are dropped; growing adds
     /// holes, which cost nothing.
-    private func resize(_ d: Draft, to newSize: Int64) throws {
+    /// `writeStart`: the offset of the write that grows the file, which then extends the
+    /// last block's staging file itself when it starts in that block (no ftruncate).
+    private func resize(_ d: Draft, to newSize: Int64, writeStart: Int64? = nil) throws {
         let oldSize = d.size
         if newSize == oldSize { return }
+        if newSize > Int64(InlineBlocks.limit), let b = d.dirty[0], b.inMemory { try b.moveToDisk() }
         let oldCount = Blocks.count(forSize: oldSize)
         let newCount = Blocks.count(forSize: newSize)
         if newSize < oldSize {
@@ -465,7 +472,9 @@ public final class DriveFileSystem: @unchecked Sendable {
         if edge >= 0 {
             let oldLength = Blocks.length(ofBlock: edge, fileSize: oldSize)
             let newLength = Blocks.length(ofBlock: edge, fileSize: newSize)
-            if oldLength != newLength && (d.stored[edge] != nil || d.dirty[edge] != nil) {
+            let extendedByTheWrite = newSize > oldSize && d.dirty[edge] != nil
+                && writeStart.map { $0 < Int64(edge + 1) * Int64(Blocks.size) } == true
+            if oldLength != newLength && (d.stored[edge] != nil || d.dirty[edge] != nil) && !extendedByTheWrite {
                 let b = try dirtyBlock(d, edge, length: oldLength, overwritten: false)
                 try FileIO.ftruncate(b.fd, Int64(newLength))
                 if b.hashedUpTo > newLength { b.hasher = nil }
@@ -489,10 +498,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// The stored block's descriptor when it is here and sound, else nil.
-    private func openIfResident(_ digest: SHA256Digest) throws -> Int32? {
-        if blockCache.isDamaged(digest) { return nil }
-        do { return try blobs.open(digest) } catch Errno.noSuchFileOrDirectory { return nil }
-    }
+    private func openIfResident(_ digest: SHA256Digest) throws -> Int32? { try blockCache.openHeld(digest) }
 
     /// One piece of a read reply: bytes of a stored block (spliced by the FUSE layer),
     /// checked bytes of a block just fetched (still in memory), or zeros (a hole).
@@ -712,7 +718,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             do {
                 try dropPrivilegesForChange(d, ino: h.node.ino, callerUid: callerUid)
                 let end = offset + Int64(buffer.count)
-                if end > d.size { try resize(d, to: end) }
+                if end > d.size { try resize(d, to: end, writeStart: offset) }
                 var done = 0
                 for span in Self.blockSpans(offset: offset, count: buffer.count, size: d.size) {
                     let length = Blocks.length(ofBlock: span.index, fileSize: d.size)
@@ -760,6 +766,11 @@ public final class DriveFileSystem: @unchecked Sendable {
                 if hashedWhileWriting { inOrder += 1 } else { reread += 1 }
                 if Blocks.isZero(digest, length: length) {
                     change.changed.updateValue(nil, forKey: index)   // all zeros: a hole, nothing stored
+                } else if b.inMemory {
+                    change.changed.updateValue(digest, forKey: index)
+                    var bytes = [UInt8](repeating: 0, count: length)
+                    try bytes.withUnsafeMutableBytes { try readFully(b.fd, into: $0, at: 0) }
+                    change.inlined.append((digest, bytes))
                 } else {
                     change.changed.updateValue(digest, forKey: index)
                     change.staged.append((digest, b.path, length))
@@ -771,12 +782,13 @@ public final class DriveFileSystem: @unchecked Sendable {
                 stats.blocksHashedByReading += reread
             }
             _ = try catalog.commit(ino: node.ino, change)
-            blockCache.clearDamaged(change.staged.map(\.digest))
+            blockCache.clearDamaged(change.staged.map(\.digest) + change.inlined.map(\.digest))
             // The staging files are now hard links of stored blocks: never write to them again.
             d.discard()
             node.draft = nil
             node.dropCaches()
             durability.noteCommitted(change.staged.map(\.digest))
+            if !change.inlined.isEmpty { durability.noteMetadataChanged() }
         }
     }
 

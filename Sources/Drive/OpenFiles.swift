@@ -23,8 +23,10 @@ final class SharedDescriptor: Sendable {
 /// `@unchecked Sendable`: `hasher`, `hashedUpTo` and `ticketsIssued` are guarded by the
 /// node's lock, `ticketsDone` by `turns`.
 final class DirtyBlock: @unchecked Sendable {
-    let fd: Int32
-    let path: String
+    /// The staging file; in memory (no path) while the block may still be kept in the
+    /// catalog, moved to the disk once the file outgrows that (`moveToDisk`).
+    private(set) var fd: Int32
+    private(set) var path: String
     /// The store the staging file came from, and goes back to.
     let store: BlobStore
     /// Fed with every byte in [0, hashedUpTo) in order; nil once a write broke the order
@@ -100,6 +102,27 @@ final class DirtyBlock: @unchecked Sendable {
         }
         hasher = nil
         return (try BlobStore.hash(fd: fd, upTo: Int64(length)), false)
+    }
+
+    var inMemory: Bool { path.isEmpty }
+
+    /// The file grew past `InlineBlocks.limit`: its block goes to a staging file on the
+    /// disk like any other (a copy of at most that many bytes; holes stay holes). The
+    /// running hash carries on. Called with the node's lock held.
+    func moveToDisk() throws {
+        guard inMemory else { return }
+        let (newFd, newPath) = try store.takeStagingFile()
+        do {
+            let length = Int64(try FileIO.status(fd).st_size)
+            try FileIO.copyPreservingHoles(from: fd, to: newFd, length: length)
+            try FileIO.ftruncate(newFd, length)
+        } catch {
+            store.returnStagingFile(fd: newFd, path: newPath)
+            throw error
+        }
+        FileIO.close(fd)
+        fd = newFd
+        path = newPath
     }
 
     /// Gives the staging file back to the store: reused when its content was not

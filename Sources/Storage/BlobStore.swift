@@ -1,5 +1,6 @@
 import Crypto
 import Synchronization
+import CLinux
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -68,11 +69,35 @@ public final class BlobStore: Sendable {
         return try makeStagingFile()
     }
 
+    /// A staging file in memory (`memfd`): no inode on the disk, no name. A small
+    /// file's block is written here and kept in the catalog at commit (see
+    /// `Blocks.inlineLimit`); its path is empty.
+    public func makeMemoryStagingFile() throws -> (fd: Int32, path: String) {
+        let fd = vd_memory_file("vdrive-block")
+        if fd < 0 { throw Errno.current }
+        return (fd, "")
+    }
+
+    /// A read-only descriptor on `bytes` held in memory: what a reader of a block kept
+    /// in the catalog gets, so it reads like any stored block.
+    public static func memoryFile(holding bytes: [UInt8]) throws -> Int32 {
+        let fd = vd_memory_file("vdrive-block")
+        if fd < 0 { throw Errno.current }
+        do {
+            try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+        } catch {
+            FileIO.close(fd)
+            throw error
+        }
+        return fd
+    }
+
     /// Takes back a staging file whose content was not stored (the store already had
     /// it, or the write was abandoned): emptied and kept as a spare, or removed when
     /// enough are kept. A file that was linked into the store (more than one link) is
-    /// never reused: it is a stored block now.
+    /// never reused: it is a stored block now. A staging file in memory is closed.
     public func returnStagingFile(fd: Int32, path: String) {
+        if path.isEmpty { FileIO.close(fd); return }
         var st = stat()
         if fstat(fd, &st) == 0, st.st_nlink == 1, ftruncate(fd, 0) == 0,
            spares.withLock({ list -> Bool in

@@ -21,7 +21,9 @@ final class BackupWiring {
         // unsettled are what their files hold now, so they may go.
         try BackupQueue.settleAll(in: try Database(path: fs.catalogPath))
         engine = BackupEngine(configuration: Self.configuration(catalogPath: fs.catalogPath, state: state),
-                              transport: try Self.transport(remote), blobs: fs.blobStore, policy: Self.policy())
+                              transport: try Self.transport(remote),
+                              blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: fs.blobStore, catalogPath: fs.catalogPath)),
+                              policy: Self.policy())
         fs.cameraRollObserver = hook
         let engine = self.engine
         fs.virtualTree = try BackupTree(catalogPath: fs.catalogPath, status: { engine.status() })

@@ -46,7 +46,8 @@ enum TaskCommand {
         }
         let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
         let report = try BackupEngine.runOnce(task: task, configuration: BackupWiring.configuration(catalogPath: catalog, state: state),
-                                              transport: try BackupWiring.transport(remote), blobs: blobs,
+                                              transport: try BackupWiring.transport(remote),
+                                              blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: blobs, catalogPath: catalog)),
                                               policy: BackupWiring.policy())
         print(report.status.line)
         if task == .sync, let remote { try learnRecords(catalog: catalog, remote: remote) }

@@ -174,7 +174,8 @@ import Storage
     @Test func stagingFilesOfContentAlreadyStoredAreReusedAndStoredBlocksNeverAre() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
-        let same = pseudoRandomBytes(50_000, seed: 21), other = pseudoRandomBytes(70_000, seed: 22)
+        // Larger than InlineBlocks.limit: block files (a small file's block is staged in memory).
+        let same = pseudoRandomBytes(150_000, seed: 21), other = pseudoRandomBytes(170_000, seed: 22)
         func make(_ name: String, _ bytes: [UInt8]) throws -> UInt64 {
             let (a, fh) = try fs.createAndOpen(parent: 1, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
             try write(fs, fh, bytes, at: 0)
@@ -226,10 +227,11 @@ import Storage
         do {
             let fs = try makeFS(dir)
             let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("doc".utf8), mode: 0o644, uid: 0, gid: 0)
-            try write(fs, fh, pseudoRandomBytes(10_000, seed: 9), at: 0)
+            // Larger than InlineBlocks.limit: a block file of its own.
+            try write(fs, fh, pseudoRandomBytes(100_000, seed: 9), at: 0)
             try fs.flush(fh); fs.release(fh)
             ino = a.ino
-            digest = SHA256Hasher.digest(pseudoRandomBytes(10_000, seed: 9))   // its one block
+            digest = SHA256Hasher.digest(pseudoRandomBytes(100_000, seed: 9))   // its one block
             // No shutdown(): the process "dies" here, before the flusher ran.
         }
         // Simulate what a power cut can leave: the row reached the disk, the blob's bytes did not.

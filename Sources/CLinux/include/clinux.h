@@ -14,6 +14,8 @@ int vd_start_writeback(int fd, int64_t offset, int64_t length);
 int vd_open_direct_for_writing(const char *path);
 /* fstatfs(fd).f_type (the file system's magic number), or -1: <sys/vfs.h> is not in Swift's Glibc. */
 long vd_file_system_type(int fd);
+/* memfd_create(name, MFD_CLOEXEC): a file in memory (<sys/mman.h> declares it only under _GNU_SOURCE). */
+int vd_memory_file(const char *name);
 /* mallopt(M_MMAP_THRESHOLD) and mallopt(M_ARENA_MAX): <malloc.h> is not in Swift's Glibc. */
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
 #endif

@@ -1,0 +1,141 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+@testable import Drive
+
+/// Small files keep their block in the catalog (Sources/Drive/InlineBlocks.swift): no
+/// block file, the same bytes back, block files again once a file outgrows the limit,
+/// photos always as files, and every reader of blocks (reads, copy-on-write, the
+/// backup's `StoredBlocks`) served from the catalog.
+@Suite struct InlineBlockTests {
+    let logic = FileSystemLogicTests()
+
+    func store(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
+        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+        try logic.write(fs, fh, bytes, at: 0)
+        try fs.flush(fh)
+        fs.release(fh)
+        return a
+    }
+
+    func contents(_ fs: DriveFileSystem, _ ino: UInt64) throws -> [UInt8] {
+        let fh = try fs.open(ino, writable: false, truncate: false)
+        defer { fs.release(fh) }
+        return try logic.read(fs, fh, count: Int(try fs.getattr(ino).size) + 10, at: 0)
+    }
+
+    func inlineRows(_ dir: TemporaryDirectory) throws -> Int {
+        let db = try Database(path: dir.path + "/state/catalog.sqlite", options: .init(readOnly: true, create: false))
+        return try db.queryOne("SELECT count(*) FROM inline_blocks") { $0.int(0) } ?? -1
+    }
+
+    @Test func aSmallFileHasNoBlockFileAndReadsBack() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let bytes = pseudoRandomBytes(13_000, seed: 1)
+        let a = try store(fs, "small.h", bytes)
+        #expect(!fs.blobStore.contains(SHA256Hasher.digest(bytes)))
+        #expect(try fs.blobStore.allDigests().isEmpty)
+        #expect(try inlineRows(dir) == 1)
+        #expect(try contents(fs, a.ino) == bytes)
+        #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: bytes))
+        // The same bytes twice: one row. Both gone: no row.
+        let b = try store(fs, "copy.h", bytes)
+        #expect(try inlineRows(dir) == 1)
+        try fs.unlink(parent: 1, name: Array("small.h".utf8))
+        try fs.unlink(parent: 1, name: Array("copy.h".utf8))
+        fs.forget(a.ino, count: 1); fs.forget(b.ino, count: 1)
+        fs.collectGarbage()
+        #expect(try inlineRows(dir) == 0)
+        fs.shutdown()
+    }
+
+    @Test func aFileThatGrowsPastTheLimitGetsABlockFileAndOneThatShrinksBackDoesNot() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let bytes = pseudoRandomBytes(200_000, seed: 2)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("grows".utf8), mode: 0o644, uid: 0, gid: 0)
+        // Written in order in small pieces: staged in memory first, moved to the disk
+        // when it passes 64 KiB, hashed while written all along.
+        for start in stride(from: 0, to: bytes.count, by: 10_000) {
+            try logic.write(fs, fh, Array(bytes[start..<min(start + 10_000, bytes.count)]), at: Int64(start))
+        }
+        // Read while written, across the move.
+        #expect(try logic.read(fs, fh, count: 100, at: 60_000) == Array(bytes[60_000..<60_100]))
+        try fs.flush(fh)
+        fs.release(fh)
+        #expect(fs.statistics.blocksHashedByReading == 0)
+        #expect(fs.blobStore.contains(SHA256Hasher.digest(bytes)))
+        #expect(try inlineRows(dir) == 0)
+        #expect(try contents(fs, a.ino) == bytes)
+
+        // Truncated to 1,000 bytes: the stored block is copied, cut, and stored again.
+        let fh2 = try fs.open(a.ino, writable: true, truncate: false)
+        _ = try fs.setattr(a.ino, { var c = AttributeChanges(); c.size = 1_000; return c }(), handle: fh2)
+        try fs.flush(fh2)
+        fs.release(fh2)
+        #expect(try contents(fs, a.ino) == Array(bytes[0..<1_000]))
+        fs.shutdown()
+    }
+
+    @Test func aPartialOverwriteOfASmallFileCopiesItsBlockFromTheCatalog() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        var bytes = pseudoRandomBytes(30_000, seed: 3)
+        let a = try store(fs, "doc.txt", bytes)
+        let fh = try fs.open(a.ino, writable: true, truncate: false)
+        try logic.write(fs, fh, [1, 2, 3, 4], at: 10_000)
+        try fs.flush(fh)
+        fs.release(fh)
+        bytes.replaceSubrange(10_000..<10_004, with: [1, 2, 3, 4])
+        #expect(try contents(fs, a.ino) == bytes)
+        #expect(try inlineRows(dir) == 1, "the old version's block went with its last reference")
+        #expect(try fs.blobStore.allDigests().isEmpty)
+        fs.shutdown()
+    }
+
+    @Test func photosAreBlockFilesWhateverTheirSize() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
+        let bytes = pseudoRandomBytes(2_000, seed: 4)
+        let a = try store(fs, "tiny.png", in: roll.ino, bytes)
+        #expect(fs.blobStore.contains(SHA256Hasher.digest(bytes)))
+        #expect(try inlineRows(dir) == 0)
+        #expect(try contents(fs, a.ino) == bytes)
+        fs.shutdown()
+    }
+
+    @Test func theBackupReadsASmallBlockFromTheCatalog() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let bytes = pseudoRandomBytes(5_000, seed: 5)
+        _ = try store(fs, "notes.txt", bytes)
+        let stored = StoredBlocks(blobs: fs.blobStore, catalogPath: fs.catalogPath)
+        let fd = try stored.open(SHA256Hasher.digest(bytes))
+        defer { close(fd) }
+        var back = [UInt8](repeating: 0, count: 6_000)
+        let n = back.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 6_000, 0) }
+        #expect(n == 5_000 && Array(back[0..<5_000]) == bytes)
+        #expect(throws: Errno.noSuchFileOrDirectory) { _ = try stored.open(SHA256Hasher.digest([9, 9, 9])) }
+        fs.shutdown()
+    }
+
+    /// After a kill (no clean shutdown), the check re-hashes block files newer than the
+    /// last flush; a block kept in the catalog has no file and is never called damaged.
+    @Test func theCheckAfterAnUncleanStopLeavesCatalogBlocksAlone() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        var ino: UInt64 = 0
+        let bytes = pseudoRandomBytes(20_000, seed: 6)
+        do {
+            let fs = try logic.makeFS(dir)
+            ino = try store(fs, "kept", bytes).ino
+            // No shutdown: the process "dies" here.
+        }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        #expect(try fs.recover().isEmpty)
+        #expect(try contents(fs, ino) == bytes)
+        fs.shutdown()
+    }
+}
