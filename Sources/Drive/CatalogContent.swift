@@ -55,7 +55,9 @@ extension Catalog {
             // work on block files (an inline block cannot be made online-only).
             var written: [String] = []
             defer { for path in written { _ = unlink(path) } }
-            if !inlined.isEmpty, a.nlink > 0, let path = try path(of: ino), Self.isInCameraRoll(path) {
+            // The file's path, walked once for both questions (the walk is a query per folder).
+            let path = a.nlink > 0 ? try self.path(of: ino) : nil
+            if !inlined.isEmpty, let path, Self.isInCameraRoll(path) {
                 for block in inlined {
                     let (fd, path) = try blobs.makeStagingFile()
                     written.append(path)
@@ -103,8 +105,8 @@ extension Catalog {
                     a.ctime = now
                     try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
                                content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
-                    if a.nlink > 0 {
-                        try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: change.size,
+                    if let path {
+                        try recordCameraRollCommit(ino: ino, path: path, content: content, blocks: blocks, size: change.size,
                                                    mtime: a.mtime, settled: change.settled, now: now)
                     }
                     return (a, try takeUnreferencedBlocks())
@@ -134,9 +136,10 @@ extension Catalog {
         throw Errno.current
     }
 
-    func recordCameraRollCommit(ino: UInt64, content: SHA256Digest, blocks: [SHA256Digest], size: Int64,
+    /// `path`: the file's path when the caller has it (else it is walked here).
+    func recordCameraRollCommit(ino: UInt64, path known: String? = nil, content: SHA256Digest, blocks: [SHA256Digest], size: Int64,
                                 mtime: Int64, settled: Bool, now: Int64) throws {
-        guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
+        guard let path = try known ?? path(of: ino), Self.isInCameraRoll(path) else { return }
         try db.run("INSERT INTO camera_changes(ino, path, hash, size, mtime_ns, committed_ns) VALUES (?, ?, ?, ?, ?, ?)",
                    ino, path, content.hex, size, mtime, now)
         let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: content, blocks: blocks,
