@@ -94,7 +94,10 @@ final class Catalog: @unchecked Sendable {
         // NORMAL in WAL mode: a commit survives a process kill; durability against power
         // loss comes from the flusher's fsync of the WAL (Durability.swift).
         try db.execute("PRAGMA synchronous = NORMAL")
-        try db.execute("PRAGMA wal_autocheckpoint = \(ProcessInfo.processInfo.environment["VD_WALCP"] ?? "4000")")
+        // The flusher checkpoints in the background every second (Durability.swift), on a
+        // connection of its own; this connection checkpoints only as a backstop (64 MB of
+        // WAL), so a FUSE request rarely copies pages and fsyncs under the catalog lock.
+        try db.execute("PRAGMA wal_autocheckpoint = 16000")
         try db.execute("PRAGMA cache_size = -8000")
         try db.migrate(migrations)
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
@@ -543,5 +546,12 @@ final class Catalog: @unchecked Sendable {
 
     func checkpoint() throws {
         try withDatabase { db in try db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
+    /// Copies the committed WAL into the database file without taking the catalog's lock
+    /// and without waiting for anyone (PASSIVE: writers go on appending meanwhile), on
+    /// the caller's own connection. The flusher calls it after each flush.
+    static func checkpointPassively(_ connection: Database) throws {
+        try connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
     }
 }

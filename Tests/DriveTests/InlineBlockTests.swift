@@ -122,6 +122,34 @@ import Storage
         fs.shutdown()
     }
 
+    /// Small files' bytes go through the WAL: the flusher copies it into the database
+    /// file in the background (a checkpoint in a commit would hold every request).
+    @Test func theFlusherCheckpointsTheCatalogInTheBackground() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state", flushInterval: 0.2)
+        _ = try fs.recover()
+        fs.startBackgroundWork()
+        let database = dir.path + "/state/catalog.sqlite"
+        func size() -> Int64 { Int64((try? FileIO.status(database).st_size) ?? 0) }
+        let before = size()
+        var distinct = Set<[UInt8]>()
+        for i in 0..<100 {
+            let bytes = pseudoRandomBytes(50_000, seed: UInt64(1_000 + 7 * i))
+            distinct.insert(bytes)
+            _ = try store(fs, "f\(i)", bytes)
+        }
+        // Megabytes in the WAL, far below the commits' own backstop (64 MB).
+        let expected = Int64(distinct.count * 50_000)
+        #expect(expected >= 2_000_000)
+        var grown = false
+        for _ in 0..<100 where !grown {
+            usleep(100_000)
+            grown = size() - before >= expected * 9 / 10
+        }
+        #expect(grown, "the database file grew by \(size() - before) bytes for \(expected) bytes of small files")
+        fs.shutdown()
+    }
+
     /// After a kill (no clean shutdown), the check re-hashes block files newer than the
     /// last flush; a block kept in the catalog has no file and is never called damaged.
     @Test func theCheckAfterAnUncleanStopLeavesCatalogBlocksAlone() throws {
