@@ -191,7 +191,7 @@ extension Catalog {
 
     /// Called with the lock held, after the transaction that dropped the rows committed.
     func removeBlockFiles(_ digests: [SHA256Digest]) {
-        for d in digests { blobs.remove(d) }
+        blobs.removeLater(digests)
     }
 
     /// Removes blocks whose last reference went away through another connection

@@ -202,6 +202,30 @@ import Storage
         for d in try fs.blobs.allDigests() { #expect(fs.blobs.verify(d)) }
     }
 
+    /// A deleted file's blocks leave the store at once (renamed away under the catalog's
+    /// lock) and are unlinked in the background, so no request waits while the disk
+    /// frees them.
+    @Test func removedBlocksLeaveTheStoreAtOnceAndTheDiskInTheBackground() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let bytes = pseudoRandomBytes(Blocks.size + 100_000, seed: 31)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("big".utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, bytes, at: 0)
+        try fs.flush(fh); fs.release(fh)
+        let digests = [SHA256Hasher.digest(Array(bytes[0..<Blocks.size])), SHA256Hasher.digest(Array(bytes[Blocks.size...]))]
+        for d in digests { #expect(fs.blobs.contains(d)) }
+        try fs.unlink(parent: 1, name: Array("big".utf8))
+        fs.forget(a.ino, count: 1)
+        for d in digests { #expect(!fs.blobs.contains(d)) }
+        var left = -1
+        for _ in 0..<100 where left != 0 {
+            left = (try FileIO.listDirectory(fs.blobs.stagingRoot)).filter { $0.hasPrefix("removed-") }.count
+            if left != 0 { usleep(20_000) }
+        }
+        #expect(left == 0, "removed block files still in staging")
+        fs.shutdown()
+    }
+
     @Test func observerFailureRollsBackTheCommit() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
