@@ -57,6 +57,9 @@ final class Catalog: @unchecked Sendable {
     var attributeCache: [UInt64: NodeAttributes] = [:]
     /// See `securityXattrInodes`.
     private var securityInodes: Set<UInt64>?
+    /// Folder inode → whether it is the Camera Roll or inside it (`cameraRollPath`).
+    /// Emptied whenever a folder moves or goes, so it is never stale.
+    var cameraRollFolders: [UInt64: Bool] = [:]
     /// Inodes naming a block this drive does not hold (online only): their `stored`
     /// counts only what is here (see `heldHere`). Loaded on first use; eviction adds.
     var onlineInodes: Set<UInt64>?
@@ -349,6 +352,7 @@ final class Catalog: @unchecked Sendable {
     private func unlinkEntry(parent: UInt64, name: [UInt8], victim: NodeAttributes, now: Int64) throws {
         try db.run("DELETE FROM entries WHERE parent = ? AND name = ?", parent, name)
         if victim.isDirectory {
+            cameraRollFolders.removeAll()
             try db.run("UPDATE inodes SET nlink = 0, ctime_ns = ? WHERE ino = ?", now, victim.ino)
             try touchDirectory(parent, now: now, linkDelta: -1)
         } else {
@@ -398,6 +402,7 @@ final class Catalog: @unchecked Sendable {
             if destinationDir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
             let target = try child(newParent, newName)
             if source.isDirectory, try isAncestor(source.ino, of: newParent) { throw Errno.invalidArgument }
+            if source.isDirectory || target?.isDirectory == true { cameraRollFolders.removeAll() }
             let now = nowNanoseconds()
 
             if flags & Self.renameExchange != 0 {

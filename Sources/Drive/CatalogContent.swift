@@ -55,9 +55,9 @@ extension Catalog {
             // work on block files (an inline block cannot be made online-only).
             var written: [String] = []
             defer { for path in written { _ = unlink(path) } }
-            // The file's path, walked once for both questions (the walk is a query per folder).
-            let path = a.nlink > 0 ? try self.path(of: ino) : nil
-            if !inlined.isEmpty, let path, Self.isInCameraRoll(path) {
+            // Its path when it is in the Camera Roll (else nil, without walking to the root).
+            let path = a.nlink > 0 ? try cameraRollPath(of: ino) : nil
+            if !inlined.isEmpty, path != nil {
                 for block in inlined {
                     let (fd, path) = try blobs.makeStagingFile()
                     written.append(path)
@@ -163,6 +163,27 @@ extension Catalog {
 
     static func isInCameraRoll(_ path: String) -> Bool {
         path.hasPrefix(cameraRollName + "/")
+    }
+
+    /// The path of a file in the Camera Roll, or nil. A file elsewhere costs one query
+    /// and a lookup of its folder (`cameraRollFolders`), not a walk to the root (a query
+    /// per folder: 15-20 µs of every commit of `tar x`).
+    func cameraRollPath(of ino: UInt64) throws -> String? {
+        guard let parent = try db.queryOne("SELECT parent FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino, row: { UInt64($0.int64(0)) }),
+              try folderIsInCameraRoll(parent),
+              let path = try path(of: ino), Self.isInCameraRoll(path) else { return nil }
+        return path
+    }
+
+    private func folderIsInCameraRoll(_ folder: UInt64) throws -> Bool {
+        if folder == Self.rootIno { return false }
+        if let known = cameraRollFolders[folder] { return known }
+        guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", folder,
+                                                   row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return false }
+        let inside = parent == Self.rootIno ? name == Array(Self.cameraRollName.utf8) : try folderIsInCameraRoll(parent)
+        if cameraRollFolders.count >= 65_536 { cameraRollFolders.removeAll() }
+        cameraRollFolders[folder] = inside
+        return inside
     }
 
     /// The last writable handle of a camera-roll file was released: its versions settle.

@@ -137,6 +137,38 @@ import Storage
         #expect(committed.content == ContentHash.of(bytes: Array("extracted".utf8)))
     }
 
+    /// Whether a commit is in the Camera Roll is remembered per folder; a folder moved
+    /// into or out of it, or removed, is asked again.
+    @Test func foldersMovedIntoAndOutOfTheCameraRollAreSeenAtTheNextCommit() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
+        final class Recorder: CameraRollObserver, @unchecked Sendable {
+            var paths: [String] = []
+            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { paths.append(change.path) }
+            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
+            func cameraRollCommitted() {}
+        }
+        let recorder = Recorder()
+        fs.cameraRollObserver = recorder
+        func commit(_ parent: UInt64, _ name: String) throws {
+            let (_, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+            try write(fs, fh, Array(name.utf8), at: 0)
+            try fs.flush(fh); fs.release(fh)
+        }
+        let trip = try fs.create(parent: 1, name: Array("trip".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        let day = try fs.create(parent: trip.ino, name: Array("day1".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        try commit(day.ino, "before.jpg")
+        try fs.rename(parent: 1, name: Array("trip".utf8), newParent: roll.ino, newName: Array("trip".utf8), flags: 0)
+        try commit(day.ino, "inside.jpg")
+        try fs.rename(parent: roll.ino, name: Array("trip".utf8), newParent: 1, newName: Array("back".utf8), flags: 0)
+        try commit(day.ino, "after.jpg")
+        #expect(recorder.paths == ["Camera Roll/trip/day1/inside.jpg"])
+        // A small file committed outside is kept in the catalog; inside, as a block file.
+        #expect(!fs.blobs.contains(SHA256Hasher.digest("after.jpg")))
+        #expect(fs.blobs.contains(SHA256Hasher.digest("inside.jpg")))
+    }
+
     @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
