@@ -788,7 +788,6 @@ public final class DriveFileSystem: @unchecked Sendable {
             node.draft = nil
             node.dropCaches()
             durability.noteCommitted(change.staged.map(\.digest))
-            if !change.inlined.isEmpty { durability.noteMetadataChanged() }
         }
     }
 

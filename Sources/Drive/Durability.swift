@@ -54,11 +54,16 @@ final class Durability: @unchecked Sendable {
         try? flushNow()
     }
 
+    /// Wakes the flusher only when it sleeps for want of work: while it waits out its
+    /// interval, a commit just joins the batch (a wake-up per commit was a context
+    /// switch per file while unpacking a tree).
     func noteCommitted(_ digests: [SHA256Digest]) {
         condition.lock()
         pendingBlocks.formUnion(digests)
-        metadataDirty = true
-        condition.signal()
+        if !metadataDirty {
+            metadataDirty = true
+            condition.signal()
+        }
         condition.unlock()
     }
 
@@ -76,10 +81,10 @@ final class Durability: @unchecked Sendable {
             condition.lock()
             while !metadataDirty && !stopping { condition.wait() }
             if stopping { condition.unlock(); return }
-            // Batch: let a burst of commits gather for one whole interval. Every commit
-            // signals the condition, so a single timed wait would end at the next commit
-            // and the flusher would fsync after nearly every file (seen: one fdatasync
-            // and one fsync per file while tar unpacked an archive). Wait out the deadline.
+            // Batch: let a burst of commits gather for one whole interval. Wait out the
+            // deadline: a wake-up before it (stop, or a signal that raced with the flag)
+            // must not end the batch, or the flusher would fsync after nearly every file
+            // (seen once: one fdatasync and one fsync per file while tar unpacked an archive).
             let deadline = Date().addingTimeInterval(interval)
             while !stopping && Date() < deadline { _ = condition.wait(until: deadline) }
             let stop = stopping
