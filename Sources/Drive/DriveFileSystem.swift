@@ -766,7 +766,9 @@ public final class DriveFileSystem: @unchecked Sendable {
                 if hashedWhileWriting { inOrder += 1 } else { reread += 1 }
                 if Blocks.isZero(digest, length: length) {
                     change.changed.updateValue(nil, forKey: index)   // all zeros: a hole, nothing stored
-                } else if b.inMemory {
+                } else if b.inMemory || (index == 0 && d.size <= Int64(InlineBlocks.limit)) {
+                    // A small file's block, also one staged on the disk (a large file cut
+                    // down to this size): kept in the catalog; the staging file is reused.
                     change.changed.updateValue(digest, forKey: index)
                     var bytes = [UInt8](repeating: 0, count: length)
                     try bytes.withUnsafeMutableBytes { try readFully(b.fd, into: $0, at: 0) }

@@ -167,3 +167,37 @@ import Storage
         fs.shutdown()
     }
 }
+
+/// The same through a real mount: what `cp`, `>>`, `truncate`, `ln` and a remount do to
+/// a small file, with its bytes in the catalog and block files only once it is large.
+@Suite(.serialized) struct InlineBlockMountTests {
+    @Test func smallFilesThroughTheMount() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let store = try BlobStore(root: drive.state + "/blobs")
+        let notes = drive.path("notes.txt")
+        var bytes = pseudoRandomBytes(20_000, seed: 50)
+        try writeFile(notes, bytes)
+        #expect(try readFile(notes) == bytes)
+        #expect(try store.allDigests().isEmpty, "a small file has no block file")
+
+        // Appended past 64 KiB: a block file; cut back: in the catalog again.
+        let more = pseudoRandomBytes(60_000, seed: 51)
+        try writeFile(notes, more, flags: O_WRONLY | O_APPEND)
+        bytes += more
+        #expect(try readFile(notes) == bytes)
+        #expect(try store.allDigests() == [SHA256Hasher.digest(bytes)])
+        #expect(truncate(notes, 1_000) == 0)
+        bytes = Array(bytes[0..<1_000])
+        #expect(try readFile(notes) == bytes)
+        for _ in 0..<50 where try !store.allDigests().isEmpty { usleep(100_000) }
+        #expect(try store.allDigests().isEmpty, "the large version's block went with it")
+
+        // A second name, the first removed, then a remount: the bytes stay.
+        #expect(link(notes, drive.path("kept.txt")) == 0)
+        #expect(unlink(notes) == 0)
+        try drive.unmount()
+        try drive.start()
+        #expect(try readFile(drive.path("kept.txt")) == bytes)
+    }
+}
