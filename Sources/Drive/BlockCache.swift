@@ -104,7 +104,7 @@ public final class BlockCache: @unchecked Sendable {
     /// Starts fetching a block in the background, as non-interactive work (held while
     /// paused or metered), unless it is here or already on its way.
     public func prefetch(_ hash: SHA256Digest, length: Int) {
-        if !isDamaged(hash) && blobs.contains(hash) || (try? catalog.inlineBlock(hash)) != nil { return }
+        if (!isDamaged(hash) && blobs.contains(hash)) || (try? catalog.inlineBlock(hash)) != nil { return }
         let start = state.withLock { s -> Bool in
             guard s.remote != nil, !s.prefetching.contains(hash) else { return false }
             s.prefetching.insert(hash)

@@ -59,11 +59,11 @@ extension Catalog {
             let path = a.nlink > 0 ? try cameraRollPath(of: ino) : nil
             if !inlined.isEmpty, path != nil {
                 for block in inlined {
-                    let (fd, path) = try blobs.makeStagingFile()
-                    written.append(path)
+                    let (fd, stagingPath) = try blobs.makeStagingFile()
+                    written.append(stagingPath)
                     defer { FileIO.close(fd) }
                     try block.bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
-                    staged.append((block.digest, path, block.bytes.count))
+                    staged.append((block.digest, stagingPath, block.bytes.count))
                 }
                 inlined = []
             }
@@ -238,9 +238,9 @@ extension Catalog {
         }
     }
 
-    /// Blocks stored by commits newer than `generation`, for the check after an unclean stop.
-    /// Block files to check after an unclean stop (blocks kept in the catalog are as
-    /// safe as its transactions: they have no file to check).
+    /// Block files stored by commits newer than `generation`, for the check after an
+    /// unclean stop (blocks kept in the catalog are as safe as its transactions: they
+    /// have no file to check).
     func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
         try withDatabase { db in
             try db.query("""

@@ -194,7 +194,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
         var rest = changes
         rest.size = nil
-        if let mode = try modeForOwnerChange(getattr(ino), rest) { rest.mode = mode }
+        if rest.uid != nil || rest.gid != nil, let mode = try modeForOwnerChange(getattr(ino), rest) { rest.mode = mode }
         if !rest.isEmpty && !deferToDraft(ino, rest) {
             current = try catalog.setAttributes(ino, rest)
             if let mtime = rest.mtime, let node = tables.withLock({ openNodes[ino] }) {

@@ -102,7 +102,7 @@ final class Durability: @unchecked Sendable {
     /// waits for the catalog: seen as a 0.6 s `truncate`). Small files' blocks make the
     /// WAL grow fast (their bytes are in it). Failures only delay it: logged, retried.
     /// Only the flusher's thread calls it.
-    func checkpoint() {
+    private func checkpoint() {
         do {
             if checkpointConnection == nil { checkpointConnection = try Database(path: catalog.databasePath) }
             try Catalog.checkpointPassively(checkpointConnection!)

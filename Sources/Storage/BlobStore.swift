@@ -70,17 +70,17 @@ public final class BlobStore: Sendable {
         return try makeStagingFile()
     }
 
-    /// A staging file in memory (`memfd`): no inode on the disk, no name. A small
-    /// file's block is written here and kept in the catalog at commit (see
-    /// `Blocks.inlineLimit`); its path is empty.
+    /// A staging file in memory (`memfd`): no inode on the disk, no name. The drive
+    /// stages a small file's block here and keeps it in its catalog at commit
+    /// (`InlineBlocks`); its path is empty.
     public func makeMemoryStagingFile() throws -> (fd: Int32, path: String) {
         let fd = vd_memory_file("vdrive-block")
         if fd < 0 { throw Errno.current }
         return (fd, "")
     }
 
-    /// A read-only descriptor on `bytes` held in memory: what a reader of a block kept
-    /// in the catalog gets, so it reads like any stored block.
+    /// A descriptor on a memory file holding `bytes`: what a reader of a block kept in
+    /// the catalog gets, so it reads like any stored block.
     public static func memoryFile(holding bytes: [UInt8]) throws -> Int32 {
         let fd = vd_memory_file("vdrive-block")
         if fd < 0 { throw Errno.current }
