@@ -63,6 +63,7 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
                        "-volume.port=\(ports[2])", "-volume.preStopSeconds=0", "-volume.port.grpc=\(ports[3])",
                        "-filer.port=\(ports[4])", "-filer.port.grpc=\(ports[5])",
                        "-s3", "-s3.port=\(ports[6])", "-s3.port.grpc=\(ports[7])", "-s3.config=\(folder)/s3.json",
+                       "-filer.localSocket=\(folder)/filer.sock", "-s3.localSocket=\(folder)/s3.sock",
                        "-s3.port.iceberg=0", "-s3.port.lance=0"]
         // weed puts its gRPC sockets and glog files in the temporary folder and never
         // removes them: give it one inside `folder`, so a run leaves nothing in /tmp.
@@ -94,6 +95,10 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
         process = nil
         kill(p.processIdentifier, SIGKILL)
         p.waitUntilExit()
+        // Its gRPC sockets are always made in /tmp, named by their ports: ours go with it.
+        for (server, port) in [("master", ports[1]), ("volume", ports[3]), ("filer", ports[5]), ("s3", ports[7])] {
+            unlink("/tmp/seaweedfs-\(server)-grpc-\(port).sock")
+        }
     }
 
     /// Stops and starts again on the same ports with the same data (a store restart).
