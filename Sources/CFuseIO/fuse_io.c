@@ -6,7 +6,7 @@
    longer refreshes a file's attributes before every chown(2): for `tar x`, two of the
    fourteen requests each small file costs. In exchange the file system clears setuid,
    setgid and file capabilities itself on write, truncate and chown (the drive does:
-   DriveFileSystem, "Privileges on change"). libfuse 3.14 knows neither the flag nor
+   Sources/Drive/Privileges.swift). libfuse 3.14 knows neither the flag nor
    FUSE_CAP_HANDLE_KILLPRIV_V2, so it is added here, only when the kernel's INIT
    request offered it (protocol 7.33 and later).
 
@@ -81,8 +81,4 @@ int vd_fuse_handle_killpriv(struct fuse_session *se) {
     int rc = fuse_session_custom_io(se, &io, fd);
     if (rc != 0) store(fd, VD_NONE);
     return rc;
-}
-
-int vd_fuse_killpriv_negotiated(struct fuse_session *se) {
-    return load(fuse_session_fd(se)) == VD_TAKEN;
 }

@@ -252,9 +252,12 @@ extension Catalog {
 
     /// The bytes of a small block kept in the catalog, or nil for a block file.
     func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? {
-        try withDatabase { db in
-            try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
-        }
+        try withDatabase { db in try Self.inlineBlock(digest, in: db) }
+    }
+
+    /// The same on any connection to the catalog (`StoredBlocks` has its own).
+    static func inlineBlock(_ digest: SHA256Digest, in db: Database) throws -> [UInt8]? {
+        try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
     }
 
     func markDamaged(_ digest: SHA256Digest) throws {

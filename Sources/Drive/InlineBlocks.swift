@@ -53,7 +53,7 @@ public final class StoredBlocks: Sendable {
     private func inlineBytes(_ digest: SHA256Digest) throws -> [UInt8]? {
         try connection.withLock { db in
             if db == nil { db = try Database(path: catalogPath, options: .init(readOnly: true, create: false)) }
-            return try db!.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
+            return try Catalog.inlineBlock(digest, in: db!)
         }
     }
 }

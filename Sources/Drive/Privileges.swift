@@ -50,6 +50,6 @@ extension DriveFileSystem {
     /// Almost no file has one: the catalog answers from memory for the others.
     private func removeCapability(_ ino: UInt64) throws {
         guard try catalog.mayHaveSecurityAttributes(ino) else { return }
-        do { try catalog.removeXattr(ino, name: Privileges.capabilityAttribute) } catch let e as Errno where e == .noData {}
+        do { try removexattr(ino, name: Privileges.capabilityAttribute) } catch let e as Errno where e == .noData {}
     }
 }

@@ -8,8 +8,4 @@ struct fuse_session;
    Returns 0, or a negative errno when the session's descriptor cannot be wrapped. */
 int vd_fuse_handle_killpriv(struct fuse_session *se);
 
-/* After the INIT exchange: 1 when the kernel took FUSE_HANDLE_KILLPRIV_V2 (the file
-   system then clears setuid, setgid and capabilities itself), else 0. */
-int vd_fuse_killpriv_negotiated(struct fuse_session *se);
-
 #endif
