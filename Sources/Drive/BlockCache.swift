@@ -30,8 +30,6 @@ public final class BlockCache: @unchecked Sendable {
     let catalog: Catalog
     let blobs: BlobStore
     let partialRoot: String
-    /// Told the generation of every adopted block (the flusher makes it durable).
-    var adopted: (@Sendable (SHA256Digest) -> Void)?
 
     private struct State {
         var remote: RemoteContent?
@@ -309,7 +307,6 @@ public final class BlockCache: @unchecked Sendable {
         _ = try catalog.adoptFetchedBlock(from: path, hash, length: length)
         clearDamaged([hash])
         state.withLock { $0.stats.blocksAdopted += 1 }
-        adopted?(hash)
     }
 
     /// The block's chunk digests: from the catalog, else from the server (kept).

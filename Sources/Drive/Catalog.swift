@@ -73,6 +73,15 @@ final class Catalog: @unchecked Sendable {
     /// open): the ones a release must settle. May hold extra inodes (a rolled-back
     /// commit): settling those finds nothing to do.
     var unsettledCameraRoll: Set<UInt64> = []
+    /// Group commit (GroupCommit.swift): the thread committing a group at its deadline,
+    /// nil while every change commits at once.
+    var groupCommitter: GroupCommitter?
+    /// Told, under the lock, the block files a change stored (the flusher makes them
+    /// durable): under the lock, so that whoever reads `generation` under it has heard
+    /// of every block stored up to that generation.
+    var blocksStored: (([SHA256Digest]) -> Void)?
+    /// Block files to remove once the open group committed (their rows are dropped in it).
+    var removalsAfterCommit: [SHA256Digest] = []
 
     /// Runs a write transaction, then tells the observer about camera-roll changes it
     /// committed. Called with the lock held.
@@ -81,6 +90,9 @@ final class Catalog: @unchecked Sendable {
         let result = try db.transaction(body)
         if cameraRollTouched {
             cameraRollTouched = false
+            // A photo is durable at its close, and the backup reads the queue on its own
+            // connection: a camera-roll change commits the group at once.
+            try commitGroup()
             observer?.cameraRollCommitted()
         }
         return result
@@ -118,7 +130,16 @@ final class Catalog: @unchecked Sendable {
 
     func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
         lock.lock(); defer { lock.unlock() }
+        defer { endOfChange() }
         return try body(db)
+    }
+
+    /// Drops every cache of rows (the rows they hold may have been rolled back).
+    func forgetCaches() {
+        attributeCache.removeAll()
+        cameraRollFolders.removeAll()
+        securityInodes = nil
+        onlineInodes = nil
     }
 
     private func bootstrapIfNew() throws {
@@ -550,7 +571,16 @@ final class Catalog: @unchecked Sendable {
     }
 
     func checkpoint() throws {
-        try withDatabase { db in try db.execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+        try withDatabase { db in
+            try commitGroup()
+            try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
+    }
+
+    /// Commits the open group, if any (fsync and the flusher: what they make durable
+    /// must be committed first).
+    func commitPendingChanges() throws {
+        try withDatabase { _ in try commitGroup() }
     }
 
     /// Copies the committed WAL into the database file without taking the catalog's lock

@@ -112,6 +112,7 @@ extension Catalog {
                     return (a, try takeUnreferencedBlocks())
                 }
                 removeBlockFiles(garbage)
+                if !staged.isEmpty { blocksStored?(staged.map(\.digest)) }
                 return attrs
             } catch {
                 for d in linkedHere { blobs.remove(d) }
@@ -210,9 +211,15 @@ extension Catalog {
         return hashes.compactMap { $0 }
     }
 
-    /// Called with the lock held, after the transaction that dropped the rows committed.
+    /// Called with the lock held, after the transaction that dropped the rows; while
+    /// that transaction is part of an open group, the files go when the group commits.
     func removeBlockFiles(_ digests: [SHA256Digest]) {
-        blobs.removeLater(digests)
+        guard !digests.isEmpty else { return }
+        if db.groupStarted != nil {
+            removalsAfterCommit += digests
+        } else {
+            blobs.removeLater(digests)
+        }
     }
 
     /// Removes blocks whose last reference went away through another connection
@@ -226,7 +233,15 @@ extension Catalog {
 
     // MARK: Durability bookkeeping (see Durability.swift)
 
-    var currentGeneration: Int64 { lock.lock(); defer { lock.unlock() }; return generation }
+    /// For a flush: commits the open group, then returns the generation and runs `take`
+    /// (which takes the blocks stored so far) under the lock, so that every block stored
+    /// up to that generation is among them.
+    func generationForFlush<T>(_ take: () -> T) throws -> (Int64, T) {
+        try withDatabaseUnchecked {
+            try commitGroup()
+            return (generation, take())
+        }
+    }
 
     func meta(_ key: String) throws -> Int64? {
         try withDatabase { db in try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) } }

@@ -89,6 +89,7 @@ extension Catalog {
                 for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
                     attributeCache.removeValue(forKey: ino)
                 }
+                blocksStored?([digest])
                 return generation
             }
         }
@@ -178,6 +179,8 @@ extension Catalog {
                     }
                 }
             }
+            // The row's change must be committed before the file goes (group commit).
+            try commitGroup()
             blobs.remove(digest)
         }
     }

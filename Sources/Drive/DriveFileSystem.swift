@@ -60,7 +60,6 @@ public final class DriveFileSystem: @unchecked Sendable {
         catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs, extraMigrations: extraMigrations)
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
         blockCache = try BlockCache(catalog: catalog, blobs: blobs)
-        blockCache.adopted = { [durability] digest in durability.noteCommitted([digest]) }
         catalog.hasWriters = { [unowned self] ino in tables.withLock { (openNodes[ino]?.writers ?? 0) > 0 } }
     }
 
@@ -95,7 +94,21 @@ public final class DriveFileSystem: @unchecked Sendable {
         return damaged.isEmpty ? [] : try damaged.flatMap { try catalog.pathsUsing($0) }
     }
 
-    public func startBackgroundWork() { durability.start() }
+    /// Starts the flusher and the group commit (`groupCommitWindow` 0: a commit per change).
+    public func startBackgroundWork(groupCommitWindow: TimeInterval = DriveFileSystem.defaultGroupCommitWindow) {
+        durability.start()
+        catalog.startGroupCommits(window: groupCommitWindow)
+    }
+
+    /// How long a change outside the Camera Roll may wait for the commit it shares with
+    /// the changes after it (see GroupCommit.swift): 10 ms, or `VDRIVE_COMMIT_WINDOW_MS`
+    /// (0: every change is committed before its reply, as before group commit).
+    public static let defaultGroupCommitWindow: TimeInterval = {
+        if let text = ProcessInfo.processInfo.environment["VDRIVE_COMMIT_WINDOW_MS"], let ms = Double(text), ms >= 0 {
+            return min(ms, 1000) / 1000
+        }
+        return 0.010
+    }()
 
     /// Every migration a catalog opened with these extras carries, in order.
     public static func catalogMigrations(extra: [Migration]) -> [Migration] { CatalogSchema.migrations + RecordsTable.migrations + extra }
@@ -114,6 +127,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         let nodes: [OpenNode] = tables.withLock { Array(openNodes.values) }
         for node in nodes { try? commit(node) }
         blockCache.flushUses()
+        catalog.stopGroupCommits()
         durability.stop()
         try? catalog.checkpoint()
         try? catalog.setMeta("clean_unmount", 1)
@@ -789,7 +803,6 @@ public final class DriveFileSystem: @unchecked Sendable {
             d.discard()
             node.draft = nil
             node.dropCaches()
-            durability.noteCommitted(change.staged.map(\.digest))
         }
     }
 

@@ -34,6 +34,7 @@ final class Durability: @unchecked Sendable {
         self.catalog = catalog
         self.blobs = blobs
         self.interval = interval
+        catalog.blocksStored = { [unowned self] digests in noteCommitted(digests) }
     }
 
     func start() {
@@ -118,12 +119,15 @@ final class Durability: @unchecked Sendable {
     /// Fsyncs every pending block file and the catalog, then records the durable generation.
     func flushNow() throws {
         flushLock.lock(); defer { flushLock.unlock() }
-        condition.lock()
-        let digests = pendingBlocks
-        pendingBlocks.removeAll()
-        metadataDirty = false
-        condition.unlock()
-        let generation = catalog.currentGeneration
+        // What fsync makes durable must be committed first (group commit), and every
+        // block stored up to the generation recorded below must be among `digests`.
+        let (generation, digests) = try catalog.generationForFlush { () -> Set<SHA256Digest> in
+            condition.lock(); defer { condition.unlock() }
+            let digests = pendingBlocks
+            pendingBlocks.removeAll()
+            metadataDirty = false
+            return digests
+        }
         do {
             if digests.count > Self.syncfsThreshold {
                 // Many new blocks (an unpacked archive): one syncfs writes them all back

@@ -191,7 +191,10 @@ public final class Database: @unchecked Sendable {
     public var changes: Int { Int(sqlite3_changes(handle)) }
 
     /// Runs `body` in a transaction: committed when it returns, rolled back when it throws.
+    /// While `groupsCommits` is on, the body runs in a savepoint of one longer
+    /// transaction instead, which `commitGroup()` commits.
     public func transaction<T>(immediate: Bool = true, _ body: () throws -> T) throws -> T {
+        if groupsCommits { return try inGroup(body) }
         try execute(immediate ? "BEGIN IMMEDIATE" : "BEGIN")
         do {
             let result = try body()
@@ -201,6 +204,69 @@ public final class Database: @unchecked Sendable {
             try? execute("ROLLBACK")
             throw error
         }
+    }
+
+    // MARK: Group commit
+
+    /// When on, each `transaction` is a savepoint of one longer transaction, opened by the
+    /// first of them and committed by `commitGroup()`: many small changes share one WAL
+    /// commit. Statements run outside `transaction` join the open group too.
+    public var groupsCommits = false
+    /// When the open group began (CLOCK_MONOTONIC nanoseconds), or nil.
+    public private(set) var groupStarted: UInt64?
+
+    private func inGroup<T>(_ body: () throws -> T) throws -> T {
+        if groupStarted == nil {
+            try execute("BEGIN IMMEDIATE")
+            groupStarted = Self.monotonicNanoseconds()
+        }
+        try run("SAVEPOINT change")
+        do {
+            let result = try body()
+            try run("RELEASE change")
+            return result
+        } catch {
+            if sqlite3_get_autocommit(handle) != 0 {
+                // SQLite rolled the whole group back (disk full, I/O error): it is gone.
+                groupStarted = nil
+            } else {
+                _ = try? run("ROLLBACK TO change")
+                _ = try? run("RELEASE change")
+            }
+            // The rollback hook runs only for a whole transaction: caches hear of this one here.
+            changeHooks?.rolledBack()
+            throw error
+        }
+    }
+
+    /// Commits the open group, if any. On failure the group stays open when SQLite kept
+    /// it (a retry may succeed) and is gone when SQLite rolled it back; `groupLost`
+    /// says which.
+    public func commitGroup() throws {
+        guard groupStarted != nil else { return }
+        do {
+            try execute("COMMIT")
+            groupStarted = nil
+        } catch {
+            if sqlite3_get_autocommit(handle) != 0 {
+                groupStarted = nil
+                changeHooks?.rolledBack()
+                throw GroupLost(underlying: error)
+            }
+            throw error
+        }
+    }
+
+    /// A group commit failed and SQLite rolled the group back: its changes are gone.
+    public struct GroupLost: Error, CustomStringConvertible {
+        public let underlying: Error
+        public var description: String { "the catalog's last changes could not be committed and were rolled back: \(underlying)" }
+    }
+
+    public static func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
 
     func error(sql: String?) -> DatabaseError {

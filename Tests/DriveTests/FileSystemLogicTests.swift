@@ -312,7 +312,7 @@ import Storage
             try write(fs, fh, Array("abc".utf8), at: 0)
             try fs.fsync(fh)
             fs.release(fh)
-            #expect(try fs.catalog.meta("durable_gen") == fs.catalog.currentGeneration)
+            #expect(try fs.catalog.meta("durable_gen") == fs.catalog.withDatabase { _ in fs.catalog.generation })
             fs.shutdown()
         }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")

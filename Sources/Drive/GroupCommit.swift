@@ -1,0 +1,163 @@
+import Foundation
+import Crypto
+import Storage
+
+/// Group commit: outside the Camera Roll, the catalog's changes of a few milliseconds
+/// share one SQLite commit (Docs/architecture.md, "Group commit").
+///
+/// Each change still runs whole or not at all (a savepoint of the open transaction),
+/// and the catalog's own connection, which serves every FUSE request, sees it at once.
+/// What changes is only when a change survives a kill of the process: at the group's
+/// commit, at most `window` after the change, instead of before its reply. A change
+/// under the Camera Roll (a photo's close, the backup queue), `fsync`, the flusher and
+/// an unmount commit the group at once. What a kill loses is always the newest changes
+/// in the order they were made: the catalog after a kill is the drive as it was at some
+/// moment, never a mix.
+///
+/// Side effects outside SQLite wait for the commit: a block file that lost its last
+/// reference is removed only after the transaction dropping its row committed (else a
+/// kill would bring the row back without its file).
+extension Catalog {
+    /// Starts grouping commits: a change opens a group, which is committed by the change
+    /// that finds it `window` old, or by the committer thread at that deadline.
+    func startGroupCommits(window: TimeInterval) {
+        withDatabaseUnchecked {
+            guard window > 0, groupCommitter == nil else { return }
+            let committer = GroupCommitter(catalog: self, window: UInt64(window * 1e9))
+            groupCommitter = committer
+            db.groupsCommits = true
+            committer.start()
+        }
+    }
+
+    /// Commits the open group and goes back to one commit per change (unmount).
+    func stopGroupCommits() {
+        let committer: GroupCommitter? = withDatabaseUnchecked {
+            let c = groupCommitter
+            groupCommitter = nil
+            commitGroupLogged()
+            db.groupsCommits = false
+            return c
+        }
+        committer?.stop()
+    }
+
+    /// Commits the open group now; throws when that failed (the caller needs it durable:
+    /// fsync, the flusher, a camera-roll change). Called with the lock held.
+    func commitGroup() throws {
+        do {
+            try db.commitGroup()
+        } catch let lost as Database.GroupLost {
+            groupWasLost(lost)
+            throw lost
+        }
+        let removals = removalsAfterCommit
+        removalsAfterCommit = []
+        if !removals.isEmpty { blobs.removeLater(removals) }
+    }
+
+    /// The same where nobody waits for the outcome: a failure is logged, and a group
+    /// SQLite kept open is retried at the next change or deadline.
+    func commitGroupLogged() {
+        do { try commitGroup() } catch is Database.GroupLost {
+            // Logged by groupWasLost.
+        } catch {
+            DriveLog.error("committing the catalog's last changes failed: \(error); will retry")
+        }
+    }
+
+    /// After every change, with the lock held: commits a group that reached its window,
+    /// else makes sure the committer wakes at its deadline.
+    func endOfChange() {
+        guard let started = db.groupStarted, let committer = groupCommitter else { return }
+        let deadline = started + committer.window
+        if Database.monotonicNanoseconds() >= deadline {
+            commitGroupLogged()
+        } else {
+            committer.wake(at: deadline)
+        }
+    }
+
+    /// SQLite rolled a group back (disk full or an I/O error at its commit): the changes
+    /// of its last milliseconds are gone, as a power cut loses ext4's last seconds. The
+    /// caches go with them; block files stay (their rows are back).
+    private func groupWasLost(_ lost: Database.GroupLost) {
+        DriveLog.error("\(lost); the drive is back to its state of a few milliseconds earlier: files changed in that time may be missing or older, check free space")
+        removalsAfterCommit = []
+        forgetCaches()
+    }
+
+    /// Runs `body` under the lock without the end-of-change step (the group commit's own
+    /// bookkeeping must not recurse into it).
+    func withDatabaseUnchecked<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock(); defer { lock.unlock() }
+        return try body()
+    }
+}
+
+/// The thread that commits a group when no later change does (the last change of a burst).
+/// `@unchecked Sendable`: `deadline` and `stopping` are guarded by `condition`.
+final class GroupCommitter: @unchecked Sendable {
+    unowned let catalog: Catalog
+    let window: UInt64
+    private let condition = NSCondition()
+    private var deadline: UInt64?
+    private var stopping = false
+    private var thread: Thread?
+
+    init(catalog: Catalog, window: UInt64) {
+        self.catalog = catalog
+        self.window = window
+    }
+
+    func start() {
+        let t = Thread { [self] in run() }
+        t.name = "vdrive-group-commit"
+        thread = t
+        t.start()
+    }
+
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+        while let t = thread, !t.isFinished { usleep(500) }
+        thread = nil
+    }
+
+    /// Asks for a commit at `at` (monotonic ns) unless one is asked for earlier.
+    func wake(at: UInt64) {
+        condition.lock()
+        if deadline == nil {
+            deadline = at
+            condition.signal()
+        }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while deadline == nil && !stopping { condition.wait() }
+            if stopping { condition.unlock(); return }
+            let target = deadline!
+            let now = Database.monotonicNanoseconds()
+            if now < target {
+                _ = condition.wait(until: Date().addingTimeInterval(Double(target - now) / 1e9))
+                condition.unlock()
+                continue
+            }
+            deadline = nil
+            condition.unlock()
+            catalog.withDatabaseUnchecked {
+                guard let started = catalog.db.groupStarted else { return }
+                if Database.monotonicNanoseconds() >= started + window {
+                    catalog.commitGroupLogged()
+                } else {
+                    wake(at: started + window)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+@testable import Drive
+
+/// Group commit (GroupCommit.swift), without a kernel: a change is seen at once through
+/// the drive, reaches the database for other connections when its group commits, undoes
+/// only itself when it fails, and a block file goes only after the commit that dropped
+/// its row. A window of a minute stands for "not yet": nothing here waits for it.
+@Suite struct GroupCommitTests {
+    let logic = FileSystemLogicTests()
+
+    /// The names in the root folder as another connection reads them (committed only),
+    /// but the Camera Roll every drive has.
+    func committedNames(_ fs: DriveFileSystem) throws -> Set<String> {
+        let db = try Database(path: fs.catalogPath, options: .init(readOnly: true, create: false))
+        return Set(try db.query("SELECT name FROM entries WHERE parent = 1") { String(decoding: $0.bytes(0) ?? [], as: UTF8.self) })
+            .subtracting([Catalog.cameraRollName])
+    }
+
+    func createFile(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
+        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+        try logic.write(fs, fh, bytes, at: 0)
+        try fs.flush(fh)
+        fs.release(fh)
+        return a
+    }
+
+    func makeFS(_ dir: TemporaryDirectory, window: TimeInterval) throws -> DriveFileSystem {
+        let fs = try logic.makeFS(dir)
+        fs.startBackgroundWork(groupCommitWindow: window)
+        return fs
+    }
+
+    @Test func aChangeIsSeenThroughTheDriveAtOnceAndByOthersWhenItsGroupCommits() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: 60)
+        defer { fs.shutdown() }
+        let a = try createFile(fs, "a.txt", Array("first".utf8))
+        _ = try fs.create(parent: 1, name: Array("folder".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        #expect(try fs.lookup(parent: 1, name: Array("a.txt".utf8)).ino == a.ino)
+        let fh = try fs.open(a.ino, writable: false, truncate: false)
+        #expect(try logic.read(fs, fh, count: 100, at: 0) == Array("first".utf8))
+        fs.release(fh)
+        #expect(try committedNames(fs).isEmpty, "another connection sees the group before it commits")
+
+        try fs.syncAll()   // fsync(2) and the flusher commit the group first
+        #expect(try committedNames(fs) == ["a.txt", "folder"])
+    }
+
+    @Test func theCommitterCommitsTheLastChangeOfABurst() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: 0.02)
+        defer { fs.shutdown() }
+        for i in 0..<5 { _ = try createFile(fs, "f\(i)", [UInt8(i)]) }
+        var names: Set<String> = []
+        for _ in 0..<500 where names.count < 5 {
+            usleep(10_000)
+            names = try committedNames(fs)
+        }
+        #expect(names == Set((0..<5).map { "f\($0)" }), "no later change came, yet the group must commit")
+    }
+
+    @Test func aFailedChangeInAGroupUndoesOnlyItself() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: 60)
+        defer { fs.shutdown() }
+        _ = try fs.create(parent: 1, name: Array("a".utf8), mode: UInt32(S_IFREG) | 0o644, uid: 0, gid: 0)
+        #expect(throws: Errno.fileExists) {
+            _ = try fs.create(parent: 1, name: Array("a".utf8), mode: UInt32(S_IFREG) | 0o644, uid: 0, gid: 0)
+        }
+        _ = try fs.create(parent: 1, name: Array("b".utf8), mode: UInt32(S_IFREG) | 0o644, uid: 0, gid: 0)
+        try fs.syncAll()
+        #expect(try committedNames(fs) == ["a", "b"])
+    }
+
+    /// A kill before the group commits brings the row back: its file must still be there.
+    @Test func aBlockFileGoesOnlyAfterTheCommitThatDroppedItsRow() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: 60)
+        defer { fs.shutdown() }
+        let bytes = pseudoRandomBytes(200_000, seed: 77)   // past the inline limit: a block file
+        let big = try createFile(fs, "big.bin", bytes)
+        try fs.syncAll()
+        let digest = SHA256Hasher.digest(bytes)
+        #expect(fs.blobStore.contains(digest))
+
+        try fs.unlink(parent: 1, name: Array("big.bin".utf8))
+        fs.forget(big.ino, count: 1)   // the kernel's reference from the create
+        #expect(try committedNames(fs) == ["big.bin"])
+        #expect(fs.blobStore.contains(digest), "removed before the commit that dropped its row")
+
+        try fs.syncAll()
+        #expect(try committedNames(fs).isEmpty)
+        var gone = false
+        for _ in 0..<500 where !gone {   // unlinked by a background thread after the commit
+            gone = !fs.blobStore.contains(digest)
+            if !gone { usleep(10_000) }
+        }
+        #expect(gone)
+    }
+
+    /// A photo is durable at its close, and the backup reads its queue on a connection of
+    /// its own: a camera-roll commit commits the group at once, whatever the window.
+    @Test func aPhotosCloseCommitsAtOnce() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: 60)
+        defer { fs.shutdown() }
+        final class Observer: CameraRollObserver, @unchecked Sendable {
+            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws {}
+            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
+            func cameraRollCommitted() {}
+        }
+        let observer = Observer()
+        fs.cameraRollObserver = observer
+        _ = try createFile(fs, "elsewhere.txt", Array("x".utf8))
+        let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
+        let photo = try createFile(fs, "IMG_0001.jpg", in: roll.ino, Array("jpeg".utf8))
+        let db = try Database(path: fs.catalogPath, options: .init(readOnly: true, create: false))
+        let content = try db.queryOne("SELECT content FROM inodes WHERE ino = ?", photo.ino) { $0.string(0) }
+        #expect(content == ContentHash.of(bytes: Array("jpeg".utf8)).hex)
+        #expect(try committedNames(fs).contains("elsewhere.txt"), "the changes before it share its commit")
+    }
+}
