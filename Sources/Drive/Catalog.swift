@@ -114,6 +114,10 @@ final class Catalog: @unchecked Sendable {
         // WAL), so a FUSE request rarely copies pages and fsyncs under the catalog lock.
         try db.execute("PRAGMA wal_autocheckpoint = 16000")
         try db.execute("PRAGMA cache_size = -8000")
+        // A change in an open group is a savepoint (GroupCommit.swift): SQLite keeps the
+        // pages it would restore on its rollback in a sub-journal, in memory rather than in
+        // a temporary file (which cost a write of every page a change touched, on disk).
+        try db.execute("PRAGMA temp_store = MEMORY")
         try db.migrate(migrations)
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
         try BlockMigration.removeSplitBlobFiles(db, store: blobs)
