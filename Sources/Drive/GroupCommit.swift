@@ -98,7 +98,9 @@ extension Catalog {
 /// The thread that commits a group when no later change does (the last change of a burst).
 /// `@unchecked Sendable`: `deadline` and `stopping` are guarded by `condition`.
 final class GroupCommitter: @unchecked Sendable {
-    unowned let catalog: Catalog
+    /// Weak: a catalog dropped without `stopGroupCommits` (a test) leaves a thread that
+    /// finds nothing to commit, not one that reads freed memory.
+    weak var catalog: Catalog?
     let window: UInt64
     private let condition = NSCondition()
     private var deadline: UInt64?
@@ -150,6 +152,7 @@ final class GroupCommitter: @unchecked Sendable {
             }
             deadline = nil
             condition.unlock()
+            guard let catalog else { return }
             catalog.withDatabaseUnchecked {
                 guard let started = catalog.db.groupStarted else { return }
                 if Database.monotonicNanoseconds() >= started + window {
