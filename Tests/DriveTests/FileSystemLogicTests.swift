@@ -12,6 +12,15 @@ import Storage
         return fs
     }
 
+    /// Creates a file with `bytes` and closes it (one commit); returns the create's attributes.
+    func store(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
+        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+        try write(fs, fh, bytes, at: 0)
+        try fs.flush(fh)
+        fs.release(fh)
+        return a
+    }
+
     func write(_ fs: DriveFileSystem, _ fh: UInt64, _ bytes: [UInt8], at offset: Int64) throws {
         _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: offset) }
     }

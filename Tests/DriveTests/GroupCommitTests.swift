@@ -19,14 +19,6 @@ import Storage
             .subtracting([Catalog.cameraRollName])
     }
 
-    func createFile(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
-        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
-        try logic.write(fs, fh, bytes, at: 0)
-        try fs.flush(fh)
-        fs.release(fh)
-        return a
-    }
-
     func makeFS(_ dir: TemporaryDirectory, window: TimeInterval) throws -> DriveFileSystem {
         let fs = try logic.makeFS(dir)
         fs.startBackgroundWork(groupCommitWindow: window)
@@ -37,7 +29,7 @@ import Storage
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir, window: 60)
         defer { fs.shutdown() }
-        let a = try createFile(fs, "a.txt", Array("first".utf8))
+        let a = try logic.store(fs, "a.txt", Array("first".utf8))
         _ = try fs.create(parent: 1, name: Array("folder".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
         #expect(try fs.lookup(parent: 1, name: Array("a.txt".utf8)).ino == a.ino)
         let fh = try fs.open(a.ino, writable: false, truncate: false)
@@ -53,7 +45,7 @@ import Storage
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir, window: 0.02)
         defer { fs.shutdown() }
-        for i in 0..<5 { _ = try createFile(fs, "f\(i)", [UInt8(i)]) }
+        for i in 0..<5 { _ = try logic.store(fs, "f\(i)", [UInt8(i)]) }
         var names: Set<String> = []
         for _ in 0..<500 where names.count < 5 {
             usleep(10_000)
@@ -81,7 +73,7 @@ import Storage
         let fs = try makeFS(dir, window: 60)
         defer { fs.shutdown() }
         let bytes = pseudoRandomBytes(200_000, seed: 77)   // past the inline limit: a block file
-        let big = try createFile(fs, "big.bin", bytes)
+        let big = try logic.store(fs, "big.bin", bytes)
         try fs.syncAll()
         let digest = SHA256Hasher.digest(bytes)
         #expect(fs.blobStore.contains(digest))
@@ -114,9 +106,9 @@ import Storage
         }
         let observer = Observer()
         fs.cameraRollObserver = observer
-        _ = try createFile(fs, "elsewhere.txt", Array("x".utf8))
+        _ = try logic.store(fs, "elsewhere.txt", Array("x".utf8))
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
-        let photo = try createFile(fs, "IMG_0001.jpg", in: roll.ino, Array("jpeg".utf8))
+        let photo = try logic.store(fs, "IMG_0001.jpg", in: roll.ino, Array("jpeg".utf8))
         let db = try Database(path: fs.catalogPath, options: .init(readOnly: true, create: false))
         let content = try db.queryOne("SELECT content FROM inodes WHERE ino = ?", photo.ino) { $0.string(0) }
         #expect(content == ContentHash.of(bytes: Array("jpeg".utf8)).hex)

@@ -11,14 +11,6 @@ import Storage
 @Suite struct InlineBlockTests {
     let logic = FileSystemLogicTests()
 
-    func store(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
-        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
-        try logic.write(fs, fh, bytes, at: 0)
-        try fs.flush(fh)
-        fs.release(fh)
-        return a
-    }
-
     func contents(_ fs: DriveFileSystem, _ ino: UInt64) throws -> [UInt8] {
         let fh = try fs.open(ino, writable: false, truncate: false)
         defer { fs.release(fh) }
@@ -34,14 +26,14 @@ import Storage
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
         let bytes = pseudoRandomBytes(13_000, seed: 1)
-        let a = try store(fs, "small.h", bytes)
+        let a = try logic.store(fs, "small.h", bytes)
         #expect(!fs.blobStore.contains(SHA256Hasher.digest(bytes)))
         #expect(try fs.blobStore.allDigests().isEmpty)
         #expect(try inlineRows(dir) == 1)
         #expect(try contents(fs, a.ino) == bytes)
         #expect(try fs.getattr(a.ino).content == ContentHash.of(bytes: bytes))
         // The same bytes twice: one row. Both gone: no row.
-        let b = try store(fs, "copy.h", bytes)
+        let b = try logic.store(fs, "copy.h", bytes)
         #expect(try inlineRows(dir) == 1)
         try fs.unlink(parent: 1, name: Array("small.h".utf8))
         try fs.unlink(parent: 1, name: Array("copy.h".utf8))
@@ -83,7 +75,7 @@ import Storage
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
         var bytes = pseudoRandomBytes(30_000, seed: 3)
-        let a = try store(fs, "doc.txt", bytes)
+        let a = try logic.store(fs, "doc.txt", bytes)
         let fh = try fs.open(a.ino, writable: true, truncate: false)
         try logic.write(fs, fh, [1, 2, 3, 4], at: 10_000)
         try fs.flush(fh)
@@ -100,7 +92,7 @@ import Storage
         let fs = try logic.makeFS(dir)
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
         let bytes = pseudoRandomBytes(2_000, seed: 4)
-        let a = try store(fs, "tiny.png", in: roll.ino, bytes)
+        let a = try logic.store(fs, "tiny.png", in: roll.ino, bytes)
         #expect(fs.blobStore.contains(SHA256Hasher.digest(bytes)))
         #expect(try inlineRows(dir) == 0)
         #expect(try contents(fs, a.ino) == bytes)
@@ -111,7 +103,7 @@ import Storage
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
         let bytes = pseudoRandomBytes(5_000, seed: 5)
-        _ = try store(fs, "notes.txt", bytes)
+        _ = try logic.store(fs, "notes.txt", bytes)
         let stored = StoredBlocks(blobs: fs.blobStore, catalogPath: fs.catalogPath)
         let fd = try stored.open(SHA256Hasher.digest(bytes))
         defer { close(fd) }
@@ -136,7 +128,7 @@ import Storage
         for i in 0..<100 {
             let bytes = pseudoRandomBytes(50_000, seed: UInt64(1_000 + 7 * i))
             distinct.insert(bytes)
-            _ = try store(fs, "f\(i)", bytes)
+            _ = try logic.store(fs, "f\(i)", bytes)
         }
         // Megabytes in the WAL, far below the commits' own backstop (64 MB).
         let expected = Int64(distinct.count * 50_000)
@@ -158,7 +150,7 @@ import Storage
         let bytes = pseudoRandomBytes(20_000, seed: 6)
         do {
             let fs = try logic.makeFS(dir)
-            ino = try store(fs, "kept", bytes).ino
+            ino = try logic.store(fs, "kept", bytes).ino
             // No shutdown: the process "dies" here.
         }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
