@@ -92,7 +92,7 @@ final class Catalog: @unchecked Sendable {
             cameraRollTouched = false
             // A photo is durable at its close, and the backup reads the queue on its own
             // connection: a camera-roll change commits the group at once.
-            try commitGroup()
+            try commitGroupKeepingChanges()
             observer?.cameraRollCommitted()
         }
         return result
@@ -581,11 +581,6 @@ final class Catalog: @unchecked Sendable {
         }
     }
 
-    /// Commits the open group, if any (fsync and the flusher: what they make durable
-    /// must be committed first).
-    func commitPendingChanges() throws {
-        try withDatabase { _ in try commitGroup() }
-    }
 
     /// Copies the committed WAL into the database file without taking the catalog's lock
     /// and without waiting for anyone (PASSIVE: writers go on appending meanwhile), on

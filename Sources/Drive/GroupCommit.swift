@@ -56,14 +56,22 @@ extension Catalog {
         if !removals.isEmpty { blobs.removeLater(removals) }
     }
 
-    /// The same where nobody waits for the outcome: a failure is logged, and a group
-    /// SQLite kept open is retried at the next change or deadline.
-    func commitGroupLogged() {
-        do { try commitGroup() } catch is Database.GroupLost {
-            // Logged by groupWasLost.
+    /// Commits the open group now for a change that must be durable at once (a photo's
+    /// close). Throws only when the group, and so this change, is gone; a commit SQLite
+    /// kept open is logged and retried like any other, and the change stays in it (the
+    /// caller must not undo what the change needs, such as its new block files).
+    func commitGroupKeepingChanges() throws {
+        do { try commitGroup() } catch let lost as Database.GroupLost {
+            throw lost
         } catch {
             DriveLog.error("committing the catalog's last changes failed: \(error); will retry")
         }
+    }
+
+    /// The same where nobody waits for the outcome: a failure is logged, and a group
+    /// SQLite kept open is retried at the next change or deadline.
+    func commitGroupLogged() {
+        try? commitGroupKeepingChanges()   // a lost group is logged by groupWasLost
     }
 
     /// After every change, with the lock held: commits a group that reached its window,
@@ -157,6 +165,8 @@ final class GroupCommitter: @unchecked Sendable {
                 guard let started = catalog.db.groupStarted else { return }
                 if Database.monotonicNanoseconds() >= started + window {
                     catalog.commitGroupLogged()
+                    // Still open (SQLite kept it after a failed commit): try again later.
+                    if catalog.db.groupStarted != nil { wake(at: Database.monotonicNanoseconds() + window) }
                 } else {
                     wake(at: started + window)
                 }
