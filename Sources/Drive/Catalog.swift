@@ -82,6 +82,17 @@ final class Catalog: @unchecked Sendable {
     var blocksStored: (([SHA256Digest]) -> Void)?
     /// Block files to remove once the open group committed (their rows are dropped in it).
     var removalsAfterCommit: [SHA256Digest] = []
+    /// Set when a group was lost: `Database.commitCount` then. Changes commit one by one
+    /// (their callers hear of a failure) until one commits again (GroupCommit.swift).
+    var groupsSuspendedAt: Int?
+    /// The next inode number to hand out: above every number this process handed out,
+    /// also when the change that used it was rolled back (a lost group), since the kernel
+    /// may still know that number: one number never names two files in one mount.
+    var nextIno: UInt64 = rootIno + 1
+    /// `nextIno` when the last commit succeeded: numbers from here up were handed out in
+    /// the open group. `lostInodes`: such ranges of groups that were lost.
+    var inodesCommittedBelow: UInt64 = rootIno + 1
+    var lostInodes: [Range<UInt64>] = []
 
     /// Runs a write transaction, then tells the observer about camera-roll changes it
     /// committed. Called with the lock held.
@@ -119,6 +130,9 @@ final class Catalog: @unchecked Sendable {
         // a temporary file (which cost a write of every page a change touched, on disk).
         try db.execute("PRAGMA temp_store = MEMORY")
         try db.migrate(migrations)
+        let highest = try db.queryOne("SELECT coalesce(max(ino), 0) FROM inodes") { UInt64($0.int64(0)) } ?? 0
+        nextIno = max(highest, Self.rootIno) + 1
+        inodesCommittedBelow = nextIno
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
         try BlockMigration.removeSplitBlobFiles(db, store: blobs)
         try bootstrapIfNew()
@@ -135,7 +149,12 @@ final class Catalog: @unchecked Sendable {
     func withDatabase<T>(_ body: (Database) throws -> T) throws -> T {
         lock.lock(); defer { lock.unlock() }
         defer { endOfChange() }
-        return try body(db)
+        do {
+            return try body(db)
+        } catch let lost as Database.GroupLost {
+            groupWasLost(lost)   // SQLite dropped the whole group inside this change
+            throw lost
+        }
     }
 
     /// Drops every cache of rows (the rows they hold may have been rolled back).
@@ -178,6 +197,9 @@ final class Catalog: @unchecked Sendable {
     func node(_ ino: UInt64) throws -> NodeAttributes {
         if let a = attributeCache[ino] { return a }
         guard let row = try db.queryOne("SELECT \(Self.selectColumns) FROM inodes WHERE ino = ?", ino, row: { Self.attributes($0) }) else {
+            // A file whose creation was in a group the full disk made SQLite drop: the
+            // writer still holding it hears why.
+            if lostInodes.contains(where: { $0.contains(ino) }) { throw Errno.noSpace }
             throw Errno.noSuchFileOrDirectory
         }
         let a = try heldHere(row)
@@ -296,9 +318,10 @@ final class Catalog: @unchecked Sendable {
     private func insertNode(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64, target: [UInt8]?, now: Int64) throws -> NodeAttributes {
         let isDir = mode & S_IFMT == S_IFDIR
         let size = Int64(target?.count ?? 0)
-        try db.run("INSERT INTO inodes(mode, uid, gid, size, stored, nlink, atime_ns, mtime_ns, ctime_ns, rdev, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   mode, uid, gid, size, size, isDir ? 2 : 1, now, now, now, rdev, target)
-        let ino = UInt64(db.lastInsertRowID)
+        let ino = nextIno
+        nextIno += 1
+        try db.run("INSERT INTO inodes(ino, mode, uid, gid, size, stored, nlink, atime_ns, mtime_ns, ctime_ns, rdev, target) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   ino, mode, uid, gid, size, size, isDir ? 2 : 1, now, now, now, rdev, target)
         try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", parent, name, ino)
         try touchDirectory(parent, now: now, linkDelta: isDir ? 1 : 0)
         return NodeAttributes(ino: ino, mode: mode, uid: uid, gid: gid, size: size, nlink: isDir ? 2 : 1,

@@ -28,6 +28,8 @@ func errnoValue(for error: any Error) -> Int32 {
     switch error {
     case let e as Errno:
         return e.rawValue
+    case let e as Database.GroupLost:
+        return errnoValue(for: e.underlying)   // logged where it was lost
     case let e as DatabaseError:
         if e.isDiskFull { return ENOSPC }
         if e.isBusy { return EBUSY }

@@ -51,6 +51,7 @@ extension Catalog {
             groupWasLost(lost)
             throw lost
         }
+        if db.groupStarted == nil { inodesCommittedBelow = nextIno }
         let removals = removalsAfterCommit
         removalsAfterCommit = []
         if !removals.isEmpty { blobs.removeLater(removals) }
@@ -77,7 +78,15 @@ extension Catalog {
     /// After every change, with the lock held: commits a group that reached its window,
     /// else makes sure the committer wakes at its deadline.
     func endOfChange() {
-        guard let started = db.groupStarted, let committer = groupCommitter else { return }
+        if let suspended = groupsSuspendedAt, db.commitCount > suspended {
+            groupsSuspendedAt = nil
+            db.groupsCommits = groupCommitter != nil
+            DriveLog.error("the catalog commits again; changes share commits again")
+        }
+        guard let started = db.groupStarted, let committer = groupCommitter else {
+            inodesCommittedBelow = nextIno   // no group open: everything so far is committed
+            return
+        }
         let deadline = started + committer.window
         if Database.monotonicNanoseconds() >= deadline {
             commitGroupLogged()
@@ -89,10 +98,17 @@ extension Catalog {
     /// SQLite rolled a group back (disk full or an I/O error at its commit): the changes
     /// of its last milliseconds are gone, as a power cut loses ext4's last seconds. The
     /// caches go with them; block files stay (their rows are back).
-    private func groupWasLost(_ lost: Database.GroupLost) {
-        DriveLog.error("\(lost); the drive is back to its state of a few milliseconds earlier: files changed in that time may be missing or older, check free space")
+    /// Until a commit succeeds again, each change commits on its own, so that its caller
+    /// hears of the failure (ENOSPC at close) instead of a success that is lost later.
+    func groupWasLost(_ lost: Database.GroupLost) {
+        guard groupsSuspendedAt == nil else { return }   // this loss was handled where it was thrown
+        DriveLog.error("\(lost); the drive is back to its state of a few milliseconds earlier: files changed in that time may be missing or older, check free space. Until a commit succeeds again, every change is committed before its reply")
         removalsAfterCommit = []
         forgetCaches()
+        if inodesCommittedBelow < nextIno { lostInodes.append(inodesCommittedBelow..<nextIno) }
+        inodesCommittedBelow = nextIno
+        groupsSuspendedAt = db.commitCount
+        db.groupsCommits = false
     }
 
     /// Runs `body` under the lock without the end-of-change step (the group commit's own

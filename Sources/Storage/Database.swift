@@ -199,6 +199,7 @@ public final class Database: @unchecked Sendable {
         do {
             let result = try body()
             try execute("COMMIT")
+            commitCount += 1
             return result
         } catch {
             try? execute("ROLLBACK")
@@ -212,6 +213,8 @@ public final class Database: @unchecked Sendable {
     /// first of them and committed by `commitGroup()`: many small changes share one WAL
     /// commit. Statements run outside `transaction` join the open group too.
     public var groupsCommits = false
+    /// Transactions and groups committed on this connection (a sign that commits work).
+    public private(set) var commitCount = 0
     /// When the open group began (CLOCK_MONOTONIC nanoseconds), or nil.
     public private(set) var groupStarted: UInt64?
 
@@ -226,15 +229,15 @@ public final class Database: @unchecked Sendable {
             try run("RELEASE change")
             return result
         } catch {
+            // The rollback hook runs only for a whole transaction: caches hear of this one here.
+            changeHooks?.rolledBack()
             if sqlite3_get_autocommit(handle) != 0 {
                 // SQLite rolled the whole group back (disk full, I/O error): it is gone.
                 groupStarted = nil
-            } else {
-                _ = try? run("ROLLBACK TO change")
-                _ = try? run("RELEASE change")
+                throw GroupLost(underlying: error)
             }
-            // The rollback hook runs only for a whole transaction: caches hear of this one here.
-            changeHooks?.rolledBack()
+            _ = try? run("ROLLBACK TO change")
+            _ = try? run("RELEASE change")
             throw error
         }
     }
@@ -247,6 +250,7 @@ public final class Database: @unchecked Sendable {
         do {
             try execute("COMMIT")
             groupStarted = nil
+            commitCount += 1
         } catch {
             if sqlite3_get_autocommit(handle) != 0 {
                 groupStarted = nil
