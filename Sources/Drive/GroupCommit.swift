@@ -51,7 +51,7 @@ extension Catalog {
             groupWasLost(lost)
             throw lost
         }
-        if db.groupStarted == nil { inodesCommittedBelow = nextIno }
+        inodesCommittedBelow = nextIno
         let removals = removalsAfterCommit
         removalsAfterCommit = []
         if !removals.isEmpty { blobs.removeLater(removals) }
@@ -81,7 +81,7 @@ extension Catalog {
         if let suspended = groupsSuspendedAt, db.commitCount > suspended {
             groupsSuspendedAt = nil
             db.groupsCommits = groupCommitter != nil
-            DriveLog.error("the catalog commits again; changes share commits again")
+            DriveLog.info("the catalog commits again; changes share commits again")
         }
         guard let started = db.groupStarted, let committer = groupCommitter else {
             inodesCommittedBelow = nextIno   // no group open: everything so far is committed

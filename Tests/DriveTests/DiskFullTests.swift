@@ -4,11 +4,25 @@ import Storage
 
 /// ENOSPC on a small file system made for the test (a 32 MiB tmpfs holding the state).
 @Suite(.serialized) struct DiskFullTests {
-    @Test func diskFullFailsTheWriterAndKeepsThePreviousVersion() throws {
+    /// A tmpfs of the given size in a temporary folder (the test runs as root).
+    func smallDisk(megabytes: Int) throws -> TemporaryDirectory {
         let small = TemporaryDirectory("vdrive-small")
-        defer { _ = try? runCommand("/bin/umount", [small.path]); small.remove() }
-        let m = try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=32m", "tmpfs", small.path])
-        try #require(m.status == 0, "cannot make a small file system: \(m.stderr)")
+        let m = try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=\(megabytes)m", "tmpfs", small.path])
+        if m.status != 0 {
+            small.remove()
+            throw TestFailure("cannot make a small file system: \(m.stderr)")
+        }
+        return small
+    }
+
+    func removeSmallDisk(_ small: TemporaryDirectory) {
+        _ = try? runCommand("/bin/umount", [small.path])
+        small.remove()
+    }
+
+    @Test func diskFullFailsTheWriterAndKeepsThePreviousVersion() throws {
+        let small = try smallDisk(megabytes: 32)
+        defer { removeSmallDisk(small) }
         let drive = try MountedDrive(state: small.path + "/state", label: "vdrive-enospc")
         defer { drive.stop() }
 
@@ -53,10 +67,8 @@ import Storage
     /// half-written shows, files closed well before the first error are all there, and
     /// once space is back the drive works and every file it lists is whole.
     @Test func aFullDiskUnderGroupCommitIsReportedAndKeepsEveryListedFileWhole() throws {
-        let small = TemporaryDirectory("vdrive-small")
-        defer { _ = try? runCommand("/bin/umount", [small.path]); small.remove() }
-        let m = try runCommand("/bin/mount", ["-t", "tmpfs", "-o", "size=24m", "tmpfs", small.path])
-        try #require(m.status == 0, "cannot make a small file system: \(m.stderr)")
+        let small = try smallDisk(megabytes: 24)
+        defer { removeSmallDisk(small) }
         let drive = try MountedDrive(state: small.path + "/state", label: "vdrive-enospc-group")
         defer { drive.stop() }
         // Leave about 3 MiB free; the filler goes later to give the space back.
