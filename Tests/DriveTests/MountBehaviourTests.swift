@@ -125,6 +125,51 @@ import Storage
         for i in 0..<writers { #expect(try readFile(drive.path("w\(i)")) == expected[i]) }
     }
 
+    /// Write-only handles write past the page cache (direct I/O); readers keep theirs.
+    @Test func aWriteOnlyHandlesBytesReachAReaderWithCachedPages() throws {
+        let drive = try MountedDrive()
+        defer { drive.stop() }
+        let path = drive.path("shared.bin")
+        let original = pseudoRandomBytes(3 * 65536, seed: 7)
+        try writeFile(path, original)
+
+        let reader = open(path, O_RDONLY)
+        #expect(reader >= 0)
+        var head = [UInt8](repeating: 0, count: original.count)
+        #expect(pread(reader, &head, head.count, 0) == original.count)   // now in the page cache
+        #expect(head == original)
+
+        let writer = open(path, O_WRONLY)
+        #expect(writer >= 0)
+        let patch = [UInt8](repeating: 0xAB, count: 5000)
+        #expect(pwrite(writer, patch, patch.count, 65536 - 100) == patch.count)
+        var expected = original
+        expected.replaceSubrange((65536 - 100)..<(65536 - 100 + patch.count), with: patch)
+        var seen = [UInt8](repeating: 0, count: expected.count)
+        #expect(pread(reader, &seen, seen.count, 0) == expected.count)
+        #expect(seen == expected, "the reader's cached pages were not dropped by the write")
+        #expect(close(writer) == 0)
+
+        let appender = open(path, O_WRONLY | O_APPEND)
+        #expect(appender >= 0)
+        let tail = Array("one more line\n".utf8)
+        #expect(Glibc.write(appender, tail, tail.count) == tail.count)
+        #expect(close(appender) == 0)
+        expected += tail
+
+        var st = stat()
+        #expect(stat(path, &st) == 0)
+        #expect(Int(st.st_size) == expected.count)
+        seen = [UInt8](repeating: 0, count: expected.count + 10)
+        #expect(pread(reader, &seen, seen.count, 0) == expected.count)
+        #expect(Array(seen.prefix(expected.count)) == expected)
+        close(reader)
+        #expect(try readFile(path) == expected)
+        try drive.unmount()
+        try drive.start()
+        #expect(try readFile(path) == expected)
+    }
+
     @Test func statfsReportsTheStateDisk() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }
