@@ -471,7 +471,6 @@ public final class DriveFileSystem: @unchecked Sendable {
     private func resize(_ d: Draft, to newSize: Int64, writeStart: Int64? = nil) throws {
         let oldSize = d.size
         if newSize == oldSize { return }
-        if newSize > Int64(InlineBlocks.limit), let b = d.dirty[0], b.inMemory { try b.moveToDisk() }
         let oldCount = Blocks.count(forSize: oldSize)
         let newCount = Blocks.count(forSize: newSize)
         if newSize < oldSize {
@@ -494,6 +493,9 @@ public final class DriveFileSystem: @unchecked Sendable {
                 if b.hashedUpTo > newLength { b.hasher = nil }
             }
         }
+        // Last: the edge block above may just have been staged in memory (a small file's
+        // only block, appended to or truncated up past the limit in one step).
+        if newSize > Int64(InlineBlocks.limit), let b = d.dirty[0], b.inMemory { try b.moveToDisk() }
         d.size = newSize
     }
 

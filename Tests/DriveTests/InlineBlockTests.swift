@@ -71,6 +71,37 @@ import Storage
         fs.shutdown()
     }
 
+    /// One write appending past the limit, or one truncate up past it, to a small file
+    /// whose block is in the catalog: the grown block is a block file, never a catalog
+    /// row above the limit. (The kernel's page cache used to split such an append at the
+    /// first page boundary, which hid this; a write-only handle's direct I/O does not.)
+    @Test func aSmallFileGrownPastTheLimitInOneStepGetsABlockFile() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        var appended = pseudoRandomBytes(20_000, seed: 4)
+        let a = try logic.store(fs, "log.txt", appended)
+        let fh = try fs.open(a.ino, writable: true, truncate: false)
+        let more = pseudoRandomBytes(60_000, seed: 5)
+        try logic.write(fs, fh, more, at: Int64(appended.count))
+        try fs.flush(fh)
+        fs.release(fh)
+        appended += more
+        #expect(try contents(fs, a.ino) == appended)
+        #expect(fs.blobStore.contains(SHA256Hasher.digest(appended)))
+
+        let small = pseudoRandomBytes(1_000, seed: 6)
+        let b = try logic.store(fs, "sparse.bin", small)
+        let fh2 = try fs.open(b.ino, writable: true, truncate: false)
+        _ = try fs.setattr(b.ino, { var c = AttributeChanges(); c.size = 100_000; return c }(), handle: fh2)
+        try fs.flush(fh2)
+        fs.release(fh2)
+        let grown = small + [UInt8](repeating: 0, count: 99_000)
+        #expect(try contents(fs, b.ino) == grown)
+        #expect(fs.blobStore.contains(SHA256Hasher.digest(grown)))
+        #expect(try inlineRows(dir) == 0, "no block above the limit is kept in the catalog")
+        fs.shutdown()
+    }
+
     @Test func aPartialOverwriteOfASmallFileCopiesItsBlockFromTheCatalog() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
