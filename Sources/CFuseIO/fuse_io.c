@@ -1,14 +1,19 @@
 /* The FUSE device's reads and writes, through libfuse's custom I/O hooks, passed
-   through unchanged except for one flag in the INIT reply.
+   through unchanged except for two flags in the INIT reply, each added only when the
+   kernel's INIT request offered it. libfuse 3.14 knows neither.
 
-   Why: with FUSE_HANDLE_KILLPRIV_V2 the kernel marks the mount SB_NOSEC. It then asks
-   for `security.capability` once per inode instead of before every write(2), and no
-   longer refreshes a file's attributes before every chown(2): for `tar x`, two of the
-   fourteen requests each small file costs. In exchange the file system clears setuid,
-   setgid and file capabilities itself on write, truncate and chown (the drive does:
-   Sources/Drive/Privileges.swift). libfuse 3.14 knows neither the flag nor
-   FUSE_CAP_HANDLE_KILLPRIV_V2, so it is added here, only when the kernel's INIT
-   request offered it (protocol 7.33 and later).
+   FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33): the kernel marks the mount SB_NOSEC. It then
+   asks for `security.capability` once per inode instead of before every write(2), and
+   no longer refreshes a file's attributes before every chown(2): for `tar x`, two of
+   the fourteen requests each small file costs. In exchange the file system clears
+   setuid, setgid and file capabilities itself on write, truncate and chown (the drive
+   does: Sources/Drive/Privileges.swift).
+
+   FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6): a file opened with direct_io
+   can still be mapped shared (mmap goes through the page cache, reads and writes do
+   not). The drive opens content it does not hold with direct_io only when the kernel
+   took this flag, so that an image viewer's mmap keeps working
+   (vd_fuse_direct_io_allows_mmap).
 
    The INIT request is the first a session reads and its reply the first it writes,
    before any other request is read, so one state per descriptor is enough. */
@@ -19,14 +24,23 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fuse_io.h"
 
+#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
+#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
+#endif
+
 #define VD_FDS 4096
-enum { VD_NONE = 0, VD_AWAITED, VD_OFFERED, VD_TAKEN, VD_REFUSED };
+/* Per descriptor: where the INIT exchange is, and which flags were offered, then taken. */
+enum { VD_NONE = 0, VD_AWAITED, VD_INIT_READ, VD_DONE };
+enum { VD_KILLPRIV = 1, VD_DIO_MMAP = 2 };
 static unsigned char init_state[VD_FDS];
+static unsigned char offered[VD_FDS];
+static unsigned char taken[VD_FDS];
 
 static unsigned char load(int fd) {
     return (fd >= 0 && fd < VD_FDS) ? __atomic_load_n(&init_state[fd], __ATOMIC_ACQUIRE) : VD_NONE;
@@ -41,10 +55,16 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata) {
     ssize_t n = read(fd, buf, len);
     if (load(fd) == VD_AWAITED && n >= (ssize_t)sizeof(struct fuse_in_header)) {
         const struct fuse_in_header *h = buf;
-        if (h->opcode == FUSE_INIT && n >= (ssize_t)(sizeof *h + sizeof(struct fuse_init_in))) {
+        if (h->opcode == FUSE_INIT && n >= (ssize_t)(sizeof *h + offsetof(struct fuse_init_in, flags) + sizeof(uint32_t))) {
             const struct fuse_init_in *in = (const void *)(h + 1);
-            int offered = in->major == 7 && in->minor >= 33 && (in->flags & FUSE_HANDLE_KILLPRIV_V2);
-            store(fd, offered ? VD_OFFERED : VD_REFUSED);
+            uint64_t flags = in->flags;
+            if ((flags & FUSE_INIT_EXT) && n >= (ssize_t)(sizeof *h + offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t)))
+                flags |= (uint64_t)in->flags2 << 32;
+            unsigned char o = 0;
+            if (in->major == 7 && in->minor >= 33 && (flags & FUSE_HANDLE_KILLPRIV_V2)) o |= VD_KILLPRIV;
+            if (in->major == 7 && in->minor >= 39 && (flags & FUSE_DIRECT_IO_ALLOW_MMAP)) o |= VD_DIO_MMAP;
+            offered[fd] = o;
+            store(fd, VD_INIT_READ);
         }
     }
     return n;
@@ -52,12 +72,27 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *userdata) {
 
 static ssize_t io_writev(int fd, struct iovec *iov, int count, void *userdata) {
     (void)userdata;
-    if (load(fd) == VD_OFFERED) {
+    if (load(fd) == VD_INIT_READ) {
+        unsigned char t = 0;
         int ok = count >= 2 && iov[0].iov_len == sizeof(struct fuse_out_header)
             && iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t)
             && ((const struct fuse_out_header *)iov[0].iov_base)->error == 0;
-        if (ok) ((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
-        store(fd, ok ? VD_TAKEN : VD_REFUSED);
+        if (ok) {
+            struct fuse_init_out *out = iov[1].iov_base;
+            if (offered[fd] & VD_KILLPRIV) {
+                out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+                t |= VD_KILLPRIV;
+            }
+            /* flags2 counts only when the reply says FUSE_INIT_EXT (libfuse sets it
+               whenever the request did). */
+            if ((offered[fd] & VD_DIO_MMAP) && (out->flags & FUSE_INIT_EXT)
+                && iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t)) {
+                out->flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+                t |= VD_DIO_MMAP;
+            }
+        }
+        __atomic_store_n(&taken[fd], t, __ATOMIC_RELEASE);
+        store(fd, VD_DONE);
     }
     return writev(fd, iov, count);
 }
@@ -69,7 +104,7 @@ static ssize_t io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
     return splice(fdin, offin, fdout, offout, len, flags);
 }
 
-int vd_fuse_handle_killpriv(struct fuse_session *se) {
+int vd_fuse_negotiate(struct fuse_session *se) {
     int fd = fuse_session_fd(se);
     if (fd < 0 || fd >= VD_FDS) return -EBADF;
     struct fuse_custom_io io;
@@ -77,8 +112,16 @@ int vd_fuse_handle_killpriv(struct fuse_session *se) {
     io.read = io_read;
     io.writev = io_writev;
     io.splice_send = io_splice_send;
+    offered[fd] = 0;
+    taken[fd] = 0;
     store(fd, VD_AWAITED);
     int rc = fuse_session_custom_io(se, &io, fd);
     if (rc != 0) store(fd, VD_NONE);
     return rc;
+}
+
+int vd_fuse_direct_io_allows_mmap(struct fuse_session *se) {
+    int fd = se ? fuse_session_fd(se) : -1;
+    if (load(fd) != VD_DONE) return 0;
+    return (__atomic_load_n(&taken[fd], __ATOMIC_ACQUIRE) & VD_DIO_MMAP) != 0;
 }

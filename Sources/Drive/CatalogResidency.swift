@@ -95,6 +95,27 @@ extension Catalog {
         }
     }
 
+    /// True when every block file `ino` names is held here (none online-only): reading
+    /// it asks nothing of the server.
+    func holdsAllBlocks(ofInode ino: UInt64) throws -> Bool {
+        try withDatabase { db in
+            try db.queryOne("""
+                SELECT NOT EXISTS (SELECT 1 FROM file_blocks f JOIN blocks b ON b.hash = f.hash
+                                   WHERE f.ino = ? AND b.resident = 0)
+                """, Int64(ino)) { $0.int(0) == 1 } ?? true
+        }
+    }
+
+    /// True when every block of `digests` is held here.
+    func holdsAll(_ digests: Set<SHA256Digest>) throws -> Bool {
+        try withDatabase { db in
+            for d in digests where try db.queryOne("SELECT resident FROM blocks WHERE hash = ?", d.hex, row: { $0.int(0) }) != 1 {
+                return false
+            }
+            return true
+        }
+    }
+
     // MARK: The cache bound
 
     /// Records when blocks were last read (batched by BlockCache).

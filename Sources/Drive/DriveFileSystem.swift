@@ -404,6 +404,22 @@ public final class DriveFileSystem: @unchecked Sendable {
         }
     }
 
+    /// True when reading the open file `fh` may need the server: some block of its
+    /// content is not held here (an online-only photo, a `Backups/` file not read before).
+    func readsFromTheServer(_ fh: UInt64) -> Bool {
+        do {
+            if let v = tables.withLock({ virtualHandles[fh] }) {
+                guard case .remote(let r) = v else { return false }
+                guard let list = try remoteReads?.table.blockList(of: r.file.content) else { return true }
+                let needed = list.enumerated().filter { i, d in !Blocks.isZero(d, length: Blocks.length(ofBlock: i, fileSize: r.file.size)) }
+                return try !catalog.holdsAll(Set(needed.map(\.element)))
+            }
+            return try !catalog.holdsAllBlocks(ofInode: try handle(fh).node.ino)
+        } catch {
+            return false   // the read itself will report what is wrong
+        }
+    }
+
     /// True for an open generated file (`.backup/status`): its size changes under it.
     func isGeneratedHandle(_ fh: UInt64) -> Bool {
         if case .generated? = tables.withLock({ virtualHandles[fh] }) { return true }

@@ -1,4 +1,5 @@
 import CFuse3
+import CFuseIO
 import Storage
 
 /// What every FUSE callback reaches through `fuse_req_userdata`: the file system and
@@ -9,6 +10,9 @@ final class FuseContext: @unchecked Sendable {   // immutable after init; DriveF
     let attrTimeout: Double
     let entryTimeout: Double
     let maxWrite: UInt32
+    /// The mounted session: set once by `FuseSession.mount`, before the loop serves any
+    /// request, and never changed after.
+    var session: OpaquePointer?
 
     init(fs: DriveFileSystem, attrTimeout: Double = 1.0, entryTimeout: Double = 1.0, maxWrite: UInt32 = 1 << 20) {
         self.fs = fs
@@ -16,6 +20,10 @@ final class FuseContext: @unchecked Sendable {   // immutable after init; DriveF
         self.entryTimeout = entryTimeout
         self.maxWrite = maxWrite
     }
+
+    /// True once the kernel agreed that files opened with direct_io can still be mapped
+    /// shared (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6 and later; Sources/CFuseIO).
+    var directIOKeepsMmap: Bool { session.map { vd_fuse_direct_io_allows_mmap($0) != 0 } ?? false }
 
     static func of(_ req: fuse_req_t?) -> FuseContext {
         Unmanaged<FuseContext>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()

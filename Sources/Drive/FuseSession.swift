@@ -100,10 +100,12 @@ public final class FuseSession {
             throw MountError.mountFailed(mountPoint)
         }
         // The device's I/O through CFuseIO, which takes FUSE_HANDLE_KILLPRIV_V2 from the
-        // kernel (Privileges.swift). Should it fail, the kernel clears privileges itself.
-        let wrapped = vd_fuse_handle_killpriv(se)
+        // kernel (Privileges.swift) and FUSE_DIRECT_IO_ALLOW_MMAP (FuseFileOps' open).
+        // Should it fail, the kernel clears privileges itself and every file is cached.
+        let wrapped = vd_fuse_negotiate(se)
         if wrapped != 0 { DriveLog.info("the FUSE device is read directly (errno \(-wrapped)): the kernel clears setuid itself") }
         session = se
+        context.session = se
         Self.widenReadahead(mountPoint)
         let box = SessionBox(se)
         context.fs.kernelCacheIsStale = { ino in

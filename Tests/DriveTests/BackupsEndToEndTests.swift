@@ -188,6 +188,16 @@ import Storage
         try Self.waitUntil(15, "the phone's records on the new device") {
             FileManager.default.fileExists(atPath: fresh.path("Backups/phone/2019/07/clip.mov"))
         }
+        // A program that maps the file (an image viewer, a player) reads the same bytes,
+        // also before anything of it is held here (opened past the page cache).
+        let mapped = open(fresh.path("Backups/phone/2015/03/DSC_1999.jpg"), O_RDONLY)
+        let map = mmap(nil, shared.count, PROT_READ, MAP_SHARED, mapped, 0)
+        #expect(map != MAP_FAILED, "mmap of a Backups/ file: errno \(errno)")
+        if let map, map != MAP_FAILED {
+            #expect(Array(UnsafeRawBufferPointer(start: map, count: shared.count)) == shared)
+            munmap(map, shared.count)
+        }
+        close(mapped)
         let restored = dir.path + "/restored"
         let copy = try runCommand("/bin/cp", ["-a", fresh.path("Backups/phone"), restored])
         #expect(copy.status == 0, "cp -a: \(copy.stderr)")
@@ -198,15 +208,6 @@ import Storage
             #expect(copied[inside]?.mtime == want.mtime, "restored \(inside): capture date as mtime")
         }
         #expect(copied.keys.contains { $0.hasPrefix("2026/11/.versions/IMG_0001 (") }, "cp -a copies the older versions too")
-        // A program that maps the file (an image viewer, a player) reads the same bytes.
-        let mapped = open(fresh.path("Backups/phone/2015/03/DSC_1999.jpg"), O_RDONLY)
-        let map = mmap(nil, shared.count, PROT_READ, MAP_SHARED, mapped, 0)
-        #expect(map != MAP_FAILED, "mmap of a Backups/ file: errno \(errno)")
-        if let map, map != MAP_FAILED {
-            #expect(Array(UnsafeRawBufferPointer(start: map, count: shared.count)) == shared)
-            munmap(map, shared.count)
-        }
-        close(mapped)
         // The attributes a backed-up Camera Roll file shows: its content hash, and done.
         let viewed = fresh.path("Backups/phone/2015/03/DSC_1999.jpg")
         #expect(BackupEndToEndTests.xattr(viewed, "user.vdrive.content-hash") == ContentHash.of(bytes: shared).hex)

@@ -245,6 +245,28 @@ import TestSupport
         }
     }
 
+    /// An online-only file is read past the page cache (direct I/O) where the kernel lets
+    /// such files be mapped: a program that maps it still reads the right bytes, and
+    /// reads through the same descriptor too.
+    @Test func anOnlineOnlyPhotoCanBeMappedAndRead() throws {
+        try Self.withServerAndDrive("vdrive-online-mmap") { _, drive in
+            let photo = try Self.onlineOnlyPhoto(drive, "M.jpg", 61)
+            let fd = open(drive.path("Camera Roll/M.jpg"), O_RDONLY)
+            #expect(fd >= 0)
+            let map = mmap(nil, photo.count, PROT_READ, MAP_SHARED, fd, 0)
+            #expect(map != MAP_FAILED, "mmap of an online-only photo: errno \(errno)")
+            if let map, map != MAP_FAILED {
+                #expect(Array(UnsafeRawBufferPointer(start: map, count: photo.count)) == photo)
+                munmap(map, photo.count)
+            }
+            var buffer = [UInt8](repeating: 0, count: photo.count + 1)
+            #expect(pread(fd, &buffer, buffer.count, 0) == photo.count)
+            #expect(Array(buffer.prefix(photo.count)) == photo)
+            close(fd)
+            #expect(try readFile(drive.path("Camera Roll/M.jpg")) == photo)
+        }
+    }
+
     @Test func aServerThatStopsAnsweringFailsReadsWithinTheTimeout() throws {
         try Self.withServerAndDrive("vdrive-online-hung") { server, drive in
             _ = try Self.onlineOnlyPhoto(drive, "S.jpg", 60)
