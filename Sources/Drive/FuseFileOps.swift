@@ -117,8 +117,9 @@ private func writesPastThePageCache(_ flags: Int32) -> Bool { flags & O_ACCMODE 
 /// and verified by the drive, which keeps the block in its own cache; the kernel's copy
 /// would be a second one, written into fresh pages and read once. Measured on a cold
 /// sequential read of an online-only 1 GiB file: the mount's CPU per GiB from 1.82 to
-/// 1.1-1.3 s, the reader's from 0.27 to 0.05 s, 682 to 810-870 MB/s (Docs/benchmarks.md). Only where the kernel took FUSE_DIRECT_IO_ALLOW_MMAP, so that
-/// an image viewer's shared mmap still works; elsewhere such a file is cached as before.
+/// 1.1-1.3 s, the reader's from 0.27 to 0.05 s, 682 to 810-870 MB/s (Docs/benchmarks.md).
+/// Only where the kernel took FUSE_DIRECT_IO_ALLOW_MMAP, so that an image viewer's
+/// shared mmap still works; elsewhere such a file is cached as before.
 
 /// Replies to a read with stored blocks (spliced from their files), blocks just fetched
 /// (from memory) and zeros for holes.
