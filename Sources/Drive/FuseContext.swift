@@ -5,7 +5,7 @@ import Storage
 /// What every FUSE callback reaches through `fuse_req_userdata`: the file system and
 /// the reply settings. Callbacks capture nothing and hold no globals (a Swift 6
 /// closure from main.swift handed to libfuse crashed on its first request).
-final class FuseContext: @unchecked Sendable {   // immutable after init; DriveFileSystem is thread-safe
+final class FuseContext: @unchecked Sendable {   // immutable once mounted; DriveFileSystem is thread-safe
     let fs: DriveFileSystem
     let attrTimeout: Double
     let entryTimeout: Double

@@ -32,9 +32,10 @@ enum FuseFileOps {
                 vd_fi_set_fh(fi, fh)
                 // Generated files change size between stat and read: bypass the page cache.
                 // A Backups/ file is a fixed content per open (a new version is seen at the
-                // next open, which drops cached pages): cached, mmap-able, read ahead.
+                // next open, which drops cached pages): cached, mmap-able, read ahead, once
+                // its blocks are held here (`readsPastThePageCache`).
                 if ctx.fs.isGeneratedHandle(fh) || writesPastThePageCache(flags)
-                    || (!writable && ctx.directIOKeepsMmap && ctx.fs.readsFromTheServer(fh)) {
+                    || readsPastThePageCache(ctx, fh, writable: writable) {
                     vd_fi_set_direct_io(fi, 1)
                 }
                 // keep_cache stays off: after a failed commit (ENOSPC) the kernel's pages
@@ -120,6 +121,9 @@ private func writesPastThePageCache(_ flags: Int32) -> Bool { flags & O_ACCMODE 
 /// 1.1-1.3 s, the reader's from 0.27 to 0.05 s, 682 to 810-870 MB/s (Docs/benchmarks.md).
 /// Only where the kernel took FUSE_DIRECT_IO_ALLOW_MMAP, so that an image viewer's
 /// shared mmap still works; elsewhere such a file is cached as before.
+private func readsPastThePageCache(_ ctx: FuseContext, _ fh: UInt64, writable: Bool) -> Bool {
+    !writable && ctx.directIOKeepsMmap && ctx.fs.readsFromTheServer(fh)
+}
 
 /// Replies to a read with stored blocks (spliced from their files), blocks just fetched
 /// (from memory) and zeros for holes.
