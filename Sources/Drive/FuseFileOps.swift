@@ -1,4 +1,5 @@
 import CFuse3
+import CFuseIO
 import Storage
 #if canImport(Glibc)
 import Glibc
@@ -68,7 +69,9 @@ enum FuseFileOps {
             replying(req) {
                 guard let fi, let buf else { throw Errno.invalidArgument }
                 let n: Int
-                (n, hashing) = try ctx.fs.writeHashingLater(vd_fi_fh(fi), UnsafeRawBufferPointer(start: buf, count: size), at: Int64(offset),
+                // The bytes are in this thread's page-aligned buffer (CFuseIO), ready for O_DIRECT.
+                let bytes = UnsafeRawBufferPointer(start: vd_fuse_write_payload(buf), count: size)
+                (n, hashing) = try ctx.fs.writeHashingLater(vd_fi_fh(fi), bytes, at: Int64(offset),
                                                             callerUid: fuse_req_ctx(req)!.pointee.uid)
                 fuse_reply_write(req, n)
             }

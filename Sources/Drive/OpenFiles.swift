@@ -36,6 +36,10 @@ final class DirtyBlock: @unchecked Sendable {
     private var ticketsIssued = 0
     private var ticketsDone = 0
     private let turns = NSCondition()
+    /// A second descriptor on the staging file, opened with O_DIRECT at the first large
+    /// aligned write (-1 until then); `directRefused` once the file system refused it.
+    private var directFd: Int32 = -1
+    private var directRefused = false
 
     /// Writes at least this large are hashed after their reply; smaller ones at once
     /// (a thread's round trip would cost more than it hides).
@@ -54,7 +58,7 @@ final class DirtyBlock: @unchecked Sendable {
     /// Called with the node's lock held.
     func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws -> PendingHash? {
         do {
-            try FileIO.pwrite(fd, buffer, at: Int64(offset))
+            if try !writeDirectly(buffer, at: offset) { try FileIO.pwrite(fd, buffer, at: Int64(offset)) }
         } catch {
             hasher = nil   // the file may hold part of the bytes: read back, if ever committed
             throw error
@@ -71,6 +75,37 @@ final class DirtyBlock: @unchecked Sendable {
             return nil
         }
         return pending
+    }
+
+    /// Writes at least this large, page-aligned in memory and in the file, go to the disk
+    /// past the page cache (O_DIRECT).
+    static let directMinimum = 256 << 10
+
+    /// A large aligned write goes straight to the disk: the page cache's copy would be
+    /// written into fresh pages, which on the machines measured cost more than the disk
+    /// write itself (Docs/benchmarks.md, "Staging files written past the page cache").
+    /// The bytes are the same either way; reads of the staging file see them (the kernel
+    /// drops any cached page a direct write covers). Returns false when the write must go
+    /// through the page cache instead (small, unaligned, in memory, or refused).
+    private func writeDirectly(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws -> Bool {
+        let align = FileIO.directAlignment
+        guard buffer.count >= Self.directMinimum, !inMemory, !directRefused, let base = buffer.baseAddress,
+              Int(bitPattern: base) % align == 0, offset % align == 0, buffer.count % align == 0 else { return false }
+        if directFd < 0 {
+            guard let d = FileIO.openDirectForWriting(path) else { directRefused = true; return false }
+            directFd = d
+        }
+        do {
+            try FileIO.pwrite(directFd, buffer, at: Int64(offset))
+        } catch let e as Errno where e == Errno.invalidArgument {
+            directRefused = true   // an alignment this file system wants beyond the page's
+            return false
+        }
+        return true
+    }
+
+    private func closeDirect() {
+        if directFd >= 0 { FileIO.close(directFd); directFd = -1 }
     }
 
     /// Runs `update` in ticket `ticket`'s turn.
@@ -128,6 +163,7 @@ final class DirtyBlock: @unchecked Sendable {
     /// Gives the staging file back to the store: reused when its content was not
     /// stored, removed from the staging folder when it is now a stored block.
     func discard() {
+        closeDirect()
         store.returnStagingFile(fd: fd, path: path)
     }
 }

@@ -13,4 +13,10 @@ int vd_fuse_negotiate(struct fuse_session *se);
    files opened with direct_io can then still be mapped shared. Else 0. */
 int vd_fuse_direct_io_allows_mmap(struct fuse_session *se);
 
+/* The bytes of the WRITE request this thread is handling: libfuse hands the write
+   handler `param`, a pointer into its own buffer; the bytes are in a page-aligned
+   buffer of this thread instead (see fuse_io.c), which this returns. Any other
+   pointer comes back unchanged. */
+const void *vd_fuse_write_payload(const void *param);
+
 #endif
