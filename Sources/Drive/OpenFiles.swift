@@ -20,8 +20,8 @@ final class SharedDescriptor: Sendable {
 /// Each in-order write takes a ticket (under the node's lock, so tickets follow the
 /// order of the bytes) and updates the hash only in its turn; a commit waits for every
 /// ticket before it reads the digest.
-/// `@unchecked Sendable`: `hasher`, `hashedUpTo` and `ticketsIssued` are guarded by the
-/// node's lock, `ticketsDone` by `turns`.
+/// `@unchecked Sendable`: `hasher`, `hashedUpTo`, `ticketsIssued` and the direct
+/// descriptor's fields are guarded by the node's lock, `ticketsDone` by `turns`.
 final class DirtyBlock: @unchecked Sendable {
     /// The staging file; in memory (no path) while the block may still be kept in the
     /// catalog, moved to the disk once the file outgrows that (`moveToDisk`).
