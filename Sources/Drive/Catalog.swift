@@ -124,6 +124,12 @@ final class Catalog: @unchecked Sendable {
         // connection of its own; this connection checkpoints only as a backstop (64 MB of
         // WAL), so a FUSE request rarely copies pages and fsyncs under the catalog lock.
         try db.execute("PRAGMA wal_autocheckpoint = 16000")
+        // A WAL the checkpoints caught up with starts again from its first byte. Reused
+        // frames (4,120 bytes, not page-aligned) overwrite pages the kernel may have dropped,
+        // and each such write first reads its page from the disk, under the catalog's lock
+        // (perf of `tar x` after `drop_caches`: 8% of the mount's samples waiting there).
+        // Truncated at that point instead, the WAL's frames are appended: nothing to read.
+        try db.execute("PRAGMA journal_size_limit = 0")
         try db.execute("PRAGMA cache_size = -8000")
         // A change in an open group is a savepoint (GroupCommit.swift): SQLite keeps the
         // pages it would restore on its rollback in a sub-journal, in memory rather than in
