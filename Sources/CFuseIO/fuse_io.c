@@ -1,6 +1,7 @@
-/* The FUSE device's reads and writes, through libfuse's custom I/O hooks, passed
-   through unchanged except for two flags in the INIT reply, each added only when the
-   kernel's INIT request offered it. libfuse 3.14 knows neither.
+/* The FUSE device's reads and writes, through libfuse's custom I/O hooks. Two things
+   differ from libfuse's own: a WRITE's bytes are read into a page-aligned buffer
+   (below, at read_request), and two flags are added to the INIT reply, each only when
+   the kernel's INIT request offered it. libfuse 3.14 knows neither flag.
 
    FUSE_HANDLE_KILLPRIV_V2 (protocol 7.33): the kernel marks the mount SB_NOSEC. It then
    asks for `security.capability` once per inode instead of before every write(2), and
