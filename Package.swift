@@ -19,7 +19,8 @@ let package = Package(
         .systemLibrary(name: "CPostgres", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
 
         .target(name: "CLinux"),
-        .target(name: "CFuseIO", dependencies: ["CFuse3"]),
+        // shim.h (CFuse3) for its per-thread buffer.
+        .target(name: "CFuseIO", dependencies: ["CFuse3"], cSettings: [.headerSearchPath("../CFuse3")]),
 
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),

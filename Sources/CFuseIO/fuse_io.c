@@ -24,14 +24,13 @@
 #include <linux/fuse.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <stdlib.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include "fuse_io.h"
+#include "shim.h"   /* vd_read_buffer */
 
 #ifndef FUSE_DIRECT_IO_ALLOW_MMAP
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
@@ -55,59 +54,37 @@ static void store(int fd, unsigned char state) {
 
 /* Write payloads, page-aligned. A request is read with readv: its first 80 bytes (the
    header and, for a WRITE, fuse_write_in) into libfuse's buffer, the rest into this
-   thread's aligned buffer. A WRITE's bytes stay there, where the write handler finds
-   them (vd_fuse_write_payload) and can hand them to O_DIRECT; any other request's rest
-   is copied back behind its first 80 bytes, where libfuse expects it (requests other
-   than WRITE are small). libfuse's workers read and handle a request on one thread. */
+   thread's page-aligned buffer (shim.h's vd_read_buffer; this file's copy of it is
+   its own, apart from the read replies'). A WRITE's bytes stay there, where the write
+   handler finds them (vd_fuse_write_payload) and can hand them to O_DIRECT; any other
+   request's rest is copied back behind its first 80 bytes, where libfuse expects it
+   (requests other than WRITE are small). libfuse's workers read and handle a request
+   on one thread. */
 #define VD_WRITE_HEAD (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
-struct vd_payload { void *mem; size_t cap; const char *param; };
-static pthread_key_t payload_key;
-static pthread_once_t payload_once = PTHREAD_ONCE_INIT;
-static void payload_free(void *p) {
-    struct vd_payload *b = p;
-    free(b->mem);
-    free(b);
-}
-static void payload_init(void) { (void)pthread_key_create(&payload_key, payload_free); }
-
-static struct vd_payload *payload_buffer(size_t cap) {
-    pthread_once(&payload_once, payload_init);
-    struct vd_payload *b = pthread_getspecific(payload_key);
-    if (b == NULL) {
-        b = calloc(1, sizeof *b);
-        if (b == NULL) return NULL;
-        if (pthread_setspecific(payload_key, b) != 0) { free(b); return NULL; }
-    }
-    if (b->cap < cap) {
-        void *mem = NULL;
-        if (posix_memalign(&mem, 4096, cap) != 0) return NULL;
-        free(b->mem);
-        b->mem = mem;
-        b->cap = cap;
-    }
-    b->param = NULL;
-    return b;
-}
+/* Where libfuse will look for this thread's WRITE bytes, and where they are. */
+static __thread const char *payload_param;
+static __thread const void *payload;
 
 static ssize_t read_request(int fd, char *buf, size_t len) {
-    struct vd_payload *p = len > VD_WRITE_HEAD ? payload_buffer(len - VD_WRITE_HEAD) : NULL;
-    if (p == NULL) return read(fd, buf, len);
-    struct iovec iov[2] = { { buf, VD_WRITE_HEAD }, { p->mem, len - VD_WRITE_HEAD } };
+    payload_param = NULL;
+    char *tail = len > VD_WRITE_HEAD ? vd_read_buffer(len - VD_WRITE_HEAD) : NULL;
+    if (tail == NULL) return read(fd, buf, len);
+    struct iovec iov[2] = { { buf, VD_WRITE_HEAD }, { tail, len - VD_WRITE_HEAD } };
     ssize_t n = readv(fd, iov, 2);
     if (n <= (ssize_t)VD_WRITE_HEAD) return n;
     const struct fuse_in_header *h = (const void *)buf;
     const struct fuse_write_in *w = (const void *)(h + 1);
-    if (h->opcode == FUSE_WRITE && w->size == (uint32_t)(n - VD_WRITE_HEAD))
-        p->param = buf + VD_WRITE_HEAD;
-    else
-        memcpy(buf + VD_WRITE_HEAD, p->mem, (size_t)n - VD_WRITE_HEAD);
+    if (h->opcode == FUSE_WRITE && w->size == (uint32_t)(n - VD_WRITE_HEAD)) {
+        payload_param = buf + VD_WRITE_HEAD;
+        payload = tail;
+    } else {
+        memcpy(buf + VD_WRITE_HEAD, tail, (size_t)n - VD_WRITE_HEAD);
+    }
     return n;
 }
 
 const void *vd_fuse_write_payload(const void *param) {
-    pthread_once(&payload_once, payload_init);
-    struct vd_payload *p = pthread_getspecific(payload_key);
-    return (p != NULL && p->param != NULL && p->param == param) ? p->mem : param;
+    return (payload_param != NULL && payload_param == param) ? payload : param;
 }
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *userdata) {
