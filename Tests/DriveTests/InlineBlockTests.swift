@@ -17,6 +17,21 @@ import Storage
         return try logic.read(fs, fh, count: Int(try fs.getattr(ino).size) + 10, at: 0)
     }
 
+    /// Opens `ino` for writing, runs `body` with the handle, then flushes (commits) and closes.
+    func changing(_ fs: DriveFileSystem, _ ino: UInt64, _ body: (UInt64) throws -> Void) throws {
+        let fh = try fs.open(ino, writable: true, truncate: false)
+        defer { fs.release(fh) }
+        try body(fh)
+        try fs.flush(fh)
+    }
+
+    /// Sets `ino`'s size through an open handle, as ftruncate does, and commits.
+    func resize(_ fs: DriveFileSystem, _ ino: UInt64, to size: Int64) throws {
+        try changing(fs, ino) { fh in
+            _ = try fs.setattr(ino, { var c = AttributeChanges(); c.size = size; return c }(), handle: fh)
+        }
+    }
+
     func inlineRows(_ dir: TemporaryDirectory) throws -> Int {
         let db = try Database(path: dir.path + "/state/catalog.sqlite", options: .init(readOnly: true, create: false))
         return try db.queryOne("SELECT count(*) FROM inline_blocks") { $0.int(0) } ?? -1
@@ -63,10 +78,7 @@ import Storage
         #expect(try contents(fs, a.ino) == bytes)
 
         // Truncated to 1,000 bytes: the stored block is copied, cut, and stored again.
-        let fh2 = try fs.open(a.ino, writable: true, truncate: false)
-        _ = try fs.setattr(a.ino, { var c = AttributeChanges(); c.size = 1_000; return c }(), handle: fh2)
-        try fs.flush(fh2)
-        fs.release(fh2)
+        try resize(fs, a.ino, to: 1_000)
         #expect(try contents(fs, a.ino) == Array(bytes[0..<1_000]))
         fs.shutdown()
     }
@@ -80,21 +92,15 @@ import Storage
         let fs = try logic.makeFS(dir)
         var appended = pseudoRandomBytes(20_000, seed: 4)
         let a = try logic.store(fs, "log.txt", appended)
-        let fh = try fs.open(a.ino, writable: true, truncate: false)
         let more = pseudoRandomBytes(60_000, seed: 5)
-        try logic.write(fs, fh, more, at: Int64(appended.count))
-        try fs.flush(fh)
-        fs.release(fh)
+        try changing(fs, a.ino) { fh in try logic.write(fs, fh, more, at: Int64(appended.count)) }
         appended += more
         #expect(try contents(fs, a.ino) == appended)
         #expect(fs.blobStore.contains(SHA256Hasher.digest(appended)))
 
         let small = pseudoRandomBytes(1_000, seed: 6)
         let b = try logic.store(fs, "sparse.bin", small)
-        let fh2 = try fs.open(b.ino, writable: true, truncate: false)
-        _ = try fs.setattr(b.ino, { var c = AttributeChanges(); c.size = 100_000; return c }(), handle: fh2)
-        try fs.flush(fh2)
-        fs.release(fh2)
+        try resize(fs, b.ino, to: 100_000)
         let grown = small + [UInt8](repeating: 0, count: 99_000)
         #expect(try contents(fs, b.ino) == grown)
         #expect(fs.blobStore.contains(SHA256Hasher.digest(grown)))
@@ -107,10 +113,7 @@ import Storage
         let fs = try logic.makeFS(dir)
         var bytes = pseudoRandomBytes(30_000, seed: 3)
         let a = try logic.store(fs, "doc.txt", bytes)
-        let fh = try fs.open(a.ino, writable: true, truncate: false)
-        try logic.write(fs, fh, [1, 2, 3, 4], at: 10_000)
-        try fs.flush(fh)
-        fs.release(fh)
+        try changing(fs, a.ino) { fh in try logic.write(fs, fh, [1, 2, 3, 4], at: 10_000) }
         bytes.replaceSubrange(10_000..<10_004, with: [1, 2, 3, 4])
         #expect(try contents(fs, a.ino) == bytes)
         #expect(try inlineRows(dir) == 1, "the old version's block went with its last reference")
