@@ -106,6 +106,16 @@ extension Catalog {
         }
     }
 
+    /// The blocks of `ino` that are online-only (not held here). A reader skips looking
+    /// for their block files.
+    func blocksNotHeld(ofInode ino: UInt64) throws -> Set<SHA256Digest> {
+        try withDatabase { db in
+            Set(try db.query("""
+                SELECT b.hash FROM file_blocks f JOIN blocks b ON b.hash = f.hash WHERE f.ino = ? AND b.resident = 0
+                """, Int64(ino), row: { SHA256Digest(hex: $0.string(0) ?? "") }).compactMap { $0 })
+        }
+    }
+
     /// True when every block of `digests` is held here.
     func holdsAll(_ digests: Set<SHA256Digest>) throws -> Bool {
         try withDatabase { db in

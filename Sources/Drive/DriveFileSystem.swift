@@ -589,6 +589,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             if node.committed == nil {
                 node.committedSize = try catalog.attributes(node.ino).size
                 node.committed = try catalog.storedBlocks(node.ino)
+                node.notHeld = try catalog.blocksNotHeld(ofInode: node.ino)
             }
             let committed = node.committed!
             let size = node.committedSize
@@ -605,7 +606,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                 if let m = blockCache.fetched.take(digest, span.inBlock..<(span.inBlock + span.length)) {
                     return .ready(.memory(m, offset: span.inBlock, length: span.length))
                 }
-                if let fd = try residentReader(node, digest) {
+                if !node.notHeld.contains(digest), let fd = try residentReader(node, digest) {
                     return .ready(.block(fd, offset: Int64(span.inBlock), length: span.length))
                 }
                 return .remote(digest, blockLength: Blocks.length(ofBlock: span.index, fileSize: size),
@@ -665,7 +666,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             guard let next = committed[index + ahead] else { continue }
             // Only the next block's descriptor is opened (and kept with the file's
             // readers); `prefetch` returns at once for blocks further on that are here.
-            if ahead == 1, let fd = try? residentReader(node, next) {
+            if ahead == 1, !node.notHeld.contains(next), let fd = try? residentReader(node, next) {
                 if node.prefetched != next {
                     Self.adviseWillNeed(fd.fd)
                     node.prefetched = next

@@ -236,6 +236,12 @@ final class OpenNode: @unchecked Sendable {
     /// dropped at every commit).
     var committed: [Int: SHA256Digest]?
     var committedSize: Int64 = 0
+    /// The committed blocks that were online-only when the list was loaded. A read of
+    /// one goes straight to the block cache: looking for its block file first cost a
+    /// directory lookup per block on the reader's path, which waited for the disk when
+    /// the folder was not cached. Stale is harmless: a block fetched since is found by
+    /// the block cache.
+    var notHeld: Set<SHA256Digest> = []
     /// Open descriptors of stored blocks, by digest (at most 8 per open file).
     var readers: [SHA256Digest: SharedDescriptor] = [:]
     /// Where the last read ended (a read starting there is sequential), and the block
