@@ -24,6 +24,9 @@ final class BlockingWorkers: @unchecked Sendable {
         self.idleSeconds = idleSeconds
     }
 
+    /// Jobs waiting for a thread.
+    var backlog: Int { work.withLock { pending.count } }
+
     /// Threads alive now (for tests).
     var threadCount: Int { work.withLock { threads } }
 

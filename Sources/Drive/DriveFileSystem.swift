@@ -673,7 +673,8 @@ public final class DriveFileSystem: @unchecked Sendable {
                 }
                 continue
             }
-            blockCache.prefetch(next, length: Blocks.length(ofBlock: index + ahead, fileSize: size))
+            blockCache.prefetch(next, length: Blocks.length(ofBlock: index + ahead, fileSize: size),
+                                knownNotHeld: node.notHeld.contains(next))
         }
     }
 

@@ -152,6 +152,9 @@ final class FetchedBlocks: @unchecked Sendable {
 
     var count: Int { state.withLock { $0.entries.count } }
 
+    /// True while `hash`'s checked bytes are held.
+    func holds(_ hash: SHA256Digest) -> Bool { state.withLock { $0.entries[hash] != nil } }
+
     /// Makes a checked block servable. The oldest goes when the bound is reached.
     func publish(_ hash: SHA256Digest, _ block: FetchedBlock) {
         let now = nowNanoseconds()

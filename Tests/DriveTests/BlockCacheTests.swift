@@ -218,6 +218,35 @@ extension FakeRemote {
         #expect(fs.blockCache.statistics.blocksFetched == 5)
     }
 
+    /// Prefetched blocks are written to the store by other threads after the reader had
+    /// them; a second reader right after the first must wait for those writes, not fetch
+    /// the blocks again, and every block ends up held here.
+    @Test func aFileReadAgainAtOnceAfterPrefetchesIsNotFetchedTwice() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: 30_000_000)
+        fs.blockCache.beforeStoreWrite = { usleep(100_000) }
+        func readAll() throws -> [UInt8] {
+            let fh = try fs.open(ino, writable: false, truncate: false)
+            defer { fs.release(fh) }
+            var got: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: Int64(got.count)) }
+                if n == 0 { break }
+                got += buffer[0..<n]
+            }
+            return got
+        }
+        #expect(try readAll() == bytes)
+        let sent = remote.state.withLock { $0.bytesSent }
+        #expect(try readAll() == bytes)
+        #expect(remote.state.withLock { $0.bytesSent } == sent)
+        #expect(sent < bytes.count + Blocks.size)
+        let digests = Set(try fs.catalog.storedBlocks(ino).values)
+        #expect(try fs.catalog.holdsAll(digests))
+        #expect(digests.allSatisfy { fs.blobs.contains($0) })
+    }
+
     @Test func aDamagedBlockIsFetchedBackFromTheServer() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
