@@ -46,8 +46,9 @@ public final class BlockCache: @unchecked Sendable {
     private let busy = NSCondition()
     private var busyHashes: Set<SHA256Digest> = []
     /// At most this many prefetches at once, whatever the number of readers (each holds
-    /// a connection and a thread while it waits on the network).
-    private let prefetchWorkers = BlockingWorkers(name: "vdrive-prefetch", limit: 4)
+    /// a connection and a thread while it waits on the network). As many as the blocks
+    /// asked ahead: with four, a fetch was often waiting for a thread (measured).
+    private let prefetchWorkers = BlockingWorkers(name: "vdrive-prefetch", limit: prefetchDepth)
     /// Prefetched blocks are written to the store here, after they were published: the
     /// O_DIRECT write waits for the disk (4.5 ms per 4 MiB block measured, a quarter of
     /// a prefetch's time), and the prefetch thread is free for the next fetch meanwhile.
@@ -55,9 +56,11 @@ public final class BlockCache: @unchecked Sendable {
     /// writes its own block (each waiting block holds 4 MiB of memory).
     private let storeWriters = BlockingWorkers(name: "vdrive-store", limit: 2)
     static let storeBacklog = 4
-    /// Blocks fetched ahead of a sequential reader at once (16 MiB: enough to keep the
-    /// connection busy while the reader consumes one block).
-    static let prefetchDepth = 4
+    /// Blocks fetched ahead of a sequential reader at once (24 MiB). Each fetch waits a
+    /// few milliseconds for the server's first byte and its disk; six in flight kept a
+    /// cold read of 1 GiB at 0.96-1.08 GB/s, four at 0.88-1.01 (benchmarks.md, "Online-only
+    /// content"), for about 10 MB more of the mount's peak memory.
+    static let prefetchDepth = 6
     /// Blocks fetched whole for a sequential reader, in memory until served once.
     /// Its pool covers them and the fetches in flight (the prefetches and a reader's).
     let fetched = FetchedBlocks(limit: prefetchDepth + 2, poolLimit: 2 * prefetchDepth + 3)

@@ -54,6 +54,7 @@ enum OnlineBenchmark {
         // CPU seconds per GiB of the cold sequential read: the reader (cat or curl), the
         // mount, the server. On 2 cores a read that costs more CPU is slower by as much.
         var driveCPU: [(reader: Double, mount: Double, server: Double)] = [], curlCPU: [(reader: Double, server: Double)] = []
+        var mountPeak: [Double] = []
         func cpu(_ body: () throws -> Void) rethrows -> (reader: Double, mount: Double, server: Double) {
             let r0 = Bench.childrenCPUSeconds(), m0 = Bench.cpuSeconds(pid: mount.pid), s0 = Bench.cpuSeconds(pid: server.pid)
             try body()
@@ -80,14 +81,16 @@ enum OnlineBenchmark {
             try waitUntilOnlineOnly(vdrive: vdrive, mount: mount)
             Bench.dropCaches()
             var catSeconds = 0.0
+            try? "5\n".write(toFile: "/proc/\(mount.pid)/clear_refs", atomically: false, encoding: .utf8)   // resets VmHWM
             let d = try cpu { catSeconds = try Bench.time { try Bench.sh("cat '\(sequential)' > /dev/null") } }
+            mountPeak.append(Bench.peakRSS(pid: mount.pid) ?? 0)
             driveRate.append(bytes / catSeconds)
             driveCPU.append((d.reader / Double(seqGiB), d.mount / Double(seqGiB), d.server / Double(seqGiB)))
             print("online round \(r): first byte: head -c 1 \(Bench.f(firstByte.last! * 1000, 1)) ms (of a local file \(Bench.f(spawn.last! * 1000, 1)) ms), "
                   + "open+read+close \(Bench.f(firstRead.last! * 1000, 1)) ms; cold sequential \(Bench.f(driveRate.last! / 1e6, 0)) MB/s vs curl -o FILE "
                   + "\(Bench.f(curlRate.last! / 1e6, 0)) MB/s (\(Bench.f(driveRate.last! / curlRate.last!))x), curl -o /dev/null \(Bench.f(curlNullRate.last! / 1e6, 0)) MB/s; "
                   + "CPU s per GiB: cat \(Bench.f(driveCPU.last!.reader)) + mount \(Bench.f(driveCPU.last!.mount)) + server \(Bench.f(driveCPU.last!.server)), "
-                  + "curl \(Bench.f(curlCPU.last!.reader)) + server \(Bench.f(curlCPU.last!.server))")
+                  + "curl \(Bench.f(curlCPU.last!.reader)) + server \(Bench.f(curlCPU.last!.server)); mount peak RSS \(Bench.f(mountPeak.last!, 0)) MB")
         }
         if let perf {
             // One more cold sequential read, with the mount under `perf record`.
@@ -108,6 +111,7 @@ enum OnlineBenchmark {
             ["  CPU s per GiB read (reader + mount + server)",
              "\(Bench.f(median(driveCPU.map(\.reader)))) + \(Bench.f(median(driveCPU.map(\.mount)))) + \(Bench.f(median(driveCPU.map(\.server))))",
              "\(Bench.f(median(curlCPU.map(\.reader)))) + - + \(Bench.f(median(curlCPU.map(\.server))))", "-", "-"],
+            ["  peak RSS of the mount during the read", "\(Bench.f(median(mountPeak), 0)) MB", "-", "-", "-"],
         ]))
     }
 
