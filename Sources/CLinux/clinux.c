@@ -46,6 +46,10 @@ void vd_tune_malloc(int mmap_threshold, int max_arenas) {
     mallopt(M_ARENA_MAX, max_arenas);
 }
 
+void vd_trim_heap(void) {
+    malloc_trim(0);
+}
+
 #include <stdio.h>
 #include <fcntl.h>
 int vd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {

@@ -322,7 +322,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     static let virtualRootOffset = Int64.max - 16
 
     public func readdir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
-        if VirtualInodes.contains(ino) { return try virtualReaddir(ino, after: offset) }
+        if VirtualInodes.contains(ino) { return try virtualReaddir(ino, after: offset, limit: limit) }
         if offset >= Self.virtualRootOffset {
             return ino == Catalog.rootIno ? try virtualRootEntries(after: offset) : []
         }

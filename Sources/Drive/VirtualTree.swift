@@ -163,7 +163,11 @@ extension DriveFileSystem {
         if VirtualInodes.contains(ino) { throw Errno(EROFS) }
     }
 
-    func virtualReaddir(_ ino: UInt64, after offset: Int64) throws -> [DirectoryEntryInfo] {
+    /// At most `limit` entries after `offset`: a reply buffer's worth. A `Backups/` month
+    /// can hold tens of thousands of files, and each entry's attributes give it an inode
+    /// number and its strings (a listing that made them all for every page held 22 MB
+    /// at once with 100,000 files in one folder, heaptrack).
+    func virtualReaddir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
         guard let v = virtualPath(of: ino) else { throw Errno.noSuchFileOrDirectory }
         guard let entries = v.tree.entries(in: v.path) else { throw Errno.notDirectory }
         var out: [DirectoryEntryInfo] = []
@@ -172,11 +176,12 @@ extension DriveFileSystem {
         if offset < 2 { out.append(DirectoryEntryInfo(offset: 2, name: Array("..".utf8), attributes: me)) }
         // Generated listings have no ids: the offset is the position in the sorted list.
         let sorted = entries.sorted { $0.name < $1.name }
-        for (i, e) in sorted.enumerated() where Int64(i) + 3 > offset {
+        for (i, e) in sorted.enumerated().dropFirst(max(0, Int(offset) - 2)) {
+            guard out.count < limit else { break }
             guard let a = try? virtualAttributes(v.child(e.name)) else { continue }
             out.append(DirectoryEntryInfo(offset: Int64(i) + 3, name: Array(e.name.utf8), attributes: a))
         }
-        return out
+        return Array(out.prefix(limit))   // "." and ".." count too
     }
 
     /// The virtual trees' folders in the root listing, after every catalog entry: each

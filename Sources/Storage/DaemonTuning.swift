@@ -15,6 +15,12 @@ public enum DaemonTuning {
         vd_tune_malloc(256 << 10, 2)
     }
 
+    /// Gives the heap's free pages back to the system, after work that allocated much
+    /// and kept little (glibc keeps freed heap pages, counted in the RSS, otherwise).
+    public static func returnFreedMemory() {
+        vd_trim_heap()
+    }
+
     /// The soft limit on open descriptors raised to the hard limit (systemd and most
     /// shells start at 1,024): a random writer touching every block of a big file holds a
     /// staging descriptor per block until it closes the file.

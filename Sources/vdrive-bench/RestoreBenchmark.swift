@@ -198,6 +198,45 @@ enum RestoreBenchmark {
                            "machine CPU s to sync's end", "machine CPU vs curl"], table))
     }
 
+    /// The same records restored by `cp -a` from a mount's `Backups/` folder (a mount of
+    /// its own, device "restorer"): the mount's peak RSS while it lists them and serves
+    /// the copy, each file fetched on demand.
+    static func copyThroughMount(server: RunningServer, o: Options) throws -> [String] {
+        let drive = o.dir + "/drive", dest = o.dir + "/dest"
+        try Bench.sh("mkdir -p \(drive)/mnt")
+        let mount = try BackupBenchmark.Mount(vdrive: o.vdrive, dir: drive, server: server.base, token: o.dir + "/restorer.token")
+        defer { mount.stop() }
+        let sampler = RSSSampler(pid: mount.pid)
+        sampler.start()
+        let folder = drive + "/mnt/Backups/many"
+        let t0 = Bench.now(), cpu0 = Bench.cpuSeconds(pid: mount.pid)
+        var listed = 0
+        while listed < o.records {
+            guard Bench.now() - t0 < 900 else { throw Bench.Failure(description: "the mount listed \(listed) of \(o.records) records in 900 s") }
+            sleep(2)
+            listed = Int(try Bench.sh("find '\(folder)' -type f 2>/dev/null | wc -l").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        }
+        let listing = Bench.now() - t0
+        say("rss: the mount lists all \(listed) records after \(Bench.f(listing)) s (RSS \(Bench.f(Double(sampler.sample()) / 1024, 1)) MB: \(residentParts(mount.pid)))")
+        let t1 = Bench.now()
+        try Bench.sh("cp -a '\(folder)' '\(dest)'")
+        let wall = Bench.now() - t1, cpu = Bench.cpuSeconds(pid: mount.pid) - cpu0
+        let peak = sampler.stop()
+        say("rss: after the copy, \(residentParts(mount.pid))")
+        let files = Int(try Bench.sh("find \(dest) -type f | wc -l").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        try Bench.sh("rm -rf \(dest)")
+        return ["cp -a from a mount's Backups/ (the mount's RSS)", "\(files)", Bench.f(Double(peak) / 1024, 1), Bench.f(wall),
+                Bench.f(cpu), "listed in \(Bench.f(listing)) s first; CPU: the mount's, listing and copy"]
+    }
+
+    /// A process's resident memory by kind (anonymous: its heap and stacks; file: mapped
+    /// files' pages; shmem: shared memory such as SQLite's WAL index).
+    static func residentParts(_ pid: Int32) -> String {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return "-" }
+        return status.split(separator: "\n").filter { $0.hasPrefix("RssAnon") || $0.hasPrefix("RssFile") || $0.hasPrefix("RssShmem") }
+            .map { $0.split(separator: " ", omittingEmptySubsequences: true).prefix(2).joined(separator: " ") }.joined(separator: ", ")
+    }
+
     /// `records` small files restored; the restore's peak RSS (and a baseline build's).
     static func memory(server: RunningServer, token: String, o: Options) throws {
         let client = WorkspaceClient(baseURL: server.base, token: token)
@@ -247,6 +286,7 @@ enum RestoreBenchmark {
             table.append([label, "\(files)", Bench.f(Double(peak) / 1024, 1), Bench.f(wall), Bench.f(cpu), summary])
             try Bench.sh("rm -rf \(dest)")
         }
+        table.append(try copyThroughMount(server: server, o: o))
         print("\nrss: restore of \(o.records) records of 4 KiB (peak RSS sampled every 20 ms)")
         print(Bench.table(["run", "files restored", "peak RSS MB", "wall s", "CPU s", "summary"], table))
     }

@@ -153,6 +153,29 @@ import Storage
         #expect(try s.fs.getattr(ino).statValue().st_mtim.tv_sec == Int(Self.july2019), "a folder is dated by its newest file")
     }
 
+    /// A month of thousands of photos is listed a reply buffer at a time: every name once,
+    /// in order, whatever the page size, and each page holds at most what was asked.
+    @Test func aLargeFolderIsListedPageByPage() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        for i in 0..<1_500 { s.feed.record("phone", "Camera Roll/IMG_\(10_000 + i).jpg", [UInt8(i & 0xFF)], captured: Self.july2019) }
+        try s.sync()
+        var ino = try s.fs.lookup(parent: 1, name: Array("Backups".utf8)).ino
+        for name in ["phone", "2019", "07"] { ino = try s.fs.lookup(parent: ino, name: Array(name.utf8)).ino }
+        for limit in [1, 16, 100, 5_000] {
+            var names: [String] = []
+            var after: Int64 = 0
+            while true {
+                let page = try s.fs.readdir(ino, after: after, limit: limit)
+                #expect(page.count <= limit)
+                guard let last = page.last else { break }
+                #expect(page.map(\.offset) == page.map(\.offset).sorted() && page[0].offset > after)
+                names += page.map { String(decoding: $0.name, as: UTF8.self) }
+                after = last.offset
+            }
+            #expect(names == [".", ".."] + (0..<1_500).map { "IMG_\(10_000 + $0).jpg" }, "page size \(limit)")
+        }
+    }
+
     @Test func aNameTakenInAFolderGetsASuffixThatNeverChanges() throws {
         let s = try Setup(); defer { s.dir.remove() }
         s.feed.record("phone", "Camera Roll/IMG_0001.jpg", [1], captured: Self.july2019)

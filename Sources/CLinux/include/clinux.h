@@ -18,6 +18,8 @@ long vd_file_system_type(int fd);
 int vd_memory_file(const char *name);
 /* mallopt(M_MMAP_THRESHOLD) and mallopt(M_ARENA_MAX): <malloc.h> is not in Swift's Glibc. */
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
+/* malloc_trim(0): gives the heap's free pages back to the system. */
+void vd_trim_heap(void);
 #endif
 
 #ifndef VDRIVE_CLINUX_RENAME
