@@ -106,13 +106,21 @@ extension Catalog {
         }
     }
 
-    /// The blocks of `ino` that are online-only (not held here). A reader skips looking
-    /// for their block files.
-    func blocksNotHeld(ofInode ino: UInt64) throws -> Set<SHA256Digest> {
+    /// `ino`'s blocks by index, and those of them that are online-only (not held here),
+    /// in one query: what a reader needs (it skips looking for the block files of the
+    /// second).
+    func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
         try withDatabase { db in
-            Set(try db.query("""
-                SELECT b.hash FROM file_blocks f JOIN blocks b ON b.hash = f.hash WHERE f.ino = ? AND b.resident = 0
-                """, Int64(ino), row: { SHA256Digest(hex: $0.string(0) ?? "") }).compactMap { $0 })
+            var blocks: [Int: SHA256Digest] = [:]
+            var notHeld = Set<SHA256Digest>()
+            for (index, hex, resident) in try db.query("""
+                SELECT f.idx, f.hash, coalesce(b.resident, 1) FROM file_blocks f LEFT JOIN blocks b ON b.hash = f.hash WHERE f.ino = ?
+                """, Int64(ino), row: { (Int($0.int64(0)), $0.string(1) ?? "", $0.int(2)) }) {
+                guard let d = SHA256Digest(hex: hex) else { continue }
+                blocks[index] = d
+                if resident == 0 { notHeld.insert(d) }
+            }
+            return (blocks, notHeld)
         }
     }
 

@@ -588,8 +588,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             // The committed size and block list, cached until the next commit drops them.
             if node.committed == nil {
                 node.committedSize = try catalog.attributes(node.ino).size
-                node.committed = try catalog.storedBlocks(node.ino)
-                node.notHeld = try catalog.blocksNotHeld(ofInode: node.ino)
+                (node.committed, node.notHeld) = try catalog.storedBlocksAndNotHeld(node.ino)
             }
             let committed = node.committed!
             let size = node.committedSize
