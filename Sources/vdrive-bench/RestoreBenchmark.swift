@@ -12,7 +12,8 @@ import Synchronization
 ///     device "phone", restored by a new device;
 ///  2. video: one file of `--video-mib` backed up by device "camera";
 ///  3. RSS: `--records` small files (1,000 distinct 4 KiB contents, each recorded
-///     under many paths) restored, the restore's peak RSS sampled every 20 ms.
+///     under many paths) restored by `vdrive restore`, then by `cp -a` from a mount's
+///     `Backups/`; the peak RSS of the restore, then of the mount, sampled every 20 ms.
 ///
 /// The curl peer is one process with one `GET /v1/contents/<hash>` per file into its
 /// place (`--create-dirs`), on one kept-alive connection, then with `--parallel
