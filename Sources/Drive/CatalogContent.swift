@@ -26,6 +26,24 @@ extension Catalog {
         try withDatabase { db in try blockRows(ino, db) }
     }
 
+    /// `ino`'s blocks by index, and those of them that are online-only (not held here),
+    /// in one query: what a reader needs (it skips looking for the block files of the
+    /// second).
+    func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
+        try withDatabase { db in
+            var blocks: [Int: SHA256Digest] = [:]
+            var notHeld = Set<SHA256Digest>()
+            for (index, hex, resident) in try db.query("""
+                SELECT f.idx, f.hash, coalesce(b.resident, 1) FROM file_blocks f LEFT JOIN blocks b ON b.hash = f.hash WHERE f.ino = ?
+                """, Int64(ino), row: { (Int($0.int64(0)), $0.string(1) ?? "", $0.int(2)) }) {
+                guard let d = SHA256Digest(hex: hex) else { continue }
+                blocks[index] = d
+                if resident == 0 { notHeld.insert(d) }
+            }
+            return (blocks, notHeld)
+        }
+    }
+
     private func blockRows(_ ino: UInt64, _ db: Database) throws -> [Int: SHA256Digest] {
         var out: [Int: SHA256Digest] = [:]
         for (index, hex) in try db.query("SELECT idx, hash FROM file_blocks WHERE ino = ?", ino, row: { (Int($0.int64(0)), $0.string(1) ?? "") }) {

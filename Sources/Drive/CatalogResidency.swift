@@ -106,24 +106,6 @@ extension Catalog {
         }
     }
 
-    /// `ino`'s blocks by index, and those of them that are online-only (not held here),
-    /// in one query: what a reader needs (it skips looking for the block files of the
-    /// second).
-    func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
-        try withDatabase { db in
-            var blocks: [Int: SHA256Digest] = [:]
-            var notHeld = Set<SHA256Digest>()
-            for (index, hex, resident) in try db.query("""
-                SELECT f.idx, f.hash, coalesce(b.resident, 1) FROM file_blocks f LEFT JOIN blocks b ON b.hash = f.hash WHERE f.ino = ?
-                """, Int64(ino), row: { (Int($0.int64(0)), $0.string(1) ?? "", $0.int(2)) }) {
-                guard let d = SHA256Digest(hex: hex) else { continue }
-                blocks[index] = d
-                if resident == 0 { notHeld.insert(d) }
-            }
-            return (blocks, notHeld)
-        }
-    }
-
     /// True when every block of `digests` is held here.
     func holdsAll(_ digests: Set<SHA256Digest>) throws -> Bool {
         try withDatabase { db in

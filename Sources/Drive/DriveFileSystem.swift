@@ -663,9 +663,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     private func readAhead(_ node: OpenNode, _ committed: [Int: SHA256Digest], size: Int64, after index: Int) {
         for ahead in 1...BlockCache.prefetchDepth {
             guard let next = committed[index + ahead] else { continue }
+            let notHeld = node.notHeld.contains(next)
             // Only the next block's descriptor is opened (and kept with the file's
             // readers); `prefetch` returns at once for blocks further on that are here.
-            if ahead == 1, !node.notHeld.contains(next), let fd = try? residentReader(node, next) {
+            if ahead == 1, !notHeld, let fd = try? residentReader(node, next) {
                 if node.prefetched != next {
                     Self.adviseWillNeed(fd.fd)
                     node.prefetched = next
@@ -673,7 +674,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                 continue
             }
             blockCache.prefetch(next, length: Blocks.length(ofBlock: index + ahead, fileSize: size),
-                                knownNotHeld: node.notHeld.contains(next))
+                                knownNotHeld: notHeld)
         }
     }
 
