@@ -103,6 +103,20 @@ extension FakeRemote {
         return (fs, remote, a.ino, bytes)
     }
 
+    /// The whole file, read in order a megabyte at a time, as `cat` does.
+    func readAll(_ fs: DriveFileSystem, _ ino: UInt64) throws -> [UInt8] {
+        let fh = try fs.open(ino, writable: false, truncate: false)
+        defer { fs.release(fh) }
+        var got: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: Int64(got.count)) }
+            if n == 0 { break }
+            got += buffer[0..<n]
+        }
+        return got
+    }
+
     func read(_ fs: DriveFileSystem, _ ino: UInt64, count: Int, at offset: Int64) throws -> [UInt8] {
         let fh = try fs.open(ino, writable: false, truncate: false)
         defer { fs.release(fh) }
@@ -204,16 +218,7 @@ extension FakeRemote {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: 20_000_000)
         remote.state.withLock { $0.heldNonInteractive = true }
-        let fh = try fs.open(ino, writable: false, truncate: false)
-        defer { fs.release(fh) }
-        var got: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 1 << 20)
-        while got.count < bytes.count {
-            let n = try buffer.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: Int64(got.count)) }
-            if n == 0 { break }
-            got += buffer[0..<n]
-        }
-        #expect(got == bytes)
+        #expect(try readAll(fs, ino) == bytes)
         // The first read (at 0) fetched chunks; every later one is sequential and fetched its block whole, by the reader itself (prefetch is held).
         #expect(fs.blockCache.statistics.blocksFetched == 5)
     }
@@ -225,21 +230,9 @@ extension FakeRemote {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let (fs, remote, ino, bytes) = try onlineOnlyFile(dir, size: 30_000_000)
         fs.blockCache.beforeStoreWrite = { usleep(100_000) }
-        func readAll() throws -> [UInt8] {
-            let fh = try fs.open(ino, writable: false, truncate: false)
-            defer { fs.release(fh) }
-            var got: [UInt8] = []
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            while true {
-                let n = try buffer.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: Int64(got.count)) }
-                if n == 0 { break }
-                got += buffer[0..<n]
-            }
-            return got
-        }
-        #expect(try readAll() == bytes)
+        #expect(try readAll(fs, ino) == bytes)
         let sent = remote.state.withLock { $0.bytesSent }
-        #expect(try readAll() == bytes)
+        #expect(try readAll(fs, ino) == bytes)
         #expect(remote.state.withLock { $0.bytesSent } == sent)
         #expect(sent < bytes.count + Blocks.size)
         let digests = Set(try fs.catalog.storedBlocks(ino).values)
