@@ -3,9 +3,8 @@ import Foundation
 /// Keeps the records table up to date with the server: at start it reads the feed
 /// from the stored cursor to its end (the first mount: every version the server
 /// keeps), then asks again every `interval` seconds. Each page is applied in one
-/// transaction; `onChange` gets the files a catch-up changed (the `Backups/` tree
-/// places them again). An unreachable server is one log line per outage; the table
-/// keeps serving the last known records.
+/// transaction with the `Backups/` rows it changes. An unreachable server is one log
+/// line per outage; the table keeps serving the last known records.
 ///
 /// Why a short interval and not a long poll: one `GET /v1/changes` with nothing new is
 /// two primary-key range reads on the server; a second's poll keeps a record made on another
@@ -17,18 +16,16 @@ public final class RecordsFollower: @unchecked Sendable {
     private let table: RecordsTable
     private let remote: RemoteRecords
     private let interval: Double
-    private let onChange: @Sendable (Set<RecordKey>) -> Void
     private let condition = NSCondition()
     private var started = false
     private var stopped = false
     private var finished = false
     private var outage = false
 
-    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0, onChange: @escaping @Sendable (Set<RecordKey>) -> Void) {
+    public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0) {
         self.table = table
         self.remote = remote
         self.interval = interval
-        self.onChange = onChange
     }
 
     /// Reads the feed from the table's cursor to its end. Returns the files whose
@@ -90,12 +87,11 @@ public final class RecordsFollower: @unchecked Sendable {
 
     private func step() {
         do {
-            let changed = try Self.catchUp(table, from: remote)
+            try Self.catchUp(table, from: remote)
             if outage {
                 outage = false
                 DriveLog.info("the workspace server answers again: Backups/ follows its changes again")
             }
-            if !changed.isEmpty { onChange(changed) }
         } catch let failure as RemoteFailure {
             if !outage {
                 outage = true

@@ -12,8 +12,10 @@ import Storage
 /// - `remote_contents`: block lists of contents, fetched once when a file is read.
 /// - `remote_feed`: the feed cursor (the highest sequence applied) and the identity of
 ///   the workspace the records came from.
+/// - `backups_entries`: the `Backups/` tree made from them (BackupsRows.swift).
 ///
-/// A feed page is applied in one transaction with the cursor, reading the cursor
+/// A feed page is applied in one transaction with the cursor and the tree's rows it
+/// changes, reading the cursor
 /// inside it: a mount and `vdrive task run us.virtualdrive.sync` may both follow the
 /// feed into one catalog, and each entry is applied exactly once.
 /// `@unchecked Sendable`: the connection is used under `lock`.
@@ -53,6 +55,7 @@ public final class RecordsTable: @unchecked Sendable {
         Migration("drive-remote-records-2-workspace", """
         ALTER TABLE remote_feed ADD COLUMN workspace TEXT;
         """),
+        BackupsRows.migration,
     ]
 
     /// The names of this table's migrations (a task without a mount applies only these).
@@ -60,6 +63,8 @@ public final class RecordsTable: @unchecked Sendable {
 
     private let lock = NSLock()
     private let db: Database
+    /// The catalog's path (`BackupsTree` opens a connection of its own to it).
+    public let catalogPath: String
 
     /// A connection of its own to the catalog at `catalogPath` (migrated already).
     /// `synchronous=NORMAL` on this connection only: in WAL mode a commit then skips its
@@ -68,6 +73,7 @@ public final class RecordsTable: @unchecked Sendable {
     /// (the next catch-up asks for them again), never one without the other.
     public init(catalogPath: String) throws {
         db = try Database(path: catalogPath)
+        self.catalogPath = catalogPath
         try db.execute("PRAGMA synchronous=NORMAL")
     }
 
@@ -101,20 +107,21 @@ public final class RecordsTable: @unchecked Sendable {
                     if let known, known != workspace { return [] }
                     if known == nil { try db.run("UPDATE remote_feed SET workspace = ? WHERE id = 1", workspace) }
                 }
-                var changed = Set<RecordKey>()
+                var changed: [RecordKey] = []   // in feed order: a folder then lists its files as they came
                 for change in page.changes where change.sequence > cursor {
                     switch change {
                     case .recorded(let v):
                         try Self.record(v, db)
-                        changed.insert(RecordKey(device: v.device, path: v.path))
+                        changed.append(RecordKey(device: v.device, path: v.path))
                     case .deleted(_, let version):
-                        if let key = try Self.delete(version: version, db) { changed.insert(key) }
+                        if let key = try Self.delete(version: version, db) { changed.append(key) }
                     }
                 }
                 if page.nextSequence > cursor {
                     try db.run("UPDATE remote_feed SET cursor = ? WHERE id = 1", page.nextSequence)
                 }
-                return changed
+                try BackupsRows.place(changed, db)
+                return Set(changed)
             }
         }
     }
@@ -131,6 +138,7 @@ public final class RecordsTable: @unchecked Sendable {
                     RecordKey(device: $0.string(0) ?? "", path: $0.string(1) ?? "")
                 }
                 try db.execute("DELETE FROM remote_versions")
+                try BackupsRows.clear(db)
                 try db.run("UPDATE remote_feed SET cursor = 0, workspace = NULL WHERE id = 1")
                 return Set(keys)
             }
@@ -195,11 +203,9 @@ public final class RecordsTable: @unchecked Sendable {
     }
 
     /// One file's versions, oldest first.
-    func versions(of key: RecordKey) throws -> [RemoteVersion] {
-        try locked { db in
-            try db.query("SELECT \(Self.columns) FROM remote_versions WHERE device = ? AND path = ? ORDER BY sequence",
-                         key.device, key.path, row: Self.version).compactMap { $0 }
-        }
+    static func versions(of key: RecordKey, _ db: Database) throws -> [RemoteVersion] {
+        try db.query("SELECT \(columns) FROM remote_versions WHERE device = ? AND path = ? ORDER BY sequence",
+                     key.device, key.path, row: version).compactMap { $0 }
     }
 
     /// The names given: file → (folder → name).
@@ -209,17 +215,6 @@ public final class RecordsTable: @unchecked Sendable {
             for (key, folder, name) in try db.query("SELECT device, path, folder, name FROM remote_names", row: {
                 (RecordKey(device: $0.string(0) ?? "", path: $0.string(1) ?? ""), $0.string(2) ?? "", $0.string(3) ?? "")
             }) { out[key, default: [:]][folder] = name }
-            return out
-        }
-    }
-
-    /// The names one file was given: folder → name.
-    func names(of key: RecordKey) throws -> [String: String] {
-        try locked { db in
-            var out: [String: String] = [:]
-            for (folder, name) in try db.query("SELECT folder, name FROM remote_names WHERE device = ? AND path = ?", key.device, key.path, row: {
-                ($0.string(0) ?? "", $0.string(1) ?? "")
-            }) { out[folder] = name }
             return out
         }
     }

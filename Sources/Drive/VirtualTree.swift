@@ -21,6 +21,16 @@ public protocol VirtualTree: AnyObject, Sendable {
     func attributes(ofFileAt path: String, ino: UInt64) -> [String: [UInt8]]
     /// The prefix of the generated attribute names, which users cannot set or remove.
     var attributePrefix: String { get }
+
+    /// What `path` is, with what the drive would otherwise work out itself: the inode
+    /// number the tree gives it and a folder's number of folders. The default: `node(at:)`.
+    func item(at path: String) -> VirtualItem?
+    /// At most `limit` entries of the folder `path` with cookies above `cookie`, in
+    /// cookie order (nil when `path` is not a folder). The default: `entries(in:)` by
+    /// name, each cookie its position from 1.
+    func listing(of path: String, after cookie: Int64, limit: Int) -> [VirtualListing]?
+    /// The path of an inode number the tree gave (`VirtualItem.ino`), nil for any other.
+    func path(ofInode ino: UInt64) -> String?
 }
 
 extension VirtualTree {
@@ -29,6 +39,42 @@ extension VirtualTree {
         if let content = content(of: path) { return .generated(content) }
         return nil
     }
+
+    public func item(at path: String) -> VirtualItem? {
+        node(at: path).map { VirtualItem(node: $0, ino: nil, subfolders: nil) }
+    }
+
+    public func listing(of path: String, after cookie: Int64, limit: Int) -> [VirtualListing]? {
+        guard let entries = entries(in: path) else { return nil }
+        var out: [VirtualListing] = []
+        for (i, e) in entries.sorted(by: { $0.name < $1.name }).enumerated().dropFirst(max(0, Int(cookie))) {
+            guard out.count < limit else { break }
+            guard let item = item(at: path.isEmpty ? e.name : path + "/" + e.name) else { continue }
+            out.append(VirtualListing(cookie: Int64(i) + 1, name: e.name, item: item))
+        }
+        return out
+    }
+
+    public func path(ofInode ino: UInt64) -> String? { nil }
+}
+
+/// A path of a virtual tree: what it is and, when the tree knows them, its inode number
+/// (nil: the drive numbers it by path) and for a folder its number of folders (nil:
+/// the drive counts them from its entries).
+public struct VirtualItem: Sendable, Equatable {
+    public let node: VirtualNode
+    public let ino: UInt64?
+    public let subfolders: Int?
+    public init(node: VirtualNode, ino: UInt64?, subfolders: Int?) { self.node = node; self.ino = ino; self.subfolders = subfolders }
+    public var isFolder: Bool { if case .directory = node { return true } else { return false } }
+}
+
+/// One entry of a folder's listing page; `cookie` (≥ 1) is where the next page goes on.
+public struct VirtualListing: Sendable {
+    public let cookie: Int64
+    public let name: String
+    public let item: VirtualItem
+    public init(cookie: Int64, name: String, item: VirtualItem) { self.cookie = cookie; self.name = name; self.item = item }
 }
 
 public struct VirtualEntry: Sendable, Equatable {
@@ -57,13 +103,15 @@ public struct RemoteFile: Sendable, Equatable, Hashable {
     public init(content: SHA256Digest, size: Int64, mtime: Int64) { self.content = content; self.size = size; self.mtime = mtime }
 }
 
-/// Inode numbers for virtual paths (`.backup/status`, `Backups/phone/2019`, keyed by
-/// the path from the workspace root, and for a remote file its content after a NUL): a
-/// range the catalog never reaches, assigned on first sight and stable for the life of
-/// the process.
+/// Inode numbers for virtual paths (`.backup/status`, the `Backups` folder itself, keyed
+/// by the path from the workspace root, and for a remote file its content after a NUL):
+/// a range the catalog never reaches, assigned on first sight and stable for the life
+/// of the process. Trees that number their own paths (`VirtualItem.ino`) do so from
+/// `ownNumbersBase` on.
 /// `@unchecked Sendable`: the tables are guarded by `lock`.
 final class VirtualInodes: @unchecked Sendable {
     static let base: UInt64 = 1 << 56
+    static let ownNumbersBase: UInt64 = 1 << 57
     private let lock = NSLock()
     private var byPath: [String: UInt64] = [:]
     private var byIno: [UInt64: String] = [:]
@@ -103,7 +151,12 @@ extension DriveFileSystem {
 
     /// The tree and inner path of a virtual inode, nil for a catalog inode.
     func virtualPath(of ino: UInt64) -> VirtualPath? {
-        guard VirtualInodes.contains(ino), let key = virtualInodes.path(of: ino) else { return nil }
+        guard VirtualInodes.contains(ino) else { return nil }
+        if ino >= VirtualInodes.ownNumbersBase {
+            for tree in virtualTrees { if let path = tree.path(ofInode: ino) { return VirtualPath(tree: tree, path: path) } }
+            return nil
+        }
+        guard let key = virtualInodes.path(of: ino) else { return nil }
         let full = key.split(separator: "\u{0}", maxSplits: 1).first.map(String.init) ?? key
         let root = full.split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false)
         guard let tree = virtualTrees.first(where: { $0.rootName == root[0] }) else { return nil }
@@ -112,17 +165,24 @@ extension DriveFileSystem {
 
     /// Attributes of a virtual path: folders r-x, files r--, owned by the mount's user.
     func virtualAttributes(_ v: VirtualPath) throws -> NodeAttributes {
-        guard let node = v.tree.node(at: v.path) else { throw Errno.noSuchFileOrDirectory }
-        // A remote file's inode is its path and content: a new version at the same path
-        // is a new inode to the kernel, so pages cached from the old one (still open
-        // somewhere) are never served as the new one's.
-        var key = v.full
-        if case .remote(let file) = node { key += "\u{0}" + file.content.hex }
-        let ino = virtualInodes.ino(for: key)
+        guard let item = v.tree.item(at: v.path) else { throw Errno.noSuchFileOrDirectory }
+        return virtualAttributes(item, at: v)
+    }
+
+    func virtualAttributes(_ item: VirtualItem, at v: VirtualPath) -> NodeAttributes {
+        // A remote file's inode is its path and content (a tree numbering its own files
+        // keeps the same rule): a new version at the same path is a new inode to the
+        // kernel, so pages cached from the old one (still open somewhere) are never
+        // served as the new one's.
+        let ino = item.ino ?? {
+            var key = v.full
+            if case .remote(let file) = item.node { key += "\u{0}" + file.content.hex }
+            return virtualInodes.ino(for: key)
+        }()
         let now = nowNanoseconds()
-        switch node {
+        switch item.node {
         case .directory(let mtime):
-            let subfolders = (v.tree.entries(in: v.path) ?? []).filter(\.isDirectory).count
+            let subfolders = item.subfolders ?? (v.tree.entries(in: v.path) ?? []).filter(\.isDirectory).count
             let t = mtime.map { $0 * 1_000_000_000 } ?? now
             return NodeAttributes(ino: ino, mode: UInt32(S_IFDIR) | 0o555, uid: getuid(), gid: getgid(), size: 0,
                                   nlink: UInt32(2 + subfolders), atime: t, mtime: t, ctime: t, rdev: 0, content: nil, stored: 0)
@@ -169,19 +229,17 @@ extension DriveFileSystem {
     /// at once with 100,000 files in one folder, heaptrack).
     func virtualReaddir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
         guard let v = virtualPath(of: ino) else { throw Errno.noSuchFileOrDirectory }
-        guard let entries = v.tree.entries(in: v.path) else { throw Errno.notDirectory }
         var out: [DirectoryEntryInfo] = []
         let me = try virtualAttributes(v)
         if offset < 1 { out.append(DirectoryEntryInfo(offset: 1, name: Array(".".utf8), attributes: me)) }
         if offset < 2 { out.append(DirectoryEntryInfo(offset: 2, name: Array("..".utf8), attributes: me)) }
-        // Generated listings have no ids: the offset is the position in the sorted list.
-        let sorted = entries.sorted { $0.name < $1.name }
-        for (i, e) in sorted.enumerated().dropFirst(max(0, Int(offset) - 2)) {
-            guard out.count < limit else { break }
-            guard let a = try? virtualAttributes(v.child(e.name)) else { continue }
-            out.append(DirectoryEntryInfo(offset: Int64(i) + 3, name: Array(e.name.utf8), attributes: a))
+        // The tree's cookies follow "." and "..": offset = cookie + 2.
+        guard let page = v.tree.listing(of: v.path, after: offset - 2, limit: max(0, limit - out.count)) else { throw Errno.notDirectory }
+        if out.count >= limit { return Array(out.prefix(limit)) }
+        for e in page {
+            out.append(DirectoryEntryInfo(offset: e.cookie + 2, name: Array(e.name.utf8), attributes: virtualAttributes(e.item, at: v.child(e.name))))
         }
-        return Array(out.prefix(limit))   // "." and ".." count too
+        return out
     }
 
     /// The virtual trees' folders in the root listing, after every catalog entry: each

@@ -3,11 +3,10 @@ import Crypto
 import Drive
 
 /// `vdrive-bench backups`: the cost of `Backups/` for a workspace with many records,
-/// in process: learning them (the feed applied to the records table, pages of 5,000),
-/// building the tree's index (first listing after a mount), a change of one file (what
-/// the mount does each time the feed brings one), lookups, and the memory the index
-/// takes. Records: two devices, dates over ten years, one file in ten with an older
-/// version.
+/// in process: learning them (the feed applied to the records table, pages of 5,000,
+/// with the tree's rows), a change of one file (what the mount does each time the feed
+/// brings one), listing a month, lookups, and the memory reading the tree takes.
+/// Records: two devices, dates over ten years, one file in ten with an older version.
 enum BackupsBenchmark {
     static let usage = "       vdrive-bench backups [--records N] [--dir DIR]"
 
@@ -28,7 +27,7 @@ enum BackupsBenchmark {
         let fs = try DriveFileSystem(statePath: dir + "/state")
         _ = try fs.recover()
         let table = try RecordsTable(catalogPath: fs.catalogPath)
-        let tree = BackupsTree(table: table)
+        let tree = try BackupsTree(table: table)
 
         var sequence: Int64 = 0
         func version(_ k: Int, _ generation: Int) -> RemoteVersion {
@@ -48,33 +47,42 @@ enum BackupsBenchmark {
                 try table.apply(RemoteChangePage(changes: page, nextSequence: page.last!.sequence))
             }
         }
+        trimHeap()
         let rssBefore = residentMB()
-        let build = Bench.time { _ = tree.entries(in: "") }
-        let rssPeak = residentMB()
-        trimHeap()   // what the build read from the table is freed: what stays is the index
-        let rssAfter = residentMB()
-        // One new version of one file: the feed page, then the tree placed again for it.
+        // One new version of one file: the feed page with the file's rows placed again.
         var updates: [Double] = []
         for round in 0..<20 {
             let change = version(round * 7, 2 + round)
             updates.append(try Bench.time {
-                tree.update(try table.apply(RemoteChangePage(changes: [.recorded(change)], nextSequence: change.sequence)))
+                try table.apply(RemoteChangePage(changes: [.recorded(change)], nextSequence: change.sequence))
             })
         }
-        let folder = (tree.entries(in: "phone") ?? []).map(\.name).sorted().first.map { "phone/" + $0 } ?? "phone"
-        let months = (tree.entries(in: folder) ?? []).map { folder + "/" + $0.name }
-        let lookups = 200_000
-        let lookup = Bench.time {
-            for n in 0..<lookups { _ = tree.node(at: months[n % max(1, months.count)]) }
+        // Every file of the phone's months, listed as readdirplus pages do (100 a page), then looked up.
+        var files: [String] = []
+        let listing = Bench.time {
+            for year in (tree.entries(in: "phone") ?? []).map({ "phone/" + $0.name }) {
+                for month in (tree.entries(in: year) ?? []).map({ year + "/" + $0.name }) {
+                    var cookie: Int64 = 0
+                    while let page = tree.listing(of: month, after: cookie, limit: 100), let last = page.last {
+                        files += page.filter { !$0.item.isFolder }.map { month + "/" + $0.name }
+                        cookie = last.cookie
+                    }
+                }
+            }
         }
+        let lookups = min(200_000, files.count * 4)
+        let lookup = Bench.time {
+            for n in 0..<lookups { _ = tree.item(at: files[n % files.count]) }
+        }
+        let rssAfter = residentMB()
         updates.sort()
         print("Backups/ with \(records) files (\(all.count) versions), debug or release as built:")
         print(String(format: "  learn: feed applied to the records table   %8.2f s  (%.0f versions/s)", apply, Double(all.count) / apply))
-        print(String(format: "  first listing: index built from the table  %8.2f s", build))
-        print(String(format: "  one file changed: page applied + index     %8.2f ms median, %.2f ms max (20 changes)", updates[10] * 1000, updates[19] * 1000))
-        print(String(format: "  lookup (node at a path)                    %8.2f µs", lookup / Double(lookups) * 1e6))
-        print(String(format: "  resident memory of the index               %8.0f MB (VmRSS %.0f before, %.0f after the build, %.0f after malloc_trim)",
-                     rssAfter - rssBefore, rssBefore, rssPeak, rssAfter))
+        print(String(format: "  one file changed: page applied with its rows %6.2f ms median, %.2f ms max (20 changes)", updates[10] * 1000, updates[19] * 1000))
+        print(String(format: "  list the phone's %d files, 100 a page       %8.2f s  (%.1f µs a file)", files.count, listing, listing / Double(max(1, files.count)) * 1e6))
+        print(String(format: "  lookup (item at a path)                    %8.2f µs", lookup / Double(lookups) * 1e6))
+        print(String(format: "  resident memory of reading the tree        %8.0f MB (VmRSS %.0f before, %.0f after)",
+                     rssAfter - rssBefore, rssBefore, rssAfter))
     }
 
     /// glibc's malloc_trim(0) (not in Swift's Glibc module): returns freed heap pages.

@@ -15,12 +15,11 @@ final class BackupsWiring {
             name = BackupsTree.alternativeRootName
             printError("the workspace has a folder of its own called '\(BackupsTree.preferredRootName)': every device's backups are in '\(name)' instead (rename that folder to get '\(BackupsTree.preferredRootName)/' back)")
         }
-        let tree = BackupsTree(table: table, rootName: name)
-        fs.virtualTrees.append(tree)
+        fs.virtualTrees.append(try BackupsTree(table: table, rootName: name))
         guard let remote else { follower = nil; return }
         let records = try ClientRemoteRecords.forRemote(remote)
         fs.remoteReads = RemoteReads(table: table, remote: records)
-        follower = RecordsFollower(table: table, remote: records, interval: Self.interval) { tree.update($0) }
+        follower = RecordsFollower(table: table, remote: records, interval: Self.interval)
     }
 
     /// Seconds between two questions to the feed (`VDRIVE_FEED_INTERVAL` overrides, for benchmarks).

@@ -36,15 +36,16 @@ import Storage
         func delete(_ v: RemoteVersion) { entries.append(.deleted(sequence: nextSequence, version: v.sequence)) }
     }
 
-    /// Every path of a tree with its node, for comparing two trees.
-    static func walk(_ tree: BackupsTree) -> [String: VirtualNode] {
-        var out: [String: VirtualNode] = [:]
+    /// Every path of a tree with its node and folder count (not its inode number: rows
+    /// built again are numbered anew), for comparing two trees.
+    static func walk(_ tree: BackupsTree) -> [String: String] {
+        var out: [String: String] = [:]
         var folders = [""]
         while let folder = folders.popLast() {
-            out[folder] = tree.node(at: folder)
+            out[folder] = tree.item(at: folder).map { "\($0.node) \($0.subfolders ?? -1)" }
             for e in tree.entries(in: folder) ?? [] {
                 let path = folder.isEmpty ? e.name : folder + "/" + e.name
-                if e.isDirectory { folders.append(path) } else { out[path] = tree.node(at: path) }
+                if e.isDirectory { folders.append(path) } else { out[path] = tree.node(at: path).map { "\($0)" } }
             }
         }
         return out
@@ -65,18 +66,22 @@ import Storage
             fs = try DriveFileSystem(statePath: dir.path + "/state")
             _ = try fs.recover()
             table = try RecordsTable(catalogPath: fs.catalogPath)
-            tree = BackupsTree(table: table)
+            tree = try BackupsTree(table: table)
             fs.virtualTrees.append(tree)
             fs.remoteReads = RemoteReads(table: table, remote: feed)
         }
 
-        /// Follows the feed as a mount does (the tree updated in place), and checks the
-        /// tree against one built from scratch from the table.
+        /// Follows the feed as a mount does (the rows kept up to date page by page), and
+        /// checks the tree against rows built from scratch from a copy of the records.
         func sync() throws {
-            _ = tree.entries(in: "")   // built before the change, so the update is incremental
-            tree.update(try RecordsFollower.catchUp(table, from: feed, pageSize: 2))
-            let fresh = BackupsTree(table: table)
-            #expect(BackupsTreeTests.walk(tree) == BackupsTreeTests.walk(fresh), "the tree updated in place differs from a full build")
+            try RecordsFollower.catchUp(table, from: feed, pageSize: 2)
+            let copy = dir.path + "/rebuilt.db"
+            try? FileManager.default.removeItem(atPath: copy)
+            try Database(path: fs.catalogPath).execute("VACUUM INTO '\(copy)'")
+            let rebuilt = try Database(path: copy)
+            try rebuilt.transaction { try BackupsRows.rebuild(rebuilt) }
+            let fresh = try BackupsTree(table: RecordsTable(catalogPath: copy))
+            #expect(BackupsTreeTests.walk(tree) == BackupsTreeTests.walk(fresh), "the rows kept page by page differ from a full build")
         }
 
         func names(_ path: String) -> [String] { (tree.entries(in: path) ?? []).map(\.name).sorted() }
@@ -193,7 +198,7 @@ import Storage
         #expect(s.tree.node(at: "phone/2019/07/IMG_0001 (2).jpg") == .remote(RemoteFile(content: ContentHash.of(bytes: [2]), size: 1, mtime: Self.july2019)))
         #expect(s.tree.node(at: "phone/2019/07/IMG_0001 (4).jpg") == .remote(RemoteFile(content: ContentHash.of(bytes: [4]), size: 1, mtime: Self.july2019)))
         // The same after a restart: the names are in the table, not in memory.
-        let again = BackupsTree(table: try RecordsTable(catalogPath: s.fs.catalogPath))
+        let again = try BackupsTree(table: try RecordsTable(catalogPath: s.fs.catalogPath))
         #expect((again.entries(in: "phone/2019/07") ?? []).map(\.name).sorted() == s.names("phone/2019/07"))
     }
 
@@ -292,6 +297,65 @@ import Storage
         s.fs.release(fh)
     }
 
+    /// The tree's rows number its inodes: a file keeps its number while it shows the same
+    /// version at the same place (other files changing, the drive restarting), and a
+    /// number once given never names another file, not even after its file is gone.
+    @Test func inodeNumbersStayWithTheirFileAndAreNeverReused() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        s.feed.record("phone", "a.jpg", [1], captured: Self.july2019)
+        let b = s.feed.record("phone", "b.jpg", [2], captured: Self.july2019)
+        try s.sync()
+        func ino(_ path: String, _ tree: BackupsTree? = nil) -> UInt64? { (tree ?? s.tree).item(at: path)?.ino }
+        let a = try #require(ino("phone/2019/07/a.jpg"))
+        let oldB = try #require(ino("phone/2019/07/b.jpg"))
+        s.feed.record("phone", "c.jpg", [3], captured: Self.july2019)
+        s.feed.record("phone", "b.jpg", [4], captured: Self.july2019)   // b's new version: a new inode
+        s.feed.delete(b)   // ... and its older one deleted again
+        try s.sync()
+        #expect(ino("phone/2019/07/a.jpg") == a)
+        let newB = try #require(ino("phone/2019/07/b.jpg"))
+        #expect(newB != oldB && s.tree.path(ofInode: oldB) == nil, "the old version's number names nothing")
+        #expect(s.tree.path(ofInode: newB) == "phone/2019/07/b.jpg")
+        // The file with the highest number goes, another comes: it gets a number of its own.
+        let highest = try #require(["a.jpg", "b.jpg", "c.jpg"].compactMap { ino("phone/2019/07/" + $0) }.max())
+        let victim = try #require(s.tree.path(ofInode: highest))
+        s.feed.delete(try #require(s.feed.entries.compactMap { entry -> RemoteVersion? in
+            if case .recorded(let v) = entry, "phone/2019/07/" + v.path == victim { return v } else { return nil }
+        }.last))
+        try s.sync()
+        s.feed.record("phone", "d.jpg", [5], captured: Self.july2019)
+        try s.sync()
+        #expect(try #require(ino("phone/2019/07/d.jpg")) > highest)
+        // A restart: the same numbers, from the same rows.
+        let again = try BackupsTree(table: try RecordsTable(catalogPath: s.fs.catalogPath))
+        #expect(ino("phone/2019/07/a.jpg", again) == a)
+        // Through the drive: lookup and getattr agree with the tree's number.
+        var month = try s.fs.lookup(parent: 1, name: Array("Backups".utf8)).ino
+        for name in ["phone", "2019", "07"] { month = try s.fs.lookup(parent: month, name: Array(name.utf8)).ino }
+        #expect(try s.fs.lookup(parent: month, name: Array("a.jpg".utf8)).ino == a)
+        #expect(try s.fs.getattr(a).size == 1)
+        #expect(throws: Errno.noSuchFileOrDirectory) { _ = try s.fs.getattr(oldB) }
+    }
+
+    /// A catalog that learned its records before `Backups/` was rows of it gets its rows
+    /// from those records when it is opened (the migration), names and versions included.
+    @Test func recordsLearnedBeforeTheRowsAreShownAfterTheMigration() throws {
+        let s = try Setup(); defer { s.dir.remove() }
+        s.feed.record("phone", "Camera Roll/IMG_0001.jpg", [1], captured: Self.july2019)
+        s.feed.record("phone", "Trip/IMG_0001.jpg", [2], captured: Self.july2019)
+        s.feed.record("phone", "Camera Roll/IMG_0001.jpg", [3], captured: Self.july2019)
+        s.feed.record("laptop", "x.png", [4], captured: nil, mtime: Self.march2015)
+        try s.sync()
+        let before = Self.walk(s.tree)
+        let db = try Database(path: s.fs.catalogPath)
+        try db.execute("DROP TABLE backups_entries; DELETE FROM sqlite_sequence WHERE name = 'backups_entries'")
+        try db.run("DELETE FROM schema_migrations WHERE name = ?", BackupsRows.migration.name)
+        let fs = try DriveFileSystem(statePath: s.dir.path + "/state")   // opening migrates
+        let tree = try BackupsTree(table: try RecordsTable(catalogPath: fs.catalogPath))
+        #expect(Self.walk(tree) == before)
+        #expect((tree.entries(in: "phone/2019/07") ?? []).map(\.name).sorted() == [".versions", "IMG_0001 (2).jpg", "IMG_0001.jpg"])
+    }
+
     @Test func aWorkspaceFolderCalledBackupsIsNotHidden() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
@@ -300,7 +364,7 @@ import Storage
         _ = try fs.create(parent: 1, name: Array("Backups".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
         #expect(fs.rootHasEntry(named: "Backups"))
         // The wiring then names the tree otherwise: both are listed, the user's folder stays writable.
-        fs.virtualTrees.append(BackupsTree(table: try RecordsTable(catalogPath: fs.catalogPath), rootName: BackupsTree.alternativeRootName))
+        fs.virtualTrees.append(try BackupsTree(table: try RecordsTable(catalogPath: fs.catalogPath), rootName: BackupsTree.alternativeRootName))
         #expect(try fs.readdir(1, after: 0, limit: 100).map { String(decoding: $0.name, as: UTF8.self) }
                 == [".", "..", "Camera Roll", "Backups", "Backups (all devices)"])
         let mine = try fs.lookup(parent: 1, name: Array("Backups".utf8))
@@ -348,7 +412,6 @@ import Storage
         try s.sync()
         s.feed.down = true
         #expect(throws: RemoteFailure.self) { try RecordsFollower.catchUp(s.table, from: s.feed) }
-        s.tree.reload()
         #expect(s.names("phone/2019/07") == ["a.jpg"])
     }
 }
