@@ -223,10 +223,10 @@ extension DriveFileSystem {
         if VirtualInodes.contains(ino) { throw Errno(EROFS) }
     }
 
-    /// At most `limit` entries after `offset`: a reply buffer's worth. A `Backups/` month
-    /// can hold tens of thousands of files, and each entry's attributes give it an inode
-    /// number and its strings (a listing that made them all for every page held 22 MB
-    /// at once with 100,000 files in one folder, heaptrack).
+    /// At most `limit` entries after `offset`: a reply buffer's worth, asked of the tree
+    /// as one page. A `Backups/` month can hold tens of thousands of files (a listing
+    /// that made every entry's attributes for every page held 22 MB at once with
+    /// 100,000 files in one folder, heaptrack).
     func virtualReaddir(_ ino: UInt64, after offset: Int64, limit: Int) throws -> [DirectoryEntryInfo] {
         guard let v = virtualPath(of: ino) else { throw Errno.noSuchFileOrDirectory }
         var out: [DirectoryEntryInfo] = []
