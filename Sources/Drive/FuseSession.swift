@@ -120,8 +120,9 @@ public final class FuseSession {
     /// read): 1 MiB of readahead made an eighth of the FUSE round trips for a sequential
     /// reader (local cold reads gained 10-20 %); 4 MiB keeps up to four requests in
     /// flight, so the reader finds the next megabyte answered while it copies this one
-    /// (online-only cold reads gained about 6 %, Docs/benchmarks.md). A first small
-    /// read asks for little more: the kernel's first window is four times the read.
+    /// (online-only cold reads: a few per cent, about this machine's noise,
+    /// Docs/benchmarks.md). A first small read asks for little more: the kernel's first
+    /// window is at most four times the read.
     static let readaheadKiB = 4096
 
     /// Sets the mount's readahead (`/sys/class/bdi/MAJ:MIN/read_ahead_kb`, writable by
