@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import Drive
+import Storage
 
 /// `vdrive-bench backups`: the cost of `Backups/` for a workspace with many records,
 /// in process: learning them (the feed applied to the records table, pages of 5,000,
@@ -47,7 +48,7 @@ enum BackupsBenchmark {
                 try table.apply(RemoteChangePage(changes: page, nextSequence: page.last!.sequence))
             }
         }
-        trimHeap()
+        DaemonTuning.returnFreedMemory()   // what learning freed goes back: the figure is what reading the tree adds
         let rssBefore = residentMB()
         // One new version of one file: the feed page with the file's rows placed again.
         var updates: [Double] = []
@@ -83,13 +84,6 @@ enum BackupsBenchmark {
         print(String(format: "  lookup (item at a path)                    %8.2f µs", lookup / Double(lookups) * 1e6))
         print(String(format: "  resident memory of reading the tree        %8.0f MB (VmRSS %.0f before, %.0f after)",
                      rssAfter - rssBefore, rssBefore, rssAfter))
-    }
-
-    /// glibc's malloc_trim(0) (not in Swift's Glibc module): returns freed heap pages.
-    static func trimHeap() {
-        typealias Trim = @convention(c) (Int) -> Int32
-        guard let symbol = dlsym(nil, "malloc_trim") else { return }
-        _ = unsafeBitCast(symbol, to: Trim.self)(0)
     }
 
     static func residentMB() -> Double {
