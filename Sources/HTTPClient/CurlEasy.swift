@@ -239,9 +239,13 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
             vd_curl_setopt_write(h, writeCallback)
             vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
-            // A download into a file (or to `sinkHook`): 256 KiB per write callback instead of 16 KiB, so a
-            // 4 MiB block is 16 pwrites and hash updates, not 256.
-            if sink != nil || sinkHook != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 256 << 10) }
+            // A download into a file (or to `sinkHook`): 240 KiB per write callback instead of 16 KiB, so a
+            // 4 MiB block is 18 pwrites and hash updates, not 256. libcurl allocates its receive
+            // buffer again after this option (the reset set it back to 16 KiB): at 256 KiB, the
+            // mount's mmap threshold (DaemonTuning), that was a new mapping per transfer, its pages
+            // faulted in by the next recv (3% of a cold read's CPU in a profile); below it, the
+            // buffer comes from the heap (Docs/benchmarks.md, "Online-only content").
+            if sink != nil || sinkHook != nil { vd_curl_setopt_long(h, CURLOPT_BUFFERSIZE, 240 << 10) }
             vd_curl_setopt_header(h, headerCallback)
             vd_curl_setopt_ptr(h, CURLOPT_HEADERDATA, ud)
             if progress != nil {
