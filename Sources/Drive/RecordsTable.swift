@@ -15,9 +15,9 @@ import Storage
 /// - `backups_entries`: the `Backups/` tree made from them (BackupsRows.swift).
 ///
 /// A feed page is applied in one transaction with the cursor and the tree's rows it
-/// changes, reading the cursor
-/// inside it: a mount and `vdrive task run us.virtualdrive.sync` may both follow the
-/// feed into one catalog, and each entry is applied exactly once.
+/// changes, reading the cursor inside it: a mount and `vdrive task run
+/// us.virtualdrive.sync` may both follow the feed into one catalog, and each entry is
+/// applied exactly once.
 /// `@unchecked Sendable`: the connection is used under `lock`.
 public final class RecordsTable: @unchecked Sendable {
     static let migrations = [
