@@ -128,11 +128,8 @@ enum BackupsRows {
     /// `device/2019/07` and each folder above it, as far as they are missing; returns
     /// those added and their parents (whose folder counts change).
     private static func addFolders(_ path: String, _ db: Database) throws -> Set<String> {
-        guard !path.isEmpty else { return [] }
+        guard try !isFolder(path, db) else { return [] }
         let (parent, name) = split(path)
-        if try db.queryOne("SELECT 1 FROM backups_entries WHERE folder = ? AND name = ? AND is_folder", parent, name, row: { _ in true }) != nil {
-            return []
-        }
         var added = try addFolders(parent, db)
         try db.run("INSERT OR REPLACE INTO backups_entries(folder, name, is_folder) VALUES (?, ?, 1)", parent, name)
         added.insert(path)
@@ -160,16 +157,30 @@ enum BackupsRows {
         guard let (id, mtime, subfolders) = try db.queryOne(
             "SELECT id, mtime, subfolders FROM backups_entries WHERE folder = ? AND name = ? AND is_folder", parent, name,
             row: { ($0.int64(0), $0.isNull(1) ? nil : $0.int64(1), $0.int(2)) }) else { return nil }
-        let newest = try db.queryOne("SELECT max(mtime) FROM backups_entries WHERE folder = ?", path) { $0.isNull(0) ? nil : $0.int64(0) } ?? nil
         let held = try db.queryOne("SELECT 1 FROM backups_entries WHERE folder = ? LIMIT 1", path) { _ in true } ?? false
         if !held {
             try db.run("DELETE FROM backups_entries WHERE id = ?", id)
             return parent
         }
-        let folders = try db.queryOne("SELECT count(*) FROM backups_entries WHERE folder = ? AND is_folder", path) { $0.int(0) } ?? 0
+        let (newest, folders) = try summary(of: path, db)
         guard newest != mtime || folders != subfolders else { return nil }
         try db.run("UPDATE backups_entries SET mtime = ?, subfolders = ? WHERE id = ?", newest, folders, id)
         return newest != mtime ? parent : nil
+    }
+
+    /// True for the tree's root ("") and for a folder that has a row.
+    static func isFolder(_ path: String, _ db: Database) throws -> Bool {
+        guard !path.isEmpty else { return true }
+        let (parent, name) = split(path)
+        return try db.queryOne("SELECT 1 FROM backups_entries WHERE folder = ? AND name = ? AND is_folder", parent, name) { _ in true } ?? false
+    }
+
+    /// What a folder's row says of it, computed from what it holds: the newest date and
+    /// the number of folders (for the root, which has no row, they are read each time).
+    static func summary(of folder: String, _ db: Database) throws -> (newest: Int64?, subfolders: Int) {
+        let newest = try db.queryOne("SELECT max(mtime) FROM backups_entries WHERE folder = ?", folder) { $0.isNull(0) ? nil : $0.int64(0) } ?? nil
+        let folders = try db.queryOne("SELECT count(*) FROM backups_entries WHERE folder = ? AND is_folder", folder) { $0.int(0) } ?? 0
+        return (newest, folders)
     }
 
     static func split(_ path: String) -> (parent: String, name: String) {

@@ -52,20 +52,12 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
         return VirtualItem(node: .remote(RemoteFile(content: content, size: row.int64(4), mtime: row.int64(5))), ino: ino, subfolders: nil)
     }
 
-    /// A folder of the tree: the root, or a folder row.
-    private func isFolder(_ path: String, _ db: Database) throws -> Bool {
-        if path.isEmpty { return true }
-        let (parent, name) = BackupsRows.split(path)
-        return try db.queryOne("SELECT 1 FROM backups_entries WHERE folder = ? AND name = ? AND is_folder", parent, name) { _ in true } ?? false
-    }
-
     public func item(at path: String) -> VirtualItem? {
         read { db in
             if path.isEmpty {
                 // The root has no row: the drive numbers it; its date is its newest device's.
-                let mtime = try db.queryOne("SELECT max(mtime) FROM backups_entries WHERE folder = ''") { $0.isNull(0) ? nil : $0.int64(0) } ?? nil
-                let devices = try db.queryOne("SELECT count(*) FROM backups_entries WHERE folder = '' AND is_folder") { $0.int(0) } ?? 0
-                return VirtualItem(node: .directory(mtime: mtime), ino: nil, subfolders: devices)
+                let root = try BackupsRows.summary(of: "", db)
+                return VirtualItem(node: .directory(mtime: root.newest), ino: nil, subfolders: root.subfolders)
             }
             let (parent, name) = BackupsRows.split(path)
             return try db.queryOne("SELECT \(Self.columns) FROM backups_entries WHERE folder = ? AND name = ?", parent, name, row: Self.item)
@@ -76,7 +68,7 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
 
     public func entries(in path: String) -> [VirtualEntry]? {
         read { db in
-            guard try isFolder(path, db) else { return nil }
+            guard try BackupsRows.isFolder(path, db) else { return nil }
             return try db.query("SELECT name, is_folder FROM backups_entries WHERE folder = ? ORDER BY id", path) {
                 VirtualEntry(name: $0.string(0) ?? "", isDirectory: $0.int(1) != 0)
             }
@@ -87,7 +79,7 @@ public final class BackupsTree: VirtualTree, @unchecked Sendable {
     /// between two pages lists each entry that stays exactly once.
     public func listing(of path: String, after cookie: Int64, limit: Int) -> [VirtualListing]? {
         read { db in
-            guard try isFolder(path, db) else { return nil }
+            guard try BackupsRows.isFolder(path, db) else { return nil }
             return try db.query("SELECT \(Self.columns) FROM backups_entries WHERE folder = ? AND id > ? ORDER BY id LIMIT ?",
                                 path, max(0, cookie), limit) {
                 VirtualListing(cookie: $0.int64(0), name: $0.string(1) ?? "", item: Self.item($0))
