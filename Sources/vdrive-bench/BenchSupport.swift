@@ -101,10 +101,22 @@ enum Bench {
         return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / ticks
     }
 
+    /// The CPUs this process may run on, as /proc/self/status lists them ("0-1").
+    static func allowedCPUs() -> String {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("Cpus_allowed_list:") }
+        return line.map { $0.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces) } ?? "?"
+    }
+
     /// CPU seconds of reaped child processes so far (getrusage RUSAGE_CHILDREN).
-    static func childrenCPUSeconds() -> Double {
+    static func childrenCPUSeconds() -> Double { rusageSeconds(RUSAGE_CHILDREN) }
+
+    /// CPU seconds of this process so far, all its threads (getrusage RUSAGE_SELF).
+    static func ownCPUSeconds() -> Double { rusageSeconds(RUSAGE_SELF) }
+
+    static func rusageSeconds(_ who: __rusage_who) -> Double {
         var u = rusage()
-        getrusage(RUSAGE_CHILDREN.rawValue, &u)
+        getrusage(__rusage_who_t(who.rawValue), &u)
         return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
     }
 

@@ -19,7 +19,7 @@ import TestSupport
 /// so an upload never hashes. curl gets one process per device with a config of that
 /// device's presigned PUTs (connections kept alive), run in parallel.
 enum ScaleBenchmark {
-    static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--embedded] [--dir DIR] [--vdrive PATH]"
+    static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--rounds N] [--embedded] [--read-back] [--no-warm-up] [--store-cpus LIST] [--dir DIR] [--vdrive PATH]"
 
     struct Options {
         var devices = 8
@@ -30,6 +30,15 @@ enum ScaleBenchmark {
         var vdrive = Bench.sibling("vdrive")
         /// Also the same devices against one embedded server (tus into its own folder).
         var embedded = false
+        /// Also curl's PUTs each followed by a GET of the object: the verification read's floor.
+        var readBack = false
+        /// Rounds of [the server counts' runs, the read-back floor], each between curl runs.
+        var rounds = 1
+        /// A curl run before the runs that count (`--no-warm-up` skips it).
+        var warmUp = true
+        /// CPUs for SeaweedFS alone (`taskset -c` list); run the benchmark itself under
+        /// `taskset -c` on the others, so the store has cores of its own.
+        var storeCPUs: String?
     }
 
     struct Photo {
@@ -46,7 +55,9 @@ enum ScaleBenchmark {
             "--servers": { o.servers = $0.split(separator: ",").compactMap { Int($0) } },
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
-        ], flags: ["--embedded": { o.embedded = true }])
+            "--store-cpus": { o.storeCPUs = $0 },
+            "--rounds": { o.rounds = max(1, Int($0) ?? o.rounds) },
+        ], flags: ["--embedded": { o.embedded = true }, "--read-back": { o.readBack = true }, "--no-warm-up": { o.warmUp = false }])
         guard o.photoKiB * 3 / 2 * 1024 <= Blocks.size else { throw Bench.Failure(description: "--photo-kib must keep photos within one 4 MiB block (at most 2730)") }
         try? FileManager.default.removeItem(atPath: o.dir)
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
@@ -57,7 +68,10 @@ enum ScaleBenchmark {
         let totalBytes = photos.joined().reduce(Int64(0)) { $0 + $1.manifest.size }
         say("  photos: \(photos.joined().count) files, \(Bench.f(Double(totalBytes) / 1e9)) GB")
 
-        let weed = try SeaweedFS(folder: o.dir + "/seaweed")
+        if let cpus = o.storeCPUs {
+            say("  SeaweedFS on CPUs \(cpus); devices, servers and curl on CPUs \(Bench.allowedCPUs())")
+        }
+        let weed = try SeaweedFS(folder: o.dir + "/seaweed", cpus: o.storeCPUs)
         defer { weed.stop() }
         let credentials = o.dir + "/s3-credentials"
         try "aws_access_key_id = \(weed.accessKey)\naws_secret_access_key = \(weed.secretKey)\n".write(toFile: credentials, atomically: true, encoding: .utf8)
@@ -72,26 +86,33 @@ enum ScaleBenchmark {
             try body()
             return Bench.f((Bench.cpuSeconds(pid: weed.pid ?? 0) - before) / gigabytes)
         }
-        // curl runs first and again last: the store's cost per byte drifts as it fills
-        // (measured: 9.25 CPU-s per GB for the first run, 8.1-8.4 for the later ones),
-        // so each run is compared with the faster of the two.
+        // The store's cost per byte drifts as it fills (measured: 9.1 CPU-s per GB for the
+        // first 8 GB, 6.8 after 30 GB), so every run that is not curl's is compared with the
+        // mean of the two curl runs around it: curl, the runs of a round, curl, the next
+        // round, ..., curl.
         struct Run {
             var label: String, servers = "–", seconds: Double, rate: Double
-            var rss = "–", cpu = "–", cpuPerGB = "–", store = "–"
-            func cells(against best: Double) -> [String] {
-                [label, servers, Bench.f(seconds), Bench.f(rate, 0), Bench.f(rate / best), rss, cpu, cpuPerGB, store]
+            var rss = "–", cpu = "–", cpuPerGB = "–", store = "–", clients = "–"
+            var isCurl = false
+            func cells(against curl: Double) -> [String] {
+                [label, servers, Bench.f(seconds), Bench.f(rate, 0), isCurl ? "(\(Bench.f(curl, 0)))" : Bench.f(rate / curl),
+                 rss, cpu, cpuPerGB, store, clients]
             }
         }
-        func curlBaseline(_ n: Int) throws -> Run {
-            var seconds = 0.0
-            let store = try storeCPU { seconds = try curlRun(o, photos: photos, store: s3, prefix: "curl-\(n)") }
-            let rate = Double(totalBytes) / seconds / 1e6
-            say("  curl straight to SeaweedFS: \(Bench.f(seconds)) s, \(Bench.f(rate, 0)) MB/s")
-            return Run(label: "curl → SeaweedFS (presigned PUT), \(n == 1 ? "first" : "last")", seconds: seconds, rate: rate, store: store)
+        var curlRuns = 0
+        func curlBaseline(readBack: Bool = false) throws -> Run {
+            var r = CurlRun(seconds: 0, cpu: 0)
+            curlRuns += 1
+            let store = try storeCPU { r = try curlRun(o, photos: photos, store: s3, prefix: "curl-\(curlRuns)", readBack: readBack) }
+            let rate = Double(totalBytes) / r.seconds / 1e6
+            say("  curl straight to SeaweedFS\(readBack ? ", each object read back" : ""): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s")
+            let label = readBack ? "curl → SeaweedFS, PUT then GET of each object (the verification read, no server, no hash)"
+                                 : "curl → SeaweedFS (presigned PUT)"
+            return Run(label: label, seconds: r.seconds, rate: rate, store: store, clients: Bench.f(r.cpu / gigabytes), isCurl: !readBack)
         }
         /// A device run's row; `store` nil for the embedded server (tus into its folder).
         func devicesRun(servers count: Int, round: Int, store: String?) throws -> Run {
-            var r = DeviceRun(seconds: 0, rss: [], cpu: [])
+            var r = DeviceRun(seconds: 0, rss: [], cpu: [], devicesCPU: 0)
             var storeCPUPerGB = "–"
             if let store {
                 storeCPUPerGB = try storeCPU { r = try deviceRun(o, photos: photos, servers: count, round: round, store: store) }
@@ -103,20 +124,48 @@ enum ScaleBenchmark {
             say("  vdrive, \(what): \(Bench.f(r.seconds)) s, \(Bench.f(rate, 0)) MB/s, RSS \(r.rss.map { Bench.f($0, 1) }) MB, CPU \(r.cpu.map { Bench.f($0) }) s")
             return Run(label: store == nil ? "devices → 1 vdrive serve, embedded (tus to its disk)" : "devices → \(count) vdrive serve → SeaweedFS",
                        servers: "\(count)", seconds: r.seconds, rate: rate, rss: r.rss.map { Bench.f($0, 1) }.joined(separator: ", "),
-                       cpu: r.cpu.map { Bench.f($0) }.joined(separator: ", "), cpuPerGB: Bench.f(r.cpu.reduce(0, +) / gigabytes), store: storeCPUPerGB)
+                       cpu: r.cpu.map { Bench.f($0) }.joined(separator: ", "), cpuPerGB: Bench.f(r.cpu.reduce(0, +) / gigabytes), store: storeCPUPerGB,
+                       clients: Bench.f(r.devicesCPU / gigabytes))
         }
-        var runs = [try curlBaseline(1)]
-        for (round, count) in o.servers.enumerated() {
-            runs.append(try devicesRun(servers: count, round: round, store: weed.storeURL + "&credentials=" + credentials))
+        // A fresh SeaweedFS spends the most per byte: a curl run that does not count first.
+        if o.warmUp {
+            let store = try storeCPU { _ = try curlRun(o, photos: photos, store: s3, prefix: "warm-up", readBack: false) }
+            say("  warm-up (curl, not counted): store \(store) CPU-s per GB")
         }
-        runs.append(try curlBaseline(2))
+        var runs = [try curlBaseline()]
+        var serverRun = 0
+        for _ in 0..<o.rounds {
+            for count in o.servers {
+                runs.append(try devicesRun(servers: count, round: serverRun, store: weed.storeURL + "&credentials=" + credentials))
+                serverRun += 1
+            }
+            // What the issue's verification read costs with no server at all: the floor of
+            // any design that reads each object back once before it counts.
+            if o.readBack { runs.append(try curlBaseline(readBack: true)) }
+            runs.append(try curlBaseline())
+        }
         // The same devices and photos against one embedded server: what a server spends
-        // when the bytes do go through it.
-        if o.embedded { runs.append(try devicesRun(servers: 1, round: o.servers.count, store: nil)) }
-        let curlRate = max(runs[0].rate, runs.last(where: { $0.label.hasPrefix("curl") })!.rate)
-        let rows = runs.map { $0.cells(against: curlRate) }
+        // when the bytes do go through it (compared with the last curl run).
+        if o.embedded { runs.append(try devicesRun(servers: 1, round: serverRun, store: nil)) }
+        // Each run against the mean of the curl runs before and after it.
+        var rows: [[String]] = []
+        var ratios: [String: [Double]] = [:]
+        for (i, run) in runs.enumerated() {
+            let before = runs[..<i].last(where: \.isCurl)?.rate ?? run.rate
+            let after = runs[(i + 1)...].first(where: \.isCurl)?.rate ?? before
+            let curl = run.isCurl ? run.rate : (before + after) / 2
+            rows.append(run.cells(against: curl))
+            if !run.isCurl { ratios[run.label + " (\(run.servers))", default: []].append(run.rate / curl) }
+        }
         say()
-        say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl (the faster)", "server peak RSS MB", "server CPU s", "server CPU s per GB", "store CPU s per GB"], rows))
+        say(Bench.table(["run", "servers", "seconds", "MB/s", "× curl around it (curl's own rate)", "server peak RSS MB", "server CPU s",
+                         "server CPU s per GB", "store CPU s per GB", "devices' (or curl's) CPU s per GB"], rows))
+        if o.rounds > 1 {
+            say()
+            for (label, r) in ratios.sorted(by: { $0.key < $1.key }) {
+                say("  \(label): median \(Bench.f(r.sorted()[r.count / 2]))× curl over \(r.count) rounds (\(r.map { Bench.f($0) }.joined(separator: ", ")))")
+            }
+        }
     }
 
     /// Pseudo-random photos, sizes spread over ±50 % of the mean, hashed as written.
@@ -143,7 +192,9 @@ enum ScaleBenchmark {
 
     /// The floor: each device's photos PUT by one curl process (keep-alive across its
     /// config) to presigned URLs of their own keys, all devices at once.
-    static func curlRun(_ o: Options, photos: [[Photo]], store: S3Store, prefix: String) throws -> Double {
+    /// With `readBack`, each PUT is followed by a presigned GET of the same object (to
+    /// /dev/null): the store's side of the verification read, with no server and no hash.
+    static func curlRun(_ o: Options, photos: [[Photo]], store: S3Store, prefix: String, readBack: Bool) throws -> CurlRun {
         var configs: [String] = []
         for (d, device) in photos.enumerated() {
             var text = ""
@@ -154,11 +205,16 @@ enum ScaleBenchmark {
                 text += "url = \"\(put.url)\"\nupload-file = \"\(photo.path)\"\noutput = \"/dev/null\"\nfail\nsilent\nshow-error\n"
                 for (name, value) in put.headers where name != "content-length" { text += "header = \"\(name): \(value)\"\n" }
                 text += "header = \"Expect:\"\n"
+                if readBack {
+                    let get = store.presignGet("\(prefix)/d\(d)/\(i)-" + block.hex, expiresIn: 3600)
+                    text += "next\nurl = \"\(get.url)\"\noutput = \"/dev/null\"\nfail\nsilent\nshow-error\n"
+                }
             }
             let path = o.dir + "/curl-\(d).cfg"
             try text.write(toFile: path, atomically: true, encoding: .utf8)
             configs.append(path)
         }
+        let children = Bench.childrenCPUSeconds()
         let start = Bench.now()
         let pids = try configs.map { try TimedCommand.spawn(["curl", "-K", $0], output: o.dir + "/curl.log") }
         for pid in pids {
@@ -167,6 +223,7 @@ enum ScaleBenchmark {
             guard status == 0 else { throw Bench.Failure(description: "curl failed (\(TimedCommand.describe(status))); see \(o.dir)/curl.log") }
         }
         let seconds = Bench.now() - start
+        let cpu = Bench.childrenCPUSeconds() - children
         // Every object is there, at its size.
         for (d, device) in photos.enumerated() {
             for (i, photo) in device.enumerated() where i % 97 == 0 {
@@ -175,10 +232,12 @@ enum ScaleBenchmark {
                 }
             }
         }
-        return seconds
+        return CurlRun(seconds: seconds, cpu: cpu)
     }
 
-    struct DeviceRun { var seconds: Double; var rss: [Double]; var cpu: [Double] }
+    struct CurlRun { var seconds: Double; var cpu: Double }
+    /// `devicesCPU`: the device threads' (this process's) CPU seconds during the run.
+    struct DeviceRun { var seconds: Double; var rss: [Double]; var cpu: [Double]; var devicesCPU: Double }
 
     /// The devices through `count` server processes sharing one records file and the
     /// bucket (`store`), or one embedded server (`store` nil: tus into its folder).
@@ -192,6 +251,7 @@ enum ScaleBenchmark {
         let cpuBefore = servers.map { $0.cpuSeconds() }
         let failures = FailureList()
         let bases = servers.map(\.base)
+        let ownBefore = Bench.ownCPUSeconds()
         let start = Bench.now()
         Bench.onThreads(o.devices) { d in
             let client = WorkspaceClient(baseURL: bases[d % count], token: tokens[d])
@@ -209,6 +269,7 @@ enum ScaleBenchmark {
             }
         }
         let seconds = Bench.now() - start
+        let devicesCPU = Bench.ownCPUSeconds() - ownBefore
         let cpu = zip(servers, cpuBefore).map { $0.cpuSeconds() - $1 }
         let rss = samplers.map { Double($0.stop()) / 1024 }
         if let first = failures.first { throw Bench.Failure(description: first) }
@@ -216,7 +277,7 @@ enum ScaleBenchmark {
         let check = WorkspaceClient(baseURL: servers[0].base, token: tokens[0])
         let all = photos.joined().map(\.manifest.content)
         guard try check.presentContents(all).count == Set(all).count else { throw Bench.Failure(description: "not every photo is present after the run") }
-        return DeviceRun(seconds: seconds, rss: rss, cpu: cpu)
+        return DeviceRun(seconds: seconds, rss: rss, cpu: cpu, devicesCPU: devicesCPU)
     }
 }
 

@@ -158,11 +158,11 @@ enum ServerBenchmark {
         let idle = Double(sampler.sample()) / 1024
         sampler.start()
         let serverBefore = server.cpuSeconds()
-        let selfBefore = cpu(RUSAGE_SELF), childBefore = cpu(RUSAGE_CHILDREN)
+        let selfBefore = Bench.ownCPUSeconds(), childBefore = Bench.childrenCPUSeconds()
         let start = now()
         try body(server, token)
         let wall = now() - start
-        let clientCPU = (cpu(RUSAGE_SELF) - selfBefore) + (cpu(RUSAGE_CHILDREN) - childBefore)
+        let clientCPU = (Bench.ownCPUSeconds() - selfBefore) + (Bench.childrenCPUSeconds() - childBefore)
         let serverCPU = server.cpuSeconds() - serverBefore
         let peak = Double(sampler.stop()) / 1024
         let bytes = blobBytes(data + "/blobs")
@@ -282,12 +282,6 @@ enum ServerBenchmark {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
-    static func cpu(_ who: __rusage_who) -> Double {
-        let who = __rusage_who_t(who.rawValue)
-        var u = rusage()
-        getrusage(who, &u)
-        return Double(u.ru_utime.tv_sec) + Double(u.ru_utime.tv_usec) / 1e6 + Double(u.ru_stime.tv_sec) + Double(u.ru_stime.tv_usec) / 1e6
-    }
 }
 
 struct BenchError: Error, CustomStringConvertible {

