@@ -108,6 +108,16 @@ enum Bench {
         return line.map { $0.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces) } ?? "?"
     }
 
+    /// The CPUs of a list as taskset and /proc write it ("0-2,5").
+    static func cpuSet(_ list: String) -> Set<Int> {
+        var out: Set<Int> = []
+        for part in list.split(separator: ",") {
+            let ends = part.split(separator: "-").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            if let first = ends.first, let last = ends.last, first <= last { out.formUnion(first...last) }
+        }
+        return out
+    }
+
     /// CPU seconds of reaped child processes so far (getrusage RUSAGE_CHILDREN).
     static func childrenCPUSeconds() -> Double { rusageSeconds(RUSAGE_CHILDREN) }
 

@@ -17,7 +17,10 @@ import TestSupport
 /// the file, exactly as the backup engine does (`ClientTransport`). The photos' block
 /// hashes are computed before the clock starts: the drive hashes while a file is written,
 /// so an upload never hashes. curl gets one process per device with a config of that
-/// device's presigned PUTs (connections kept alive), run in parallel.
+/// device's presigned PUTs (connections kept alive), run in parallel. `--read-back` adds
+/// the floor of any design that reads each object back before it counts: curl's PUTs,
+/// each followed by a GET of the object. `--store-cpus` gives the store CPUs of its own,
+/// as a store on machines of its own would have.
 enum ScaleBenchmark {
     static let usage = "       vdrive-bench scale [--devices N] [--photos N] [--photo-kib N] [--servers N[,N…]] [--rounds N] [--embedded] [--read-back] [--no-warm-up] [--store-cpus LIST] [--dir DIR] [--vdrive PATH]"
 
@@ -69,7 +72,9 @@ enum ScaleBenchmark {
         say("  photos: \(photos.joined().count) files, \(Bench.f(Double(totalBytes) / 1e9)) GB")
 
         if let cpus = o.storeCPUs {
-            say("  SeaweedFS on CPUs \(cpus); devices, servers and curl on CPUs \(Bench.allowedCPUs())")
+            let others = Bench.allowedCPUs()
+            say("  SeaweedFS on CPUs \(cpus); devices, servers and curl on CPUs \(others)")
+            if !Bench.cpuSet(others).isDisjoint(with: Bench.cpuSet(cpus)) { say("  (they share CPUs \(cpus): run this command under taskset -c on the other CPUs)") }
         }
         let weed = try SeaweedFS(folder: o.dir + "/seaweed", cpus: o.storeCPUs)
         defer { weed.stop() }
@@ -190,7 +195,7 @@ enum ScaleBenchmark {
         return out
     }
 
-    /// The floor: each device's photos PUT by one curl process (keep-alive across its
+    /// The baseline: each device's photos PUT by one curl process (keep-alive across its
     /// config) to presigned URLs of their own keys, all devices at once.
     /// With `readBack`, each PUT is followed by a presigned GET of the same object (to
     /// /dev/null): the store's side of the verification read, with no server and no hash.

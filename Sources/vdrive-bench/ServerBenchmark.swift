@@ -281,7 +281,6 @@ enum ServerBenchmark {
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
-
 }
 
 struct BenchError: Error, CustomStringConvertible {
