@@ -167,7 +167,7 @@ enum ScaleBenchmark {
                          "server CPU s per GB", "store CPU s per GB", "devices' (or curl's) CPU s per GB"], rows))
         if o.rounds > 1 {
             say()
-            for (label, r) in ratios.sorted(by: { $0.key < $1.key }) {
+            for (label, r) in ratios.sorted(by: { $0.key < $1.key }) where r.count > 1 {
                 say("  \(label): median \(Bench.f(r.sorted()[r.count / 2]))× curl over \(r.count) rounds (\(r.map { Bench.f($0) }.joined(separator: ", ")))")
             }
         }
