@@ -20,12 +20,11 @@ import Storage
 final class Durability: @unchecked Sendable {
     private let catalog: Catalog
     private let blobs: BlobStore
-    private let condition = NSCondition()
+    private let flusher = BackgroundThread(name: "vdrive-flusher")
+    private var condition: NSCondition { flusher.condition }
     private let flushLock = NSLock()
     private var pendingBlocks: Set<SHA256Digest> = []
     private var metadataDirty = false
-    private var stopping = false
-    private var thread: Thread?
     /// The flusher's own connection to the catalog, for checkpoints (opened at first need).
     private var checkpointConnection: Database?
     let interval: TimeInterval
@@ -37,21 +36,11 @@ final class Durability: @unchecked Sendable {
         catalog.blocksStored = { [unowned self] digests in noteCommitted(digests) }
     }
 
-    func start() {
-        let t = Thread { [self] in run() }
-        t.name = "vdrive-flusher"
-        thread = t
-        t.start()
-    }
+    func start() { flusher.start { [self] in run() } }
 
     /// Stops the flusher after one last flush.
     func stop() {
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        condition.unlock()
-        while thread != nil && !(thread!.isFinished) { usleep(1000) }
-        thread = nil
+        flusher.stop()
         try? flushNow()
     }
 
@@ -80,17 +69,15 @@ final class Durability: @unchecked Sendable {
     private func run() {
         while true {
             condition.lock()
-            while !metadataDirty && !stopping { condition.wait() }
-            if stopping { condition.unlock(); return }
-            // Batch: let a burst of commits gather for one whole interval. Wait out the
-            // deadline: a wake-up before it (stop, or a signal that raced with the flag)
-            // must not end the batch, or the flusher would fsync after nearly every file
-            // (seen once: one fdatasync and one fsync per file while tar unpacked an archive).
-            let deadline = Date().addingTimeInterval(interval)
-            while !stopping && Date() < deadline { _ = condition.wait(until: deadline) }
-            let stop = stopping
+            while !metadataDirty && !flusher.stopping { condition.wait() }
+            let stop = flusher.stopping
             condition.unlock()
             if stop { return }
+            // Batch: let a burst of commits gather for one whole interval. Wait out the
+            // deadline: a wake-up before it (a signal that raced with the flag) must not
+            // end the batch, or the flusher would fsync after nearly every file (seen
+            // once: one fdatasync and one fsync per file while tar unpacked an archive).
+            if flusher.pause(interval) { return }
             do { try flushNow() } catch {
                 DriveLog.error("background flush failed: \(error); will retry")
             }

@@ -120,37 +120,24 @@ extension Catalog {
 }
 
 /// The thread that commits a group when no later change does (the last change of a burst).
-/// `@unchecked Sendable`: `deadline` and `stopping` are guarded by `condition`.
+/// `@unchecked Sendable`: `deadline` is guarded by `condition`.
 final class GroupCommitter: @unchecked Sendable {
     /// Weak: a catalog dropped without `stopGroupCommits` (a test) leaves a thread that
     /// finds nothing to commit, not one that reads freed memory.
     weak var catalog: Catalog?
     let window: UInt64
-    private let condition = NSCondition()
+    private let committer = BackgroundThread(name: "vdrive-group-commit")
+    private var condition: NSCondition { committer.condition }
     private var deadline: UInt64?
-    private var stopping = false
-    private var thread: Thread?
 
     init(catalog: Catalog, window: UInt64) {
         self.catalog = catalog
         self.window = window
     }
 
-    func start() {
-        let t = Thread { [self] in run() }
-        t.name = "vdrive-group-commit"
-        thread = t
-        t.start()
-    }
+    func start() { committer.start { [self] in run() } }
 
-    func stop() {
-        condition.lock()
-        stopping = true
-        condition.signal()
-        condition.unlock()
-        while let t = thread, !t.isFinished { usleep(500) }
-        thread = nil
-    }
+    func stop() { committer.stop() }
 
     /// Asks for a commit at `at` (monotonic ns) unless one is asked for earlier.
     func wake(at: UInt64) {
@@ -165,8 +152,8 @@ final class GroupCommitter: @unchecked Sendable {
     private func run() {
         while true {
             condition.lock()
-            while deadline == nil && !stopping { condition.wait() }
-            if stopping { condition.unlock(); return }
+            while deadline == nil && !committer.stopping { condition.wait() }
+            if committer.stopping { condition.unlock(); return }
             let target = deadline!
             let now = Database.monotonicNanoseconds()
             if now < target {

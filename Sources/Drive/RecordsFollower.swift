@@ -10,16 +10,12 @@ import Foundation
 /// two primary-key range reads on the server; a second's poll keeps a record made on another
 /// device within about a second of appearing (Docs/benchmarks.md, "Backups/
 /// freshness") without a held connection per drive or new server machinery.
-/// `@unchecked Sendable`: `started`, `stopped`, `finished` are used under `condition`;
-/// `outage` only by the follower's thread.
+/// `@unchecked Sendable`: `outage` is used only by the follower's thread.
 public final class RecordsFollower: @unchecked Sendable {
     private let table: RecordsTable
     private let remote: RemoteRecords
     private let interval: Double
-    private let condition = NSCondition()
-    private var started = false
-    private var stopped = false
-    private var finished = false
+    private let follower = BackgroundThread(name: "vdrive-records")
     private var outage = false
 
     public init(table: RecordsTable, remote: RemoteRecords, interval: Double = 1.0) {
@@ -58,32 +54,13 @@ public final class RecordsFollower: @unchecked Sendable {
     }
 
     public func start() {
-        condition.withLock { started = true }
-        let thread = Thread { [self] in run() }
-        thread.name = "vdrive-records"
-        thread.start()
+        follower.start { [self] in
+            repeat { step() } while !follower.pause(interval)
+        }
     }
 
     /// Stops the thread and waits for it (at most one request's timeout).
-    public func stop() {
-        condition.lock()
-        stopped = true
-        condition.broadcast()
-        while started && !finished { condition.wait() }
-        condition.unlock()
-    }
-
-    private func run() {
-        while true {
-            step()
-            condition.lock()
-            if !stopped { _ = condition.wait(until: Date(timeIntervalSinceNow: interval)) }
-            let stop = stopped
-            if stop { finished = true; condition.broadcast() }
-            condition.unlock()
-            if stop { return }
-        }
-    }
+    public func stop() { follower.stop() }
 
     private func step() {
         do {

@@ -9,14 +9,12 @@ import Storage
 /// held here are fetched through `ServerBlocks`; every `checkInterval` seconds the cache
 /// bound is applied (settings re-read each time, so a change applies without a remount),
 /// with the backup queue as the ledger of what is safely on the server.
-final class ResidencyWiring: @unchecked Sendable {   // `stopping` is guarded by `condition`
+final class ResidencyWiring: @unchecked Sendable {   // its state is set in init, then read
     private let fs: DriveFileSystem
     private let stateFolder: String
     private let settingsPath: String
     private let ledger = QueueLedger()
-    private let condition = NSCondition()
-    private var stopping = false
-    private var thread: Thread?
+    private let bound = BackgroundThread(name: "vdrive-cache-bound")
 
     /// `VDRIVE_CACHE_CHECK_SECONDS` (tests: 1) or 10.
     static var checkInterval: Double {
@@ -37,32 +35,12 @@ final class ResidencyWiring: @unchecked Sendable {   // `stopping` is guarded by
     }
 
     func start() {
-        let t = Thread { [self] in run() }
-        t.name = "vdrive-cache-bound"
-        thread = t
-        t.start()
-    }
-
-    func stop() {
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        condition.unlock()
-        while let t = thread, !t.isFinished { usleep(1000) }
-        thread = nil
-    }
-
-    private func run() {
-        while true {
-            applyBound()
-            condition.lock()
-            let deadline = Date().addingTimeInterval(Self.checkInterval)
-            while !stopping && Date() < deadline { _ = condition.wait(until: deadline) }
-            let stop = stopping
-            condition.unlock()
-            if stop { return }
+        bound.start { [self] in
+            repeat { applyBound() } while !bound.pause(Self.checkInterval)
         }
     }
+
+    func stop() { bound.stop() }
 
     private func applyBound() {
         do {
