@@ -43,16 +43,12 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
 }
 
 @Suite struct EngineTests {
-    func configuration(_ h: Harness) -> BackupEngine.Configuration {
-        BackupEngine.Configuration(databasePath: h.db.path, stateFolder: h.stateFolder, settingsPath: h.settingsPath)
-    }
-
     let quietPolicy = noHoldPolicy
 
     @Test func wakesOnEnqueueUploadsAndWritesStatus() throws {
         let h = try Harness(); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
-        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: quietPolicy)
         try engine.start()
         defer { engine.stop() }
         try eventually("idle status") { engine.status().state == .idle }
@@ -75,7 +71,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
     @Test func offByDefaultAndTurningOnStartsBackup() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(testBytes(1000, seed: 40), path: "Camera Roll/a.jpg")
-        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: quietPolicy)
         try engine.start()
         defer { engine.stop() }
         try eventually("off status") { engine.status().state == .off }
@@ -89,7 +85,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         let file = SettingsFile(path: h.settingsPath)
         try file.save(BackupSettings(cameraBackup: true))
         let slow = SlowTransport(h.server)
-        let engine = BackupEngine(configuration: configuration(h), transport: slow, blobs: h.blobs, policy: quietPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: slow, blobs: h.blobs, policy: quietPolicy)
         try engine.start()
         defer { engine.stop() }
         let c = try h.commit(testBytes(24 * MiB, seed: 41), path: "Camera Roll/movie.mp4")
@@ -115,7 +111,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
         let bytes = testBytes(16 * MiB, seed: 42)
         let c = try h.commit(bytes, path: "Camera Roll/long.mov")
-        let engine = BackupEngine(configuration: configuration(h), transport: SlowTransport(h.server), blobs: h.blobs,
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: SlowTransport(h.server), blobs: h.blobs,
                                   policy: quietPolicy)
         try engine.start()
         // The engine's default keeps several blocks in flight: stop while PATCHes run.
@@ -126,7 +122,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         #expect(h.server.stats.bytesReceived < Int64(bytes.count))
 
         // Next mount: a new engine on the same database resumes where the server is.
-        let next = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        let next = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: quietPolicy)
         try next.start()
         defer { next.stop() }
         try eventually("done after restart") { try h.state(c) == .done }
@@ -139,7 +135,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         let h = try Harness(); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
         let network = SwitchableNetworkProbe()
-        var configuration = configuration(h)
+        var configuration = h.engineConfiguration
         configuration.holdRecheckInterval = 0.05
         let engine = BackupEngine(configuration: configuration, transport: h.server, blobs: h.blobs,
                                   policy: BackupPolicy(power: PowerProbe(root: "/nonexistent"), network: network, probeInterval: 0))
@@ -158,7 +154,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
     @Test func serverDownSaysWhyAndRecovers() throws {
         let h = try Harness(); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
-        var configuration = configuration(h)
+        var configuration = h.engineConfiguration
         configuration.uploader.retry = RetryPolicy(base: 0.2, cap: 0.4)
         h.server.inject(.refuse, on: .watermark)  // the sync at start
         h.server.inject(.refuse, on: .createUpload, times: 3)
@@ -179,7 +175,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
         h.server.inject(.forbidden, on: .createUpload)
         let c = try h.commit(testBytes(800, seed: 48), path: "Camera Roll/o.jpg")
-        let engine = BackupEngine(configuration: configuration(h), transport: h.server, blobs: h.blobs, policy: quietPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: quietPolicy)
         try engine.start()
         defer { engine.stop() }
         try eventually("failed") { try h.state(c) == .failed }
@@ -199,10 +195,10 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         try h.commit(present, path: "Camera Roll/known.jpg")
         try h.commit(testBytes(700, seed: 44), path: "Camera Roll/new.jpg")
 
-        let sync = try BackupEngine.runOnce(task: .sync, configuration: configuration(h), transport: h.server,
+        let sync = try BackupEngine.runOnce(task: .sync, configuration: h.engineConfiguration, transport: h.server,
                                             blobs: h.blobs, policy: quietPolicy)
         #expect(sync.status.itemsDone == 1)
-        let backup = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+        let backup = try BackupEngine.runOnce(task: .backup, configuration: h.engineConfiguration, transport: h.server,
                                               blobs: h.blobs, policy: quietPolicy)
         #expect(backup.sent == 1)
         #expect(backup.status.state == .idle)
@@ -215,14 +211,14 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
         try h.commit(testBytes(100, seed: 45), path: "Camera Roll/x.jpg")
         let lock = try #require(try UploadLock.acquire(stateFolder: h.stateFolder))
-        let busy = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+        let busy = try BackupEngine.runOnce(task: .backup, configuration: h.engineConfiguration, transport: h.server,
                                             blobs: h.blobs, policy: quietPolicy)
         #expect(busy.busy)
         #expect(busy.status.waitingReason == "Another vdrive process is backing up")
         _ = lock
 
         _ = try SettingsFile(path: h.settingsPath).update { $0.paused = true }
-        let held = try BackupEngine.runOnce(task: .backup, configuration: configuration(h), transport: h.server,
+        let held = try BackupEngine.runOnce(task: .backup, configuration: h.engineConfiguration, transport: h.server,
                                             blobs: h.blobs, policy: quietPolicy)
         #expect(held.hold == .paused)
         #expect(h.server.stats.bytesReceived == 0)

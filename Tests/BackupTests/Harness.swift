@@ -69,6 +69,11 @@ final class Harness {
         return Set(commit.blocks).reduce(0) { $0 + (byBlock[$1] ?? 0) }
     }
 
+    /// An engine's configuration on this harness's queue, state and settings.
+    var engineConfiguration: BackupEngine.Configuration {
+        BackupEngine.Configuration(databasePath: db.path, stateFolder: stateFolder, settingsPath: settingsPath)
+    }
+
     /// A worker on this harness. One block in flight by default, so outcomes come in
     /// queue order and reads happen on the calling thread; tests of the sender pool say so.
     func makeWorker(policy: BackupPolicy = noHoldPolicy,

@@ -95,9 +95,7 @@ import Storage
     @Test func aRunningEngineSendsASettledVersionWhenWoken() throws {
         let h = try Harness(); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
-        let engine = BackupEngine(configuration: .init(databasePath: h.db.path, stateFolder: h.stateFolder,
-                                                       settingsPath: h.settingsPath),
-                                  transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
         try engine.start()
         defer { engine.stop() }
         let c = try h.commit(testBytes(700, seed: 66), path: "Camera Roll/w.jpg", settled: false)

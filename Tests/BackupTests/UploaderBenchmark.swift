@@ -75,9 +75,7 @@ struct IdleEngineBenchmark {
     @Test func idleEngineCPU() throws {
         let h = try Harness(label: "idle"); defer { h.remove() }
         try SettingsFile(path: h.settingsPath).save(BackupSettings(cameraBackup: true))
-        let engine = BackupEngine(configuration: .init(databasePath: h.db.path, stateFolder: h.stateFolder,
-                                                       settingsPath: h.settingsPath),
-                                  transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
+        let engine = BackupEngine(configuration: h.engineConfiguration, transport: h.server, blobs: h.blobs, policy: noHoldPolicy)
         try engine.start()
         defer { engine.stop() }
         try eventually("idle") { engine.status().state == .idle }

@@ -277,18 +277,11 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
 }
 
 @Suite struct CacheBoundTests {
-    func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
-        _ = try fs.recover()
-        return fs
-    }
+    func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem { try FileSystemLogicTests().makeFS(dir) }
 
+    /// Creates and closes a file; returns its attributes after the close.
     func store(_ fs: DriveFileSystem, _ name: String, in parent: UInt64 = 1, _ bytes: [UInt8]) throws -> NodeAttributes {
-        let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-        try fs.flush(fh)
-        fs.release(fh)
-        return try fs.getattr(a.ino)
+        try fs.getattr(try FileSystemLogicTests().store(fs, name, in: parent, bytes).ino)
     }
 
     @Test func fetchedBlocksBeyondTheBoundGoLeastRecentlyUsedFirst() throws {
