@@ -32,15 +32,15 @@ enum BackupBenchmark {
         var o = Options()
         try Bench.parseOptions(args, values: [
             "--dir": { o.dir = $0 },
-            "--photos": { o.photos = Int($0)! },
-            "--photo-mb": { o.photoMB = Int($0)! },
-            "--idle-seconds": { o.idleSeconds = Int($0)! },
-            "--kill-mib": { o.killMiB = Int($0)! },
-            "--rss-gib": { o.rssGiB = Int($0)! },
-            "--entries": { o.entries = Int($0)! },
+            "--photos": { o.photos = try Bench.count($0) },
+            "--photo-mb": { o.photoMB = try Bench.count($0) },
+            "--idle-seconds": { o.idleSeconds = try Bench.whole($0) },
+            "--kill-mib": { o.killMiB = try Bench.count($0) },
+            "--rss-gib": { o.rssGiB = try Bench.count($0) },
+            "--entries": { o.entries = try Bench.count($0) },
             "--sections": { o.sections = Set($0.split(separator: ",").map(String.init)) },
-            "--cpu-photos": { o.cpuPhotos = Int($0)! },
-            "--rounds": { o.rounds = Int($0)! },
+            "--cpu-photos": { o.cpuPhotos = try Bench.count($0) },
+            "--rounds": { o.rounds = try Bench.count($0) },
             "--perf": { o.perf = $0 },
             "--baseline-vdrive": { o.baselineVdrive = $0 },
         ])

@@ -169,8 +169,9 @@ enum Bench {
 
     static func f(_ x: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", x) }
 
-    /// Parses `--name VALUE` options and bare `--flag`s; anything else is an error naming it.
-    static func parseOptions(_ args: [String], values: [String: (String) -> Void], flags: [String: () -> Void] = [:]) throws {
+    /// Parses `--name VALUE` options and bare `--flag`s; anything else is an error naming
+    /// it. A value that `count`, `whole` or `number` refuses is an error naming the option.
+    static func parseOptions(_ args: [String], values: [String: (String) throws -> Void], flags: [String: () -> Void] = [:]) throws {
         var i = 0
         while i < args.count {
             if let flag = flags[args[i]] {
@@ -178,11 +179,33 @@ enum Bench {
                 i += 1
             } else if let value = values[args[i]] {
                 guard i + 1 < args.count else { throw Failure(description: "\(args[i]) needs a value") }
-                value(args[i + 1])
+                do { try value(args[i + 1]) } catch let bad as BadValue {
+                    throw Failure(description: "\(args[i]) takes \(bad.expected), not '\(args[i + 1])'")
+                }
                 i += 2
             } else {
                 throw Failure(description: "unknown option \(args[i])")
             }
         }
+    }
+
+    struct BadValue: Error { let expected: String }
+
+    /// A count: a whole number above 0.
+    static func count(_ text: String) throws -> Int {
+        guard let n = Int(text), n > 0 else { throw BadValue(expected: "a whole number above 0") }
+        return n
+    }
+
+    /// A size or a number of seconds that may be 0.
+    static func whole(_ text: String) throws -> Int {
+        guard let n = Int(text), n >= 0 else { throw BadValue(expected: "a whole number, 0 or more") }
+        return n
+    }
+
+    /// A number (a rate, a delay), 0 or more.
+    static func number(_ text: String) throws -> Double {
+        guard let x = Double(text), x >= 0, x.isFinite else { throw BadValue(expected: "a number, 0 or more") }
+        return x
     }
 }

@@ -50,43 +50,31 @@ enum DriveBenchmark {
 
     static func run(_ args: [String]) throws {
         var o = Options()
-        var i = 0
-        func value() throws -> String {
-            guard i + 1 < args.count else { throw Bench.Failure(description: "\(args[i]) needs a value\n\(usage)") }
-            i += 1
-            return args[i]
-        }
-        func number(_ s: String) throws -> Int {
-            guard let n = Int(s), n > 0 else { throw Bench.Failure(description: "\(args[i - 1]) takes a positive number, not \(s)") }
-            return n
-        }
-        while i < args.count {
-            switch args[i] {
-            case "--dir": o.dir = try value()
-            case "--big-mib": o.bigMiB = try number(try value())
-            case "--files": o.files = try number(try value())
-            case "--list": o.listCount = try number(try value())
-            case "--rounds": o.rounds = try number(try value())
-            case "--tree": o.tree = try value()
-            case "--libfuse": o.libfuse = try value()
-            case "--fsstress": o.fsstress = try value()
-            case "--fsstress-procs": o.fsstressProcs = try number(try value())
-            case "--fsstress-ops": o.fsstressOps = try number(try value())
-            case "--seed": o.seed = try number(try value())
-            case "--timeout": o.timeout = Double(try number(try value()))
-            case "--fsstress-timeout": o.fsstressTimeout = Double(try number(try value()))
-            case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
-            case "--baseline-vdrive": o.baseline = try value()
-            case "--rows":
+        var help = false
+        try Bench.parseOptions(args, values: [
+            "--dir": { o.dir = $0 },
+            "--big-mib": { o.bigMiB = try Bench.count($0) },
+            "--files": { o.files = try Bench.count($0) },
+            "--list": { o.listCount = try Bench.count($0) },
+            "--rounds": { o.rounds = try Bench.count($0) },
+            "--tree": { o.tree = $0 },
+            "--libfuse": { o.libfuse = $0 },
+            "--fsstress": { o.fsstress = $0 },
+            "--fsstress-procs": { o.fsstressProcs = try Bench.count($0) },
+            "--fsstress-ops": { o.fsstressOps = try Bench.count($0) },
+            "--seed": { o.seed = try Bench.count($0) },
+            "--timeout": { o.timeout = Double(try Bench.count($0)) },
+            "--fsstress-timeout": { o.fsstressTimeout = Double(try Bench.count($0)) },
+            "--only": { o.only = Set($0.split(separator: ",").map(String.init)) },
+            "--baseline-vdrive": { o.baseline = $0 },
+            "--rows": {
                 let known: Set<String> = ["copy", "small", "sparse", "many", "list", "tar", "fsstress"]
-                let r = Set(try value().split(separator: ",").map(String.init))
-                guard r.isSubset(of: known) else { throw Bench.Failure(description: "--rows takes some of \(known.sorted().joined(separator: ","))") }
+                let r = Set($0.split(separator: ",").map(String.init))
+                guard r.isSubset(of: known) else { throw Bench.BadValue(expected: "some of \(known.sorted().joined(separator: ","))") }
                 o.rows = r
-            case "--help", "-h": say(usage); return
-            default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
-            }
-            i += 1
-        }
+            },
+        ], flags: ["--help": { help = true }, "-h": { help = true }])
+        if help { say(usage); return }
         try Run(o).go()
     }
 

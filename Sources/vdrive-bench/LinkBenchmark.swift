@@ -32,12 +32,12 @@ enum LinkBenchmark {
         var o = Options()
         try Bench.parseOptions(args, values: [
             "--dir": { o.dir = $0 },
-            "--photos": { o.photos = Int($0)! },
-            "--photo-bytes": { o.photoBytes = Int($0)! },
-            "--video-mb": { o.videoMB = Int($0)! },
-            "--delay-ms": { o.delayMs = Double($0)! },
-            "--mbit": { o.mbit = Double($0)! },
-            "--rounds": { o.rounds = Int($0)! },
+            "--photos": { o.photos = try Bench.count($0) },
+            "--photo-bytes": { o.photoBytes = try Bench.count($0) },
+            "--video-mb": { o.videoMB = try Bench.count($0) },
+            "--delay-ms": { o.delayMs = try Bench.number($0) },
+            "--mbit": { o.mbit = try Bench.number($0) },
+            "--rounds": { o.rounds = try Bench.count($0) },
             "--baseline-vdrive": { o.baselineVdrive = $0 },
         ], flags: [
             "--skip-video": { o.video = false },

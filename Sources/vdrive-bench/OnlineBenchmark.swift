@@ -24,9 +24,9 @@ enum OnlineBenchmark {
         try Bench.parseOptions(args, values: [
             "--perf": { perf = $0 },
             "--dir": { dir = $0 },
-            "--first-gib": { firstGiB = Int($0)! },
-            "--seq-gib": { seqGiB = Int($0)! },
-            "--rounds": { rounds = Int($0)! },
+            "--first-gib": { firstGiB = try Bench.count($0) },
+            "--seq-gib": { seqGiB = try Bench.count($0) },
+            "--rounds": { rounds = try Bench.count($0) },
         ])
         let vdrive = Bench.sibling("vdrive")
         try? Bench.sh("fusermount3 -u -z \(dir)/drive/mnt 2>/dev/null; true")

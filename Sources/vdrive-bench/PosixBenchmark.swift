@@ -44,26 +44,15 @@ enum PosixBenchmark {
 
     static func run(_ args: [String]) throws {
         var o = Options()
-        var i = 0
-        func value() throws -> String {
-            guard i + 1 < args.count else { throw Bench.Failure(description: "\(args[i]) needs a value\n\(usage)") }
-            i += 1
-            return args[i]
-        }
-        while i < args.count {
-            switch args[i] {
-            case "--pjdfstest": o.pjdfstest = try value()
-            case "--dir": o.dir = try value()
-            case "--timeout":
-                guard let t = Double(try value()), t > 0 else { throw Bench.Failure(description: "--timeout takes seconds") }
-                o.timeout = t
-            case "--only": o.only = Set(try value().split(separator: ",").map(String.init))
-            case "--tests": o.tests = try value().split(separator: ",").map(String.init)
-            case "--help", "-h": say(usage); return
-            default: throw Bench.Failure(description: "unknown option \(args[i])\n\(usage)")
-            }
-            i += 1
-        }
+        var help = false
+        try Bench.parseOptions(args, values: [
+            "--pjdfstest": { o.pjdfstest = $0 },
+            "--dir": { o.dir = $0 },
+            "--timeout": { o.timeout = Double(try Bench.count($0)) },
+            "--only": { o.only = Set($0.split(separator: ",").map(String.init)) },
+            "--tests": { o.tests = $0.split(separator: ",").map(String.init) },
+        ], flags: ["--help": { help = true }, "-h": { help = true }])
+        if help { say(usage); return }
         let root = URL(fileURLWithPath: o.pjdfstest).standardizedFileURL.path
         guard !o.pjdfstest.isEmpty, FileManager.default.isExecutableFile(atPath: root + "/pjdfstest"),
               FileManager.default.fileExists(atPath: root + "/tests/conf") else {

@@ -46,11 +46,11 @@ enum RestoreBenchmark {
         var o = Options()
         try Bench.parseOptions(arguments, values: [
             "--sections": { o.sections = Set($0.split(separator: ",").map(String.init)) },
-            "--photos": { o.photos = Int($0) ?? o.photos },
-            "--video-mib": { o.videoMiB = Int($0) ?? o.videoMiB },
-            "--records": { o.records = Int($0) ?? o.records },
+            "--photos": { o.photos = try Bench.count($0) },
+            "--video-mib": { o.videoMiB = try Bench.count($0) },
+            "--records": { o.records = try Bench.count($0) },
             "--transfers": { o.transfers = $0.split(separator: ",").compactMap { Int($0) } },
-            "--rounds": { o.rounds = Int($0) ?? o.rounds },
+            "--rounds": { o.rounds = try Bench.count($0) },
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
             "--baseline-vdrive": { o.baseline = $0 },

@@ -52,14 +52,14 @@ enum ScaleBenchmark {
     static func run(_ arguments: [String]) throws {
         var o = Options()
         try Bench.parseOptions(arguments, values: [
-            "--devices": { o.devices = Int($0) ?? o.devices },
-            "--photos": { o.photos = Int($0) ?? o.photos },
-            "--photo-kib": { o.photoKiB = Int($0) ?? o.photoKiB },
+            "--devices": { o.devices = try Bench.count($0) },
+            "--photos": { o.photos = try Bench.count($0) },
+            "--photo-kib": { o.photoKiB = try Bench.count($0) },
             "--servers": { o.servers = $0.split(separator: ",").compactMap { Int($0) } },
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
             "--store-cpus": { o.storeCPUs = $0 },
-            "--rounds": { o.rounds = max(1, Int($0) ?? o.rounds) },
+            "--rounds": { o.rounds = try Bench.count($0) },
         ], flags: ["--embedded": { o.embedded = true }, "--read-back": { o.readBack = true }, "--no-warm-up": { o.warmUp = false }])
         guard o.photoKiB * 3 / 2 * 1024 <= Blocks.size else { throw Bench.Failure(description: "--photo-kib must keep photos within one 4 MiB block (at most 2730)") }
         try? FileManager.default.removeItem(atPath: o.dir)

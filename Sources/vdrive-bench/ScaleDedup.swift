@@ -24,8 +24,8 @@ enum ScaleDedup {
         var dir = NSTemporaryDirectory() + "vdrive-bench-dedup-\(getpid())"
         var vdrive = Bench.sibling("vdrive")
         try Bench.parseOptions(arguments, values: [
-            "--section": { _ in }, "--rows": { rows = Int($0) ?? rows }, "--check": { check = Int($0) ?? check },
-            "--repeat": { rounds = Int($0) ?? rounds }, "--dir": { dir = $0 }, "--vdrive": { vdrive = $0 },
+            "--section": { _ in }, "--rows": { rows = try Bench.count($0) }, "--check": { check = try Bench.count($0) },
+            "--repeat": { rounds = try Bench.count($0) }, "--dir": { dir = $0 }, "--vdrive": { vdrive = $0 },
         ])
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
