@@ -14,15 +14,10 @@ enum BackupsBenchmark {
     static func run(_ arguments: [String]) throws {
         var records = 100_000
         var dir = "/var/tmp/vdrive-bench-backups"
-        var i = 0
-        while i < arguments.count {
-            switch arguments[i] {
-            case "--records": i += 1; records = Int(arguments[i]) ?? records
-            case "--dir": i += 1; dir = arguments[i]
-            default: throw Bench.Failure(description: "unknown option \(arguments[i])\n\(usage)")
-            }
-            i += 1
-        }
+        try Bench.parseOptions(arguments, values: [
+            "--records": { records = try Bench.count($0) },
+            "--dir": { dir = $0 },
+        ])
         try? FileManager.default.removeItem(atPath: dir)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let fs = try DriveFileSystem(statePath: dir + "/state")

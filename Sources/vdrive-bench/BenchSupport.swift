@@ -178,18 +178,21 @@ enum Bench {
                 flag()
                 i += 1
             } else if let value = values[args[i]] {
-                guard i + 1 < args.count else { throw Failure(description: "\(args[i]) needs a value") }
+                guard i + 1 < args.count else { throw UsageError(description: "\(args[i]) needs a value") }
                 do { try value(args[i + 1]) } catch let bad as BadValue {
-                    throw Failure(description: "\(args[i]) takes \(bad.expected), not '\(args[i + 1])'")
+                    throw UsageError(description: "\(args[i]) takes \(bad.expected), not '\(args[i + 1])'")
                 }
                 i += 2
             } else {
-                throw Failure(description: "unknown option \(args[i])")
+                throw UsageError(description: "unknown option \(args[i])")
             }
         }
     }
 
     struct BadValue: Error { let expected: String }
+
+    /// A command line the benchmark cannot run: exit 64 (EX_USAGE), not 1.
+    struct UsageError: Error, CustomStringConvertible { let description: String }
 
     /// A count: a whole number above 0.
     static func count(_ text: String) throws -> Int {

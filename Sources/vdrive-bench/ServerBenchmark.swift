@@ -30,19 +30,21 @@ enum ServerBenchmark {
     static func run(_ arguments: [String]) -> Int32 {
         var o = Options()
         o.vdrive = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().path + "/vdrive"
-        var i = 0
-        while i + 1 < arguments.count {
-            let v = arguments[i + 1]
-            switch arguments[i] {
-            case "--size-mib": o.sizeMiB = Int64(v) ?? o.sizeMiB
-            case "--rss-size-mib": o.rssSizeMiB = Int64(v) ?? o.rssSizeMiB
-            case "--chunk-mib": o.chunkMiB = min(4, max(1, Int64(v) ?? o.chunkMiB))
-            case "--dir": o.dir = v
-            case "--vdrive": o.vdrive = v
-            case "--repeat": o.repeats = max(1, Int(v) ?? o.repeats)
-            default: print("unknown option \(arguments[i])"); return 64
-            }
-            i += 2
+        do {
+            try Bench.parseOptions(arguments, values: [
+                "--size-mib": { o.sizeMiB = Int64(try Bench.count($0)) },
+                "--rss-size-mib": { o.rssSizeMiB = Int64(try Bench.count($0)) },
+                "--chunk-mib": {
+                    guard let n = Int64($0), (1...4).contains(n) else { throw Bench.BadValue(expected: "1 to 4 (a PATCH is at most a block)") }
+                    o.chunkMiB = n
+                },
+                "--dir": { o.dir = $0 },
+                "--vdrive": { o.vdrive = $0 },
+                "--repeat": { o.repeats = try Bench.count($0) },
+            ])
+        } catch {
+            print("vdrive-bench server: \(error)")
+            return 64
         }
         do {
             try run(o)

@@ -3,14 +3,15 @@
 // PosixBenchmark.swift, BackupBenchmark.swift and ServerBenchmark.swift.
 import Foundation
 
-/// Runs a benchmark that throws, turning a failure into one line on stderr and exit 1.
+/// Runs a benchmark that throws, turning a failure into one line on stderr and exit 1
+/// (64, EX_USAGE, for a command line it cannot run).
 func runReportingFailure(_ body: ([String]) throws -> Void, _ arguments: [String]) -> Int32 {
     do {
         try body(arguments)
         return 0
     } catch {
         FileHandle.standardError.write(Data("vdrive-bench: \(error)\n".utf8))
-        return 1
+        return error is Bench.UsageError ? 64 : 1
     }
 }
 
