@@ -206,9 +206,11 @@ enum Bench {
         return n
     }
 
-    /// A number (a rate, a delay), 0 or more.
-    static func number(_ text: String) throws -> Double {
-        guard let x = Double(text), x >= 0, x.isFinite else { throw BadValue(expected: "a number, 0 or more") }
+    /// A number (a delay), 0 or more; with `above0`, more than 0 (a rate, a timeout).
+    static func number(_ text: String, above0: Bool = false) throws -> Double {
+        guard let x = Double(text), x.isFinite, above0 ? x > 0 : x >= 0 else {
+            throw BadValue(expected: above0 ? "a number above 0" : "a number, 0 or more")
+        }
         return x
     }
 }

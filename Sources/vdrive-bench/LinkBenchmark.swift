@@ -36,7 +36,7 @@ enum LinkBenchmark {
             "--photo-bytes": { o.photoBytes = try Bench.count($0) },
             "--video-mb": { o.videoMB = try Bench.count($0) },
             "--delay-ms": { o.delayMs = try Bench.number($0) },
-            "--mbit": { o.mbit = try Bench.number($0) },
+            "--mbit": { o.mbit = try Bench.number($0, above0: true) },
             "--rounds": { o.rounds = try Bench.count($0) },
             "--baseline-vdrive": { o.baselineVdrive = $0 },
         ], flags: [

@@ -48,7 +48,7 @@ enum PosixBenchmark {
         try Bench.parseOptions(args, values: [
             "--pjdfstest": { o.pjdfstest = $0 },
             "--dir": { o.dir = $0 },
-            "--timeout": { o.timeout = Double(try Bench.count($0)) },
+            "--timeout": { o.timeout = try Bench.number($0, above0: true) },
             "--only": { o.only = Set($0.split(separator: ",").map(String.init)) },
             "--tests": { o.tests = $0.split(separator: ",").map(String.init) },
         ], flags: ["--help": { help = true }, "-h": { help = true }])

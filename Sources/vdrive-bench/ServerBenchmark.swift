@@ -161,9 +161,9 @@ enum ServerBenchmark {
         sampler.start()
         let serverBefore = server.cpuSeconds()
         let selfBefore = Bench.ownCPUSeconds(), childBefore = Bench.childrenCPUSeconds()
-        let start = now()
+        let start = Bench.now()
         try body(server, token)
-        let wall = now() - start
+        let wall = Bench.now() - start
         let clientCPU = (Bench.ownCPUSeconds() - selfBefore) + (Bench.childrenCPUSeconds() - childBefore)
         let serverCPU = server.cpuSeconds() - serverBefore
         let peak = Double(sampler.stop()) / 1024
@@ -201,9 +201,9 @@ enum ServerBenchmark {
         let asked = (0..<10_000).map { SHA256Hasher.digest($0 % 2 == 0 ? "blob \($0 * 7)" : "absent \($0)") }
         var times: [Double] = []
         for _ in 0..<11 {
-            let t = now()
+            let t = Bench.now()
             let present = try client.presentContents(asked)
-            times.append((now() - t) * 1000)
+            times.append((Bench.now() - t) * 1000)
             guard present.count == 5_000 else { throw BenchError("dedup answered \(present.count) present, expected 5000") }
         }
         times.removeFirst()  // the first call also opens the connection
@@ -276,12 +276,6 @@ enum ServerBenchmark {
         }
         let (content, blocks) = hasher.finish()
         return BlockManifest(content: content, size: mib << 20, blocks: blocks)
-    }
-
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }
 
