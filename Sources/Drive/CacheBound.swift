@@ -77,7 +77,10 @@ extension BlockCache {
         // become the only copy it no longer is.
         if let ledger, !originals.isEmpty, excess() > 0 {
             let confirmed = try confirmOnServer(originals, ledger: ledger)
-            if confirmed.count < originals.count { candidates = try evictable(originals: confirmed) }
+            if confirmed.count < originals.count {
+                originals = confirmed
+                candidates = try evictable(originals: confirmed)
+            }
         }
         var over = excess()
         guard over > 0 else { return 0 }
@@ -86,8 +89,9 @@ extension BlockCache {
             over -= partial
         }
         var dropped: Int64 = 0
+        let onlyNamedBy = bound.optimizeStorage ? Set(originals.map(\.ino)) : nil
         for candidate in candidates where over > 0 {
-            try exclusively(candidate.digest) { try catalog.evict(candidate.digest) }
+            guard try exclusively(candidate.digest, { try catalog.evict(candidate.digest, onlyNamedBy: onlyNamedBy) }) else { continue }
             over -= candidate.size
             dropped += candidate.size
         }

@@ -140,15 +140,21 @@ extension Catalog {
     }
 
     /// Hard-links a staging file into the store. Returns true when this call created the
-    /// block file. A block marked damaged is replaced by the good bytes (self-heal).
-    /// The link is tried first: a new block (the common case) costs one system call.
+    /// block file. The link is tried first: a new block (the common case) costs one
+    /// system call.
+    ///
+    /// A file already there is kept only when a sound, resident row vouches for it. Any
+    /// other file of that name is replaced by the bytes just hashed: one whose row was
+    /// dropped in the open group (its removal waits for the commit), a leftover of a
+    /// kill, or a block marked damaged (self-heal). Trusting such a file would let a row
+    /// name bytes nobody checked, or a file about to be removed.
     private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest, _ db: Database) throws -> Bool {
         let target = blobs.path(for: digest)
         try blobs.makeFolder(for: digest)
         if Glibc.link(stagingPath, target) == 0 { return true }
         if errno != EEXIST { throw Errno.current }
-        let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
-        if !damaged { return false }
+        let vouched = try db.queryOne("SELECT 1 FROM blocks WHERE hash = ? AND damaged = 0 AND resident = 1", digest.hex) { _ in true } ?? false
+        if vouched { return false }
         _ = unlink(target)
         if Glibc.link(stagingPath, target) == 0 { return true }
         if errno == EEXIST { return false }
@@ -236,8 +242,36 @@ extension Catalog {
         if db.groupStarted != nil {
             removalsAfterCommit += digests
         } else {
-            blobs.removeLater(digests)
+            removeUnnamedBlockFiles(digests)
         }
+    }
+
+    /// Removes the files of `digests` that no row needs at this moment. Called with the
+    /// lock held, so no commit, adoption or eviction runs between the check and the
+    /// removal.
+    ///
+    /// Why at this moment and not when the row was dropped: the removal of a block whose
+    /// last reference went waits for the commit of the group that dropped its row, and
+    /// in between the same bytes may be saved again (a file deleted and written back, an
+    /// importer deleting and re-importing a photo, `make clean && make`). That commit
+    /// finds the file still there, keeps it and records the block again; removing the
+    /// file then would leave a row naming nothing, read as EIO after the next mount. A
+    /// block kept in the catalog needs no file, so its file goes.
+    func removeUnnamedBlockFiles(_ digests: [SHA256Digest]) {
+        var unnamed: [SHA256Digest] = []
+        for d in digests {
+            do {
+                let named = try db.queryOne("""
+                    SELECT 1 FROM blocks WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM inline_blocks)
+                    """, d.hex) { _ in true } ?? false
+                if !named { unnamed.append(d) }
+            } catch {
+                // Unknown is kept: a stray file costs space until the sweep after an
+                // unclean stop; a removed one could be a file a row names.
+                DriveLog.error("could not tell whether block \(d.hex) is still needed (\(error)); its file is kept")
+            }
+        }
+        blobs.removeLater(unnamed)
     }
 
     /// Removes blocks whose last reference went away through another connection
@@ -268,18 +302,6 @@ extension Catalog {
     func setMeta(_ key: String, _ value: Int64) throws {
         try withDatabase { db in
             try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
-        }
-    }
-
-    /// Block files stored by commits newer than `generation`, for the check after an
-    /// unclean stop (blocks kept in the catalog are as safe as its transactions: they
-    /// have no file to check).
-    func blocks(newerThan generation: Int64) throws -> [SHA256Digest] {
-        try withDatabase { db in
-            try db.query("""
-                SELECT hash FROM blocks WHERE gen > ? AND damaged = 0 AND resident = 1
-                AND hash NOT IN (SELECT hash FROM inline_blocks)
-                """, generation) { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 }
         }
     }
 

@@ -186,23 +186,46 @@ extension Catalog {
     /// Drops a block's file: the row stays while a file names it (online-only), else goes.
     /// The row is changed first: a kill before the unlink leaves a file the read path
     /// still uses; the other order would leave a row a verification pass calls damaged.
-    func evict(_ digest: SHA256Digest) throws {
+    ///
+    /// Whether the block may go is decided here, under the lock, not when it was chosen:
+    /// between the two, the cache bound asks the server (seconds), and a file may have
+    /// saved the same bytes. A block may go when it is cache (fetched, no file or pin
+    /// names it), or when only the files of `onlyNamedBy` name it (backed-up originals,
+    /// optimize storage) and nothing else counts on it: another file, a pending backup's
+    /// pin, a damaged mark, a copy kept in the catalog. Returns whether it went.
+    @discardableResult
+    func evict(_ digest: SHA256Digest, onlyNamedBy originals: Set<UInt64>? = nil) throws -> Bool {
         try withDatabase { db in
-            try db.transaction {
-                try db.run("DELETE FROM blocks WHERE hash = ? AND refs <= 0", digest.hex)
-                if try db.run("UPDATE blocks SET resident = 0 WHERE hash = ?", digest.hex) == 0 {
+            let evicted = try db.transaction { () -> Bool in
+                guard let (refs, fetched, damaged) = try db.queryOne("""
+                    SELECT refs, fetched, damaged FROM blocks
+                    WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM inline_blocks)
+                    """, digest.hex, row: { ($0.int64(0), $0.int(1) != 0, $0.int(2) != 0) }), !damaged else { return false }
+                if refs <= 0 {
+                    guard fetched else { return false }   // the garbage pass takes it
+                    try db.run("DELETE FROM blocks WHERE hash = ?", digest.hex)
                     try db.run("DELETE FROM block_chunks WHERE hash = ?", digest.hex)
-                } else {
-                    // The files naming it now take less on this disk (`heldHere`).
-                    for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
-                        onlineInodes?.insert(ino)
-                        attributeCache.removeValue(forKey: ino)
-                    }
+                    return true
                 }
+                guard let originals, !originals.isEmpty else { return false }
+                let list = "[" + originals.map(String.init).joined(separator: ",") + "]"
+                let byOriginals = try db.queryOne("""
+                    SELECT count(*) FROM file_blocks WHERE hash = ? AND ino IN (SELECT value FROM json_each(?))
+                    """, digest.hex, list) { $0.int64(0) } ?? 0
+                guard byOriginals == refs else { return false }
+                try db.run("UPDATE blocks SET resident = 0 WHERE hash = ?", digest.hex)
+                // The files naming it now take less on this disk (`heldHere`).
+                for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
+                    onlineInodes?.insert(ino)
+                    attributeCache.removeValue(forKey: ino)
+                }
+                return true
             }
+            guard evicted else { return false }
             // The row's change must be committed before the file goes (group commit).
             try commitGroup()
-            blobs.remove(digest)
+            removeUnnamedBlockFiles([digest])
+            return true
         }
     }
 

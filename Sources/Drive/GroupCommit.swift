@@ -54,7 +54,7 @@ extension Catalog {
         inodesCommittedBelow = nextIno
         let removals = removalsAfterCommit
         removalsAfterCommit = []
-        if !removals.isEmpty { blobs.removeLater(removals) }
+        if !removals.isEmpty { removeUnnamedBlockFiles(removals) }
     }
 
     /// Commits the open group now for a change that must be durable at once (a photo's

@@ -15,6 +15,7 @@ enum CommandLineMain {
             ServeCommand.verb,
             TaskCommand.verb,
             RestoreCommand.verb,
+            CheckCommand.verb,
         ] + backupVerbs
     }
 

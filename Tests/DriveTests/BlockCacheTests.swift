@@ -96,7 +96,7 @@ extension FakeRemote {
         for digest in try fs.catalog.storedBlocks(a.ino).values {
             let data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: fs.blobs.path(for: digest))))
             #expect(remote.add(data) == digest)
-            try fs.catalog.evict(digest)
+            try fs.catalog.evict(digest, onlyNamedBy: [a.ino])
             #expect(!fs.blobs.contains(digest))
         }
         fs.blockCache.remote = remote
@@ -195,7 +195,7 @@ extension FakeRemote {
         _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
         #expect(fs.blockCache.statistics.digestMismatches == 1)
         #expect(fs.blobs.verify(digest))
-        try fs.catalog.evict(digest)
+        try fs.catalog.evict(digest, onlyNamedBy: [ino])
         remote.state.withLock { $0.corrupt[0] = 2 }
         #expect(throws: Errno.ioError) {
             _ = try fs.blockCache.descriptor(digest, length: length, range: 0..<length, interactive: true, whole: true)
