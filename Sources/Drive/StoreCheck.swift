@@ -82,9 +82,9 @@ public enum StoreCheck {
             """, row: { $0.string(0) ?? "" }) {
             if let d = SHA256Digest(hex: hex) { report.findings.append(Finding(digest: d, problem: .noRow)) }
         }
-        let held = Set(try db.query("""
-            SELECT hash FROM blocks WHERE resident = 1 AND hash NOT IN (SELECT hash FROM inline_blocks)
-            """) { $0.string(0) ?? "" })
+        // A block kept in the catalog may also have a file (a photo's block saved again
+        // as a small file elsewhere): its row still names that file, which goes with it.
+        let held = Set(try db.query("SELECT hash FROM blocks WHERE resident = 1") { $0.string(0) ?? "" })
         report.unnamedFiles = try blobs.allDigests().filter { !held.contains($0.hex) }
         return report
     }
