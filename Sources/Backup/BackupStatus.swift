@@ -58,7 +58,9 @@ public struct BackupStatus: Codable, Sendable, Equatable {
         case .off:
             parts = ["Camera backup is off"]
         case .idle:
-            parts = ["Up to date"]
+            // Nothing left to try is not "up to date" while something failed: a user reads
+            // the first words, and a photo that was not backed up must not hide behind them.
+            parts = [itemsFailed > 0 ? "Not everything is backed up" : "Up to date"]
             if let files = backedUpFiles, let bytes = backedUpBytes {
                 parts.append(files == 0 ? "nothing backed up yet"
                              : "\(Self.grouped(files)) \(files == 1 ? "photo or video" : "photos and videos"), \(ByteCountText.format(bytes))")

@@ -91,7 +91,7 @@ import Testing
         let waiting = BackupStatus(state: .waiting, itemsLeft: 3, bytesLeft: 9_000_000, waitingReason: "Paused")
         #expect(waiting.line == "Paused · 3 items (9.0 MB) left")
         let idle = BackupStatus(state: .idle, itemsFailed: 2)
-        #expect(idle.line == "Up to date · 2 failed (vdrive backup retry)")
+        #expect(idle.line == "Not everything is backed up · 2 failed (vdrive backup retry)")
         var counted = BackupStatus(state: .idle)
         (counted.backedUpFiles, counted.backedUpBytes) = (1_234, 18_200_000_000)
         #expect(counted.line == "Up to date · 1,234 photos and videos, 18.2 GB")
