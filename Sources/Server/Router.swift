@@ -11,6 +11,8 @@ final class Router: HTTPHandler {
     func route(_ request: HTTPRequest) -> Route {
         let path = request.path
         let method = request.method
+        // Before anything reads a header: the body's length is known and fits an Int64.
+        if let refusal = request.framingRefusal() { return .respond(refusal) }
         if let refusal = Methods.refusal(method, on: path) { return .respond(refusal) }
 
         switch (method, path) {

@@ -246,16 +246,25 @@ enum TusHandlers {
         guard request.header("Content-Type")?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
             return fail(.error(415, "unsupported_media_type", "a PATCH must have 'Content-Type: \(Tus.offsetContentType)'", field: "Content-Type"))
         }
-        guard let offsetText = request.header(Tus.uploadOffset), let offset = Int64(offsetText), offset >= 0 else {
-            return fail(.error(400, "bad_request", "Upload-Offset must be a byte offset; HEAD the upload to learn it", field: Tus.uploadOffset))
+        let offset: Int64
+        do {
+            guard let given = try request.byteCount(Tus.uploadOffset, meaning: "the upload's offset in bytes; HEAD the upload to learn it") else {
+                return fail(.error(400, "bad_request", "Upload-Offset is missing: a PATCH says where its bytes go; HEAD the upload to learn the offset", field: Tus.uploadOffset))
+            }
+            offset = given
+        } catch {
+            return fail(error.response)
         }
         guard offset == row.received else {
             return fail(.error(409, "offset_conflict", "Upload-Offset \(offset) does not match the server's offset \(row.received); resume from \(row.received)",
                                field: Tus.uploadOffset, headers: [(Tus.uploadOffset, String(row.received))]))
         }
-        if let length = request.contentLength, offset + length > row.length {
-            return fail(.error(413, "body_too_large", "the PATCH declares \(length) bytes but only \(row.length - offset) are left of this \(row.length)-byte upload",
-                               headers: [(Tus.uploadOffset, String(row.received))]))
+        // Compared with what is left, never added to the offset: the client's length may
+        // be anything up to Int64.max, and `offset + length` would trap.
+        let left = row.length - offset
+        if let length = request.contentLength, length > left {
+            return fail(.error(413, "body_too_large", "the PATCH declares \(length) bytes but only \(left) are left of this \(row.length)-byte upload; send at most \(left)",
+                               field: "Content-Length", headers: [(Tus.uploadOffset, String(row.received))]))
         }
         var checksum: [UInt8]?
         if let text = request.header(Tus.uploadChecksum) {
