@@ -112,7 +112,7 @@ func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, limit: Int = API
     return .read(BufferedBody(limit: limit) { bytes in
         let value: T
         do { value = try WireJSON.decode(T.self, from: bytes) } catch {
-            let (field, message) = WireJSON.describe(error)
+            let (field, message) = WireJSON.describe(error, body: bytes)
             return .error(400, "bad_request", message, field: field)
         }
         return handle(value)
