@@ -154,12 +154,11 @@ extension RawHTTPFuzzTests {
                           "18446744073709551616", "99999999999999999999999999999999", "-1", "-0", "-9223372036854775808",
                           "+1", " 7", "1 1", "0x10", "1e3", "1.5", "", "abc", "\u{FF11}", "00000000000000000000000000001", "1,1"]
 
-    /// The table: every route with each kind of damage.
-    static func table(_ t: Target) -> [Case] {
-        var cases: [Case] = []
+    /// Every route as (method, target, headers), with what it needs to get past
+    /// authentication and the first checks: the starting point of each case.
+    static func routes(_ t: Target) -> [(String, String, [String])] {
         let dead = "/v1/tus/00000000000000000000000000000000?hash=\(t.block.hex)&size=1000&expires=4102444800&sig=\(String(repeating: "0", count: 64))"
-        // (name, method, target, headers) of every route, with what it needs to get past authentication.
-        let routes: [(String, String, [String])] = [
+        return [
             ("GET", "/v1/health", []), ("HEAD", "/v1/health", []), ("GET", "/v1/openapi.json", []), ("OPTIONS", "/v1/tus", []),
             ("POST", "/v1/tus", t.auth + ["Tus-Resumable: 1.0.0", "Upload-Length: 1000", "Upload-Metadata: sha256 " + Base64.encode(t.missing.digest.bytes)]),
             ("HEAD", t.upload, ["Tus-Resumable: 1.0.0"]), ("PATCH", t.upload, t.tusHeaders + ["Upload-Offset: 1", Self.wrongChecksum]),
@@ -173,6 +172,12 @@ extension RawHTTPFuzzTests {
             ("GET", "/v1/changes", t.auth), ("GET", "/v1/watermark", t.auth), ("PUT", "/v1/watermark", t.auth + ["Content-Type: application/json"]),
             ("GET", "/v1/nowhere", t.auth),
         ]
+    }
+
+    /// The table: every route with each kind of damage.
+    static func table(_ t: Target) -> [Case] {
+        var cases: [Case] = []
+        let routes = Self.routes(t)
         let x = Array("x".utf8)
         for (method, path, headers) in routes {
             let route = "\(method) \(path.prefix(40))"
@@ -269,24 +274,36 @@ extension RawHTTPFuzzTests {
     /// upload stays at its offset for the next case.
     static let wrongChecksum = "Upload-Checksum: sha256 " + Base64.encode(Array(repeating: 0, count: 32))
 
-    /// A random request from the same parts as the table.
+    /// A random request from the same parts as the table: most often a route as the
+    /// table starts from with one to four headers replaced (or repeated) by nasty values,
+    /// else any method on any path; a random body; sent whole or cut.
     static func randomCase(_ t: Target, _ rng: inout SeededGenerator) -> Case {
-        let dead = "/v1/tus/0?hash=\(t.block.hex)&size=\(pick(numbers, &rng))&expires=\(pick(numbers, &rng))&sig=\(String(repeating: "0", count: 64))"
-        let paths = ["/v1/health", "/v1/openapi.json", "/v1/tus", t.upload, dead, "/v1/blocks/\(t.block.hex)", "/v1/blocks/\(t.missing.digest.hex)",
-                     "/v1/blocks/\(t.block.hex)/chunks", "/v1/blocks/\(t.missing.digest.hex)/verify", "/v1/contents/\(t.content.hex)",
-                     "/v1/contents/\(t.content.hex)/blocks", "/v1/contents/present", "/v1/uploads", "/v1/files", "/v1/files?limit=" + percent(pick(numbers, &rng)),
-                     "/v1/files/versions?device=fuzz&path=a", "/v1/changes?since=" + percent(pick(numbers, &rng)) + "&limit=" + percent(pick(numbers, &rng)),
-                     "/v1/watermark", "/v1/nowhere"]
-        let methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "BREW"]
-        let path = pick(paths, &rng)
-        let method = pick(methods, &rng)
-        var headers = Bool.random(using: &rng) || Int.random(in: 0..<4, using: &rng) > 0 ? t.auth : []
+        var method: String, path: String, headers: [String]
+        let all = routes(t)
+        if Int.random(in: 0..<4, using: &rng) > 0 {
+            // A third of these on the routes that compute with a client's numbers.
+            let hot = all.filter { ["PATCH", "PUT"].contains($0.0) && !$0.1.contains("watermark") || $0.1.hasPrefix("/v1/contents/\(t.content.hex)") || $0.1 == "/v1/uploads" }
+            (method, path, headers) = pick(Int.random(in: 0..<3, using: &rng) == 0 ? hot : all, &rng)
+        } else {
+            let dead = "/v1/tus/0?hash=\(t.block.hex)&size=\(percent(pick(numbers, &rng)))&expires=\(percent(pick(numbers, &rng)))&sig=\(String(repeating: "0", count: 64))"
+            path = pick(["/v1/tus", t.upload, dead, "/v1/blocks/\(t.missing.digest.hex)", "/v1/files?limit=" + percent(pick(numbers, &rng)),
+                         "/v1/changes?since=" + percent(pick(numbers, &rng)) + "&limit=" + percent(pick(numbers, &rng)), "/v1/nowhere"], &rng)
+            method = pick(["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "BREW"], &rng)
+            // Not the upload the other requests aim at: it would be gone for the rest of the run.
+            if method == "DELETE" && path == t.upload { path = dead }
+            headers = Int.random(in: 0..<4, using: &rng) > 0 ? t.auth : []
+        }
         var names: [String] = []
-        for _ in 0..<Int.random(in: 0...5, using: &rng) {
-            let name = pick(headerNames, &rng)
+        for _ in 0..<Int.random(in: 1...4, using: &rng) {
+            // Half the time one of the headers that carry numbers: where arithmetic is.
+            let name = Bool.random(using: &rng) ? pick(["Content-Length", "Upload-Offset", "Upload-Length", "Range"], &rng) : pick(headerNames, &rng)
             names.append(name)
+            if Int.random(in: 0..<4, using: &rng) > 0 { headers.removeAll { $0.lowercased().hasPrefix(name.lowercased() + ":") } }
             headers.append("\(name): \(randomValue(of: name, t, &rng))")
         }
+        // The upload stays at its one byte (a PATCH with a wrong checksum is discarded), so
+        // that later requests still reach the checks behind its offset.
+        if method == "PATCH" && path == t.upload && !headers.contains(where: { $0.hasPrefix("Upload-Checksum:") }) { headers.append(wrongChecksum) }
         let body: [UInt8]
         switch Int.random(in: 0..<4, using: &rng) {
         case 0: body = []
@@ -300,13 +317,16 @@ extension RawHTTPFuzzTests {
         return Case("\(method) \(path.prefix(50)) \(names.joined(separator: ",")) body \(body.count)", bytes, mode: mode)
     }
 
+    /// The numbers at the edges of Int64 and UInt64, drawn more often than the rest.
+    static let extremes = ["9223372036854775807", "9223372036854775808", "18446744073709551615", "18446744073709551616"]
+
     static let headerNames = ["Content-Length", "Upload-Offset", "Upload-Length", "Range", "Upload-Checksum", "Transfer-Encoding", "Tus-Resumable",
                               "Content-Type", "Upload-Metadata", "If-Range", "If-None-Match", "Expect"]
 
     /// A nasty value for header `name`.
     static func randomValue(of name: String, _ t: Target, _ rng: inout SeededGenerator) -> String {
         switch name {
-        case "Range": return Bool.random(using: &rng) ? pick(ranges, &rng) : "bytes=\(pick(numbers, &rng))-\(pick(numbers, &rng))"
+        case "Range": return Bool.random(using: &rng) ? pick(ranges, &rng) : "bytes=\(pick(extremes + numbers, &rng))-\(pick(extremes + numbers, &rng))"
         case "Upload-Checksum": return pick(["sha256 " + Base64.encode(Array(repeating: 1, count: 32)), "sha256 !", "md5 AAAA", pick(numbers, &rng)], &rng)
         case "Transfer-Encoding": return pick(["chunked", "gzip", "chunked, chunked", "identity", ""], &rng)
         case "Tus-Resumable": return pick(["1.0.0", "0.2.2", ""], &rng)
@@ -315,7 +335,9 @@ extension RawHTTPFuzzTests {
         case "If-Range": return pick(["\"\(t.content.hex)\"", "\"\(t.block.hex)\"", "x"], &rng)
         case "If-None-Match": return pick(["*", "\"\(t.block.hex)\"", ","], &rng)
         case "Expect": return "100-continue"
-        default: return pick(numbers, &rng)  // Content-Length, Upload-Offset, Upload-Length
+        // An offset near the upload's (it holds 1 byte) reaches the checks behind the offset's.
+        case "Upload-Offset": return Bool.random(using: &rng) ? pick(["0", "1", "2"], &rng) : pick(numbers, &rng)
+        default: return pick(Bool.random(using: &rng) ? extremes : numbers, &rng)  // Content-Length, Upload-Length
         }
     }
 
