@@ -85,8 +85,8 @@ public struct Presigner: Sendable {
         // The same bounds as the OpenAPI document's parameters: a block hash, a block's
         // length (1 byte to 4 MiB), a Unix time, 64 hex digits.
         guard SHA256Digest(hex: hash) != nil else { throw .malformed("hash") }
-        guard let size = Int64(sizeText), size >= 1, size <= Int64(Blocks.size) else { throw .malformed("size") }
-        guard let expires = Int64(expiresText), expires >= 0 else { throw .malformed("expires") }
+        guard let size = DecimalNumber(parsing: sizeText).int64, size >= 1, size <= Int64(Blocks.size) else { throw .malformed("size") }
+        guard let expires = DecimalNumber(parsing: expiresText).int64 else { throw .malformed("expires") }
         guard sig.utf8.count == 64, let given = Hex.decode(sig), given.count == 32 else { throw .malformed("sig") }
         let signed = Signed(method: method, path: path, hash: hash, size: size, expires: expires)
         let expected = HMACSHA256.mac(key: key, message: Self.canonical(signed))

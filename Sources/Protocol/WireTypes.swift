@@ -305,9 +305,15 @@ public enum WireJSON {
         try JSONDecoder().decode(type, from: Data(bytes))
     }
 
-    /// The field a decoding error is about, as a dotted path (`hashes.3`, `size`), for 400 replies.
-    public static func describe(_ error: Error) -> (field: String?, message: String) {
+    /// The field a decoding error is about, as a dotted path (`hashes.3`, `size`), for 400
+    /// replies. With the `body` that failed, a number no field can hold is named too
+    /// (`unfitNumber`: the decoder itself names no field for it).
+    public static func describe(_ error: Error, body: [UInt8]? = nil) -> (field: String?, message: String) {
         guard let error = error as? DecodingError else { return (nil, "\(error)") }
+        if case .dataCorrupted(let ctx) = error, ctx.codingPath.isEmpty, let body, let (key, text) = unfitNumber(in: body) {
+            let shown = text.count <= 40 ? text : text.prefix(37) + "..."
+            return (key, "\(key.map { "field '\($0)'" } ?? "a number") must be a whole number from \(Int64.min) to \(Int64.max) (each field's bounds are in GET /v1/openapi.json), got \(shown)")
+        }
         func path(_ keys: [CodingKey], _ last: CodingKey? = nil) -> String? {
             let all = keys + (last.map { [$0] } ?? [])
             if all.isEmpty { return nil }

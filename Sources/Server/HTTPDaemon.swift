@@ -99,9 +99,11 @@ private final class RequestState {
     init(body: RequestBody?, pending: HTTPResponse? = nil) { self.body = body; self.pending = pending }
 }
 
-/// Collects header or query values through `MHD_get_connection_values`.
+/// Collects header or query values through `MHD_get_connection_values`. A name given
+/// twice keeps its last value and, when the values differ, is listed in `conflicting`.
 private final class ValueCollector {
     var values: [String: String] = [:]
+    var conflicting: Set<String> = []
     let lowercase: Bool
     init(lowercase: Bool) { self.lowercase = lowercase }
 }
@@ -110,8 +112,11 @@ private func collectValue(_ cls: UnsafeMutableRawPointer?, _ kind: MHD_ValueKind
                           _ value: UnsafePointer<CChar>?, _ valueSize: Int) -> MHD_Result {
     guard let cls, let key else { return vd_mhd_yes() }
     let collector = Unmanaged<ValueCollector>.fromOpaque(cls).takeUnretainedValue()
-    let name = text(key, keySize)
-    collector.values[collector.lowercase ? name.lowercased() : name] = value.map { text($0, valueSize) } ?? ""
+    let raw = text(key, keySize)
+    let name = collector.lowercase ? raw.lowercased() : raw
+    let new = value.map { text($0, valueSize) } ?? ""
+    if let old = collector.values[name], old != new { collector.conflicting.insert(name) }
+    collector.values[name] = new
     return vd_mhd_yes()
 }
 
@@ -120,13 +125,13 @@ private func text(_ start: UnsafePointer<CChar>, _ count: Int) -> String {
     start.withMemoryRebound(to: UInt8.self, capacity: count) { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) }
 }
 
-private func values(_ connection: OpaquePointer, headers: Bool) -> [String: String] {
+private func values(_ connection: OpaquePointer, headers: Bool) -> (values: [String: String], conflicting: Set<String>) {
     let collector = ValueCollector(lowercase: headers)
     let cls = Unmanaged.passUnretained(collector).toOpaque()
     _ = withExtendedLifetime(collector) {
         headers ? vd_mhd_headers(connection, collectValue, cls) : vd_mhd_query(connection, collectValue, cls)
     }
-    return collector.values
+    return (collector.values, collector.conflicting)
 }
 
 private func queue(_ connection: OpaquePointer, _ reply: HTTPResponse) -> MHD_Result {
@@ -182,12 +187,13 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
     let daemon = Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue()
 
     guard let stored = conCls.pointee else {
+        let headers = values(connection, headers: true)
         let request = HTTPRequest(method: String(cString: method), path: String(cString: url),
-                                  headers: values(connection, headers: true),
-                                  query: values(connection, headers: false))
+                                  headers: headers.values, query: values(connection, headers: false).values,
+                                  conflicting: headers.conflicting)
         switch daemon.handler.route(request) {
         case .respond(let reply):
-            if request.contentLength ?? 0 == 0 && request.header("Transfer-Encoding") == nil {
+            if !request.expectsBody {
                 conCls.pointee = Unmanaged.passRetained(RequestState(body: nil, pending: reply)).toOpaque()
                 return vd_mhd_yes()
             }

@@ -25,11 +25,11 @@ struct HTTPRequest: Sendable {
     let headers: [String: String]
     /// Query arguments, percent-decoded.
     let query: [String: String]
+    /// Header names (lowercased) sent more than once with different values; `headers`
+    /// holds the last. RequestFraming.swift refuses the ones that delimit the body.
+    var conflicting: Set<String> = []
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
-
-    /// Declared body length, when the client sent Content-Length.
-    var contentLength: Int64? { header("Content-Length").flatMap { Int64($0) } }
 }
 
 /// A reply. File bodies are handed to libmicrohttpd, which closes the descriptor;

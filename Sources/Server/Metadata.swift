@@ -204,7 +204,9 @@ final class Metadata: Sendable {
             try db.queryOne("SELECT size, blocks FROM contents WHERE hash = ?", content.hex) { ($0.int64(0), $0.string(1) ?? "[]") }
         }
         guard let (size, list) = row else { return nil }
-        guard let blocks = Self.decodeBlockList(list) else {
+        // Checked against the size too: readers index the list by positions within the
+        // size, and a short list (a damaged row) would trap there rather than fail.
+        guard let blocks = Self.decodeBlockList(list), size >= 0, blocks.count == Blocks.count(forSize: size) else {
             throw DatabaseError(code: 0, message: "the block list of content \(content.hex) is damaged", sql: nil)
         }
         return BlockManifest(content: content, size: size, blocks: blocks)

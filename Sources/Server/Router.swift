@@ -11,6 +11,8 @@ final class Router: HTTPHandler {
     func route(_ request: HTTPRequest) -> Route {
         let path = request.path
         let method = request.method
+        // Before anything reads a header: the body's length is known and fits an Int64.
+        if let refusal = request.framingRefusal() { return .respond(refusal) }
         if let refusal = Methods.refusal(method, on: path) { return .respond(refusal) }
 
         switch (method, path) {
@@ -110,7 +112,7 @@ func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, limit: Int = API
     return .read(BufferedBody(limit: limit) { bytes in
         let value: T
         do { value = try WireJSON.decode(T.self, from: bytes) } catch {
-            let (field, message) = WireJSON.describe(error)
+            let (field, message) = WireJSON.describe(error, body: bytes)
             return .error(400, "bad_request", message, field: field)
         }
         return handle(value)

@@ -26,9 +26,11 @@ enum UploadHandlers {
                 }
                 return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
             }
+            // A scaled server's URLs point at the object store, not at the Host asked.
+            let base = try context.objects == nil ? context.publicBase(for: request) : ""
             var blocks: [BlockUploadInfo] = []
             var anyCreated = false
-            var expires = ServerContext.now() + context.configuration.uploadExpiry
+            var expires = context.configuration.uploadExpires(after: ServerContext.now())
             for block in try context.absentBlocks(manifest) {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
@@ -40,7 +42,7 @@ enum UploadHandlers {
                 // A block stored since absentBlocks looked (another device) needs no upload.
                 guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
                                                                             tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
-                let url = context.presignedURL(row, request: request)
+                let url = context.presignedURL(row, base: base)
                 blocks.append(BlockUploadInfo(index: block.index, hash: block.digest.hex, length: row.length, url: url.absolute, offset: row.received))
                 anyCreated = anyCreated || created
                 expires = min(expires, url.expires)
@@ -74,7 +76,7 @@ enum UploadHandlers {
             present = true
         }
         let now = ServerContext.now()
-        let expires = now + context.configuration.uploadExpiry
+        let expires = context.configuration.uploadExpires(after: now)
         let (row, created) = try context.metadata.findOrCreateUpload(hash: digest.hex, size: size, deviceID: device.id, present: present,
                                                                      now: now, expires: expires, field: field)
         if created && !present {
@@ -86,11 +88,18 @@ enum UploadHandlers {
 }
 
 extension ServerContext {
+    /// The base of the presigned URLs in the reply to `request`: `--public-url`, else the
+    /// request's Host (checked: `urlHost`), else the address the server listens on.
+    /// Asked before any upload is made, so a bad Host changes nothing.
+    func publicBase(for request: HTTPRequest) throws(RequestFailure) -> String {
+        if let publicURL = configuration.publicURL { return publicURL }
+        return "http://" + (try request.urlHost() ?? "\(configuration.host):\(configuration.port)")
+    }
+
     /// The presigned URL of an upload, valid until its row's expiry.
-    func presignedURL(_ row: UploadRow, request: HTTPRequest) -> (absolute: String, relative: String, expires: Int64) {
+    func presignedURL(_ row: UploadRow, base: String) -> (absolute: String, relative: String, expires: Int64) {
         let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt)
         let relative = presigner.sign(signed)
-        let base = configuration.publicURL ?? "http://" + (request.header("Host") ?? "\(configuration.host):\(configuration.port)")
         return (base + relative, relative, row.expiresAt)
     }
 
@@ -133,11 +142,12 @@ enum TusHandlers {
             return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
         }
         do {
+            let base = try context.publicBase(for: request)
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))
             }
-            let url = context.presignedURL(row, request: request)
+            let url = context.presignedURL(row, base: base)
             return .respond(.empty(201, headers: [("Location", url.absolute), (Tus.resumable, API.tusVersion),
                                                   (Tus.uploadOffset, String(row.received)), (Tus.uploadExpires, HTTPDate.format(url.expires))]))
         } catch {
@@ -246,16 +256,25 @@ enum TusHandlers {
         guard request.header("Content-Type")?.lowercased().hasPrefix(Tus.offsetContentType) == true else {
             return fail(.error(415, "unsupported_media_type", "a PATCH must have 'Content-Type: \(Tus.offsetContentType)'", field: "Content-Type"))
         }
-        guard let offsetText = request.header(Tus.uploadOffset), let offset = Int64(offsetText), offset >= 0 else {
-            return fail(.error(400, "bad_request", "Upload-Offset must be a byte offset; HEAD the upload to learn it", field: Tus.uploadOffset))
+        let offset: Int64
+        do {
+            guard let given = try request.byteCount(Tus.uploadOffset, meaning: "the upload's offset in bytes; HEAD the upload to learn it") else {
+                return fail(.error(400, "bad_request", "Upload-Offset is missing: a PATCH says where its bytes go; HEAD the upload to learn the offset", field: Tus.uploadOffset))
+            }
+            offset = given
+        } catch {
+            return fail(error.response)
         }
         guard offset == row.received else {
             return fail(.error(409, "offset_conflict", "Upload-Offset \(offset) does not match the server's offset \(row.received); resume from \(row.received)",
                                field: Tus.uploadOffset, headers: [(Tus.uploadOffset, String(row.received))]))
         }
-        if let length = request.contentLength, offset + length > row.length {
-            return fail(.error(413, "body_too_large", "the PATCH declares \(length) bytes but only \(row.length - offset) are left of this \(row.length)-byte upload",
-                               headers: [(Tus.uploadOffset, String(row.received))]))
+        // Compared with what is left, never added to the offset: the client's length may
+        // be anything up to Int64.max, and `offset + length` would trap.
+        let left = row.length - offset
+        if let length = request.contentLength, length > left {
+            return fail(.error(413, "body_too_large", "the PATCH declares \(length) bytes but only \(left) are left of this \(row.length)-byte upload; send at most \(left)",
+                               field: "Content-Length", headers: [(Tus.uploadOffset, String(row.received))]))
         }
         var checksum: [UInt8]?
         if let text = request.header(Tus.uploadChecksum) {

@@ -35,6 +35,14 @@ public struct ServerConfiguration: Sendable {
         self.database = database
     }
 
+    /// When an upload URL made at `now` expires. Saturated at `Int64.max`: the lifetime
+    /// is any positive number an operator typed, and an overflowing sum would trap on the
+    /// first upload a device asks for.
+    func uploadExpires(after now: Int64) -> Int64 {
+        let (sum, overflow) = now.addingReportingOverflow(uploadExpiry)
+        return overflow ? .max : sum
+    }
+
     var databasePath: String { dataDirectory + "/server.db" }
     /// Where the records are.
     public var records: DatabaseLocation { database ?? .sqlite(path: databasePath) }
