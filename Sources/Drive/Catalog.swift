@@ -298,7 +298,7 @@ final class Catalog: @unchecked Sendable {
     /// The workspace path of an inode (one of its names, for a hard-linked file).
     func path(of ino: UInt64) throws -> String? { try Self.path(of: ino, in: db) }
 
-    /// The same on any connection to a catalog (`StoreCheck` reads an unmounted one).
+    /// The same on any connection to a catalog (`BlockAudit` reads an unmounted one).
     static func path(of ino: UInt64, in db: Database) throws -> String? {
         var parts: [String] = []
         var current = ino

@@ -158,7 +158,7 @@ final class Durability: @unchecked Sendable {
     /// checked by its own hash, so only the damaged blocks of a file fail to read.
     func verifyAfterUncleanStop() throws -> [String] {
         let durable = try catalog.meta("durable_gen") ?? 0
-        let report = try catalog.reading { db in try StoreCheck.run(db, blobs: blobs, newerThan: durable) }
+        let report = try catalog.reading { db in try BlockAudit.run(db, blobs: blobs, newerThan: durable) }
         var lost: [String] = []
         for finding in report.findings {
             try catalog.markDamaged(finding.digest)

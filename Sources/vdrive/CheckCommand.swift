@@ -5,7 +5,7 @@ import Storage
 import Crypto
 
 /// `vdrive check [--state DIR] [--prune]`: reads every block an unmounted workspace's
-/// catalog names and checks it hashes to its name (Drive's `StoreCheck`, the code the
+/// catalog names and checks it hashes to its name (Drive's `BlockAudit`, the code the
 /// mount runs after an unclean stop). It holds the state folder's lock, so no mount
 /// changes the store while it reads.
 enum CheckCommand {
@@ -51,9 +51,9 @@ enum CheckCommand {
         }
         let total = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks WHERE resident = 1") { $0.int64(0) } ?? 0
         let progress = CheckProgress(total: total)
-        let report: StoreCheck.Report
+        let report: BlockAudit.Report
         do {
-            report = try StoreCheck.run(db, blobs: blobs, progress: { progress.add($0) })
+            report = try BlockAudit.run(db, blobs: blobs, progress: { progress.add($0) })
         } catch {
             progress.finish()
             throw CLIError("could not read the catalog in \(state): \(error)", code: ExitCode.ioError)
@@ -76,7 +76,7 @@ enum CheckCommand {
             return ExitCode.ok
         }
         for finding in report.findings {
-            let paths = (try? StoreCheck.paths(using: finding.digest, in: db)) ?? []
+            let paths = (try? BlockAudit.paths(using: finding.digest, in: db)) ?? []
             let used = paths.isEmpty ? "no file uses it" : "used by " + paths.prefix(3).map { "'\($0)'" }.joined(separator: ", ")
                 + (paths.count > 3 ? " and \(paths.count - 3) more" : "")
             print("\(finding.problem.rawValue): block \(finding.digest.hex), \(used)")

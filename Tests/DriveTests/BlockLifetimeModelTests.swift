@@ -8,7 +8,7 @@ import Storage
 /// files that share a small pool of contents (so blocks are deduplicated), with deletes,
 /// saves of the same bytes again, truncates, renames over, evictions (the server holds
 /// every block: a `FakeRemote`), commits of the group and reopenings. After each step
-/// every row's block is here and sound (`StoreCheck`) and every file reads as the model
+/// every row's block is here and sound (`BlockAudit`) and every file reads as the model
 /// says; after each garbage pass no block file is kept that no row names.
 /// `VDRIVE_LIFETIME_SEED` replays a run; `VDRIVE_LIFETIME_STEPS` makes it longer.
 @Suite struct BlockLifetimeModelTests {

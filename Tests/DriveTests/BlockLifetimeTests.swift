@@ -7,7 +7,7 @@ import Storage
 /// A block file goes only when no row names its block at the moment it goes
 /// (`Catalog.removeUnnamedBlockFiles`), without a kernel: content deleted and saved
 /// again, shared by several files, evicted, across commits of the group and reopenings.
-/// `StoreCheck` (what `vdrive check` and the after-crash check run) is the judge.
+/// `BlockAudit` (what `vdrive check` and the after-crash check run) is the judge.
 @Suite struct BlockLifetimeTests {
     /// Every boundary: one byte, the largest block kept in the catalog and one past it,
     /// a photo, a block less one, one block, one block and a byte, several blocks.
@@ -73,11 +73,11 @@ import Storage
 
     /// The store as `vdrive check` sees it, read under the catalog's lock so that no
     /// commit or removal runs halfway through.
-    static func check(_ fs: DriveFileSystem) throws -> StoreCheck.Report {
-        try fs.catalog.withDatabaseUnchecked { try StoreCheck.run(fs.catalog.db, blobs: fs.blobs) }
+    static func check(_ fs: DriveFileSystem) throws -> BlockAudit.Report {
+        try fs.catalog.withDatabaseUnchecked { try BlockAudit.run(fs.catalog.db, blobs: fs.blobs) }
     }
 
-    static func describe(_ r: StoreCheck.Report) -> String {
+    static func describe(_ r: BlockAudit.Report) -> String {
         r.findings.map { "\($0.problem.rawValue) \($0.digest.hex.prefix(12))" }.joined(separator: ", ")
     }
 

@@ -10,7 +10,7 @@ import Storage
 /// unmounted state folder (all of them). It reads and hashes; it changes nothing. What
 /// the caller does with a finding is its own: the mount marks the block damaged (its
 /// reads are fetched again from the server, or fail with EIO), the command reports it.
-public enum StoreCheck {
+public enum BlockAudit {
     public enum Problem: String, Sendable {
         /// A resident block with no file here and no bytes in the catalog.
         case missing
