@@ -11,6 +11,9 @@ enum ServeCommand {
     static let help = """
     Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS] [--store s3://…]
            vdrive serve check                 reach the database and the store: version, schema, permissions, a probe object
+           vdrive serve snapshot DEST         a consistent copy of this embedded server, running or
+                                              not (records, and blocks as hard links where it can);
+                                              a server started on DEST carries on where it was
            vdrive serve device add NAME       make a device and print its token (once)
            vdrive serve device list           list devices
            vdrive serve device revoke NAME    revoke a device's token at once
@@ -49,6 +52,7 @@ enum ServeCommand {
         if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
+        if arguments.first == "snapshot" { return try ServeSnapshotCommand.run(Array(arguments.dropFirst())) }
         let options = try Options(arguments, valued: ServeBackends.valued.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
