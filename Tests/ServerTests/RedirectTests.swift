@@ -120,4 +120,21 @@ import Testing
             #expect(peer.heads.count == 2, "one request per call: \(peer.heads)")
         }
     }
+
+    /// An upload plan names only http or https URLs: a presigned URL of another scheme is
+    /// never opened (a `file:` PUT or PATCH would write the device's own disk).
+    @Test func anUploadURLOutsideHTTPIsNeverOpened() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let block = Array("a block".utf8)
+        writeFile(dir.path + "/source", block)
+        let fd = open(dir.path + "/source", O_RDONLY); defer { close(fd) }
+        let client = WorkspaceClient(baseURL: "http://127.0.0.1:1", token: "secret-device-token")
+        for kind in [UploadKind.tus, .s3(headers: [])] {
+            let ticket = BlockTicket(index: 0, hash: SHA256Hasher.digest(block), length: Int64(block.count),
+                                     url: "file://" + dir.path + "/written", offset: 0, kind: kind)
+            let error = ScaledStoreTests.outcome { () throws(ClientError) in try client.uploadBlock(ticket, fd: fd) }
+            if case .invalidResponse? = error {} else { Issue.record("\(kind): \(String(describing: error))") }
+            #expect(!FileManager.default.fileExists(atPath: dir.path + "/written"), "\(kind): nothing written")
+        }
+    }
 }
