@@ -340,15 +340,20 @@ public final class WorkspaceClient: Sendable {
     }
 
     /// Bytes `[offset, offset + length)` of one stored block, in memory (at most one
-    /// block). Not checked here: the caller holds the digest the bytes must have.
+    /// block), from the server or (a scaled server's 307) its object store. Only their
+    /// count is checked here: the caller holds the digest the bytes must have.
     public func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int) throws(ClientError) -> [UInt8] {
-        let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex,
-                                           headers: [authHeader, "Range: bytes=\(offset)-\(offset + length - 1)"],
-                                           responseLimit: Blocks.size)
+        let reply = try getFollowingStore(API.blockPrefix + hash.hex, headers: ["Range: bytes=\(offset)-\(offset + length - 1)"]) {
+            (url, headers) throws(ClientError) -> HTTPResult in
+            try connection.perform(method: "GET", url: url, headers: headers, responseLimit: Blocks.size)
+        }
         try check(reply, expect: [206, 200])
         if reply.status == 200 {   // a server that ignored the Range sent the whole block
             guard reply.body.count >= offset + length else { throw .invalidResponse("block \(hash.hex) is shorter than the range asked") }
             return Array(reply.body[offset..<(offset + length)])
+        }
+        guard reply.body.count == length else {
+            throw .invalidResponse("\(reply.body.count) bytes of block \(hash.hex) came for a range of \(length)")
         }
         return reply.body
     }
@@ -381,24 +386,36 @@ public final class WorkspaceClient: Sendable {
     /// GET of `path` (with one Range) into `fd` (nil: only to `hook`); `hook` sees every piece.
     private func fetch(_ path: String, range: ClosedRange<Int64>?, to fd: Int32?, at fdOffset: Int64, direct: Int32?,
                        hook: ((UnsafeRawBufferPointer) -> Void)?, progress: ((Int64) -> Bool)?) throws(ClientError) -> Int64 {
-        var headers = [authHeader]
-        if let range { headers.append("Range: bytes=\(range.lowerBound)-\(range.upperBound)") }
         let counter = ByteCounter()
-        var reply = try connection.perform(method: "GET", url: baseURL + path, headers: headers,
-                                           sink: fd, sinkOffset: fdOffset, directSink: direct, sinkHook: { chunk in
-                                               counter.count += Int64(chunk.count)
-                                               hook?(chunk)
-                                           }, progress: progress)
-        if reply.status == 307, let location = reply.header("Location"), counter.count == 0 {
-            // A scaled server's blocks come from its object store: follow once, without the token.
-            reply = try connection.perform(method: "GET", url: location, headers: Array(headers.dropFirst()),
-                                           sink: fd, sinkOffset: fdOffset, directSink: direct, sinkHook: { chunk in
-                                               counter.count += Int64(chunk.count)
-                                               hook?(chunk)
-                                           }, progress: progress)
+        let reply = try getFollowingStore(path, headers: range.map { ["Range: bytes=\($0.lowerBound)-\($0.upperBound)"] } ?? []) {
+            (url, headers) throws(ClientError) -> HTTPResult in
+            let reply = try connection.perform(method: "GET", url: url, headers: headers,
+                                               sink: fd, sinkOffset: fdOffset, directSink: direct, sinkHook: { chunk in
+                                                   counter.count += Int64(chunk.count)
+                                                   hook?(chunk)
+                                               }, progress: progress)
+            // A redirect's body is not the block's, and it went where the block goes.
+            guard reply.status != 307 || counter.count == 0 else { throw .invalidResponse("the redirect of \(path) came with a body") }
+            return reply
         }
         try check(reply, expect: range == nil ? [200] : [206, 200])
         return counter.count
+    }
+
+    /// A GET of `path` on the server with `headers` and the device's token, through
+    /// `get` (one request). A scaled server answers a block's GET with 307 to a presigned
+    /// URL of its object store: that is followed once, with the same `headers` (the Range)
+    /// but never the token (the store is another host, and the URL is its own
+    /// credential), and only to an absolute http or https URL.
+    private func getFollowingStore(_ path: String, headers: [String],
+                                   _ get: (_ url: String, _ headers: [String]) throws(ClientError) -> HTTPResult) throws(ClientError) -> HTTPResult {
+        let reply = try get(baseURL + path, [authHeader] + headers)
+        guard reply.status == 307 else { return reply }
+        let location = reply.header("Location") ?? ""
+        guard HTTPConnection.isWebURL(location) else {
+            throw .invalidResponse("the server redirected \(path) to '\(location.prefix(200))', not to an http or https URL")
+        }
+        return try get(location, headers)
     }
 
     // MARK: plumbing

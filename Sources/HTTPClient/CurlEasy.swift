@@ -185,6 +185,18 @@ public final class HTTPConnection: Sendable {
 
     public init(timeouts: Timeouts = Timeouts()) { self.timeouts = timeouts }
 
+    /// The only URL schemes a request may use (libcurl's list): every URL the server
+    /// hands a device (upload plans, a redirect to its store) is http or https, and no
+    /// other scheme libcurl knows (file, ftp, …) is ever opened on the device.
+    static let schemes = "http,https"
+
+    /// True for an absolute http or https URL (the only place a redirect may lead).
+    public static func isWebURL(_ url: String) -> Bool {
+        let lower = url.prefix(8).lowercased()
+        let scheme = lower.hasPrefix("http://") ? 7 : lower.hasPrefix("https://") ? 8 : 0
+        return scheme > 0 && url.count > scheme
+    }
+
     /// Sends one request and waits for the reply. Response bodies go to memory (at most
     /// `responseLimit` bytes) or, with `sink`, to that descriptor from `sinkOffset`
     /// (`sinkHook` sees each written piece), or, with `sinkHook` alone, only to the hook
@@ -232,6 +244,8 @@ public final class HTTPConnection: Sendable {
             defer { curl_slist_free_all(list) }
             for header in headers { list = curl_slist_append(list, header) }
             vd_curl_setopt_str(h, CURLOPT_URL, url)
+            vd_curl_setopt_str(h, CURLOPT_PROTOCOLS_STR, Self.schemes)
+            vd_curl_setopt_str(h, CURLOPT_REDIR_PROTOCOLS_STR, Self.schemes)
             vd_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1)
             vd_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT, timeouts.connect)
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
@@ -298,6 +312,8 @@ public final class HTTPConnection: Sendable {
             return .timedOut
         case CURLE_ABORTED_BY_CALLBACK:
             return .cancelled
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            return .invalidResponse("a URL other than http or https (\(text)): not opened")
         case CURLE_READ_ERROR:
             return .localIO("reading the file to upload failed: \(String(cString: strerror(t.readError)))")
         case CURLE_WRITE_ERROR:

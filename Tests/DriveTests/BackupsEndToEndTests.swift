@@ -20,12 +20,6 @@ import Storage
         return Int64(timegm(&t))
     }
 
-    /// True once the server's database holds a version of `path` (read beside the server, WAL).
-    static func serverHasRecord(_ server: LocalServer, _ path: String) -> Bool {
-        guard let db = try? Database(path: server.data + "/server.db") else { return false }
-        return ((try? db.queryOne("SELECT 1 FROM file_versions WHERE path = ?", path) { _ in true }) ?? nil) != nil
-    }
-
     static func fixture(_ name: String, plus tag: String) throws -> [UInt8] {
         try readFile(fixturesPath + "/" + name) + Array(tag.utf8)
     }
@@ -74,17 +68,20 @@ import Storage
         throw TestFailure("\(what): not within \(seconds) s")
     }
 
-    @Test func twoDevicesSeeEveryBackupByDeviceAndDateAndANewDeviceCopiesThem() throws {
+    /// On both back ends; on the scaled one the phone backs up through one server process
+    /// and the laptop and the new device read through the other, from the store.
+    @Test(arguments: Backend.allCases)
+    func twoDevicesSeeEveryBackupByDeviceAndDateAndANewDeviceCopiesThem(_ backend: Backend) throws {
         let dir = TemporaryDirectory("vdrive-backups"); defer { dir.remove() }
         let scratch = dir.path + "/scratch"
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
-        let server = try LocalServer(folder: dir.path, device: "phone"); defer { server.stop() }
+        let server = try LocalServer(folder: dir.path, device: "phone", backend: backend); defer { server.stop() }
         try server.addDevice("laptop", tokenFile: dir.path + "/laptop.token")
         try server.addDevice("new-laptop", tokenFile: dir.path + "/new.token")
         let phone = try MountedDrive(label: "vdrive-backups-phone", arguments: server.mountArguments + ["--camera-backup"])
         defer { phone.stop() }
         let laptop = try MountedDrive(label: "vdrive-backups-laptop",
-                                      arguments: ["--server", server.url, "--token-file", dir.path + "/laptop.token", "--camera-backup"])
+                                      arguments: server.mountArguments(tokenFile: dir.path + "/laptop.token", process: 1) + ["--camera-backup"])
         defer { laptop.stop() }
 
         // Different photos under the same name on both devices, one photo both have, a
@@ -109,6 +106,13 @@ import Storage
         try E2E.waitForBackup(phone, done: 5)
         try writeFile(phone.path("Camera Roll/IMG_0001.jpg"), phone2)
         try E2E.waitForBackup(phone, done: 6)
+        // Dedup: the shared photo in a second file of the phone, then deleted and saved
+        // again under its name (one content, one block, three records).
+        try writeFile(phone.path("Camera Roll/DSC_1999 copy.jpg"), shared)
+        try E2E.waitForBackup(phone, done: 7)
+        try FileManager.default.removeItem(atPath: phone.path("Camera Roll/DSC_1999.jpg"))
+        try writeFile(phone.path("Camera Roll/DSC_1999.jpg"), shared)
+        try E2E.waitForBackup(phone, done: 8)
 
         let expected: [String: (sha: String, mtime: Int64)] = [
             "laptop/2026/11/IMG_0001.jpg": (Self.sha(laptop1), Self.exifIMG0001),
@@ -116,6 +120,7 @@ import Storage
             "phone/2026/11/IMG_0001.jpg": (Self.sha(phone2), Self.exifIMG0001),
             "phone/2026/11/IMG_0001 (2).jpg": (Self.sha(trip), Self.exifIMG0001),
             "phone/2015/03/DSC_1999.jpg": (Self.sha(shared), Self.exifDSC1999),
+            "phone/2015/03/DSC_1999 copy.jpg": (Self.sha(shared), Self.exifDSC1999),
             "phone/2019/07/screenshot.png": (Self.sha(screenshot), Self.july2019),
             "phone/2019/07/clip.mov": (Self.sha(clip), Self.july2019),
         ]
@@ -163,7 +168,7 @@ import Storage
             // land at the same phase of it).
             usleep(UInt32.random(in: 0..<1_000_000))
             try writeFile(phone.path("Camera Roll/" + name), try Self.fixture("IMG_0002.jpg", plus: name))
-            try Self.waitUntil(60, "\(name) recorded on the server") { Self.serverHasRecord(server, "Camera Roll/" + name) }
+            try Self.waitUntil(60, "\(name) recorded on the server") { server.hasRecord("Camera Roll/" + name) }
             let recorded = Date()
             try Self.waitUntil(30, "\(name) in the laptop's Backups/") {
                 FileManager.default.fileExists(atPath: laptop.path("Backups/phone/2026/11/" + name))
@@ -176,14 +181,14 @@ import Storage
               + String(format: " (min %.0f, median %.0f, max %.0f ms; feed asked every 1 s)", sorted[0] * 1000, sorted[sorted.count / 2] * 1000, sorted[sorted.count - 1] * 1000))
 
         // The administrator deletes a backup: it leaves the laptop's Backups/ too.
-        let deleted = try runCommand(vdriveBinary, ["serve", "backup", "delete", "phone", "Camera Roll/late-0.jpg", "--yes", "--data", server.data])
+        let deleted = try runCommand(vdriveBinary, ["serve", "backup", "delete", "phone", "Camera Roll/late-0.jpg", "--yes", "--data", server.data] + server.databaseArguments)
         #expect(deleted.status == 0, "\(deleted.stderr)")
         try Self.waitUntil(30, "the deleted backup gone from the laptop's Backups/") {
             !Self.names(laptop.path("Backups/phone/2026/11")).contains("late-0.jpg")
         }
 
         // A third, new device restores the phone's backups with cp -a.
-        let fresh = try MountedDrive(label: "vdrive-backups-new", arguments: ["--server", server.url, "--token-file", dir.path + "/new.token"])
+        let fresh = try MountedDrive(label: "vdrive-backups-new", arguments: server.mountArguments(tokenFile: dir.path + "/new.token", process: 1))
         defer { fresh.stop() }
         try Self.waitUntil(15, "the phone's records on the new device") {
             FileManager.default.fileExists(atPath: fresh.path("Backups/phone/2019/07/clip.mov"))
@@ -231,7 +236,7 @@ import Storage
         // Without a mount, the sync task learns the records (a systemd timer's run).
         try laptop.unmount()
         try writeFile(phone.path("Camera Roll/by-task.jpg"), try Self.fixture("IMG_0002.jpg", plus: "by-task"))
-        try Self.waitUntil(60, "by-task.jpg recorded on the server") { Self.serverHasRecord(server, "Camera Roll/by-task.jpg") }
+        try Self.waitUntil(60, "by-task.jpg recorded on the server") { server.hasRecord("Camera Roll/by-task.jpg") }
         let task = try laptop.vdrive(["task", "run", "us.virtualdrive.sync", "--state", laptop.state] + laptop.mountArguments.filter { $0 != "--camera-backup" })
         #expect(task.status == 0, "sync task: \(task.stderr)")
         #expect(task.stdout.contains("Backups: "), "\(task.stdout)")

@@ -8,62 +8,91 @@ enum StoreKind: String, CaseIterable, Sendable {
 }
 
 /// A real `vdrive serve` on a free loopback port, with one device token; with
-/// `store: .s3`, also a real SeaweedFS in `folder` that the server keeps blocks in.
-/// Always call `stop()` (in a defer): it stops both.
+/// `store: .s3`, also a real SeaweedFS in `folder` that the server keeps blocks in; with
+/// `processes: 2`, a second `vdrive serve` on the same records and blocks (a data folder
+/// of its own), as a scaled server runs. Always call `stop()` (in a defer): it stops
+/// them all.
 final class LocalServer {
+    /// The first process's data folder (the device tokens are made there).
     let data: String
     let tokenFile: String
-    private(set) var process: Process?
-    private(set) var url = ""
-    private let outputFile: String
+    /// One per process: its data folder and its output (where it says its address).
+    private let folders: [(data: String, output: String)]
+    private var processes: [Process?]
+    /// Each process's URL, once started.
+    private(set) var urls: [String]
     /// 0 until the first start picks a free port; a restart reuses it.
-    private(set) var port: Int
+    private var ports: [Int]
     /// The object store of a `.s3` server.
     let seaweed: SeaweedFS?
 
     /// The PostgreSQL URL of its records (`--database`), nil for SQLite in the data folder.
     let database: String?
 
+    var process: Process? { processes[0] }
+    var url: String { urls[0] }
+    var port: Int { ports[0] }
+
     /// `records`: "sqlite", or "postgresql" for a fresh database of the test cluster.
-    init(folder: String, port: Int = 0, device: String = "test-device", store: StoreKind = .folder, records: String = "sqlite") throws {
+    init(folder: String, port: Int = 0, device: String = "test-device", store: StoreKind = .folder, records: String = "sqlite",
+         processes count: Int = 1) throws {
         database = records == "postgresql" ? try PostgresCluster.freshDatabase() : nil
-        data = folder + "/server-data"
-        tokenFile = folder + "/token"
-        outputFile = folder + "/server.out"
-        self.port = port
-        seaweed = store == .s3 ? try SeaweedFS(folder: folder + "/seaweed") : nil
-        let added = try runCommand(vdriveBinary, ["serve", "device", "add", device, "--data", data] + databaseArguments)
-        guard added.status == 0, let token = added.stdout.split(separator: "\n").first else {
-            throw TestFailure("device add failed: \(added.stderr)")
+        folders = (0..<count).map { i in
+            let suffix = i == 0 ? "" : "-\(i + 1)"
+            return (folder + "/server-data" + suffix, folder + "/server\(suffix).out")
         }
-        try String(token).write(toFile: tokenFile, atomically: true, encoding: .utf8)
+        data = folders[0].data
+        tokenFile = folder + "/token"
+        processes = Array(repeating: nil, count: count)
+        urls = Array(repeating: "", count: count)
+        ports = [port] + Array(repeating: 0, count: count - 1)
+        seaweed = store == .s3 ? try SeaweedFS(folder: folder + "/seaweed") : nil
+        try addDevice(device, tokenFile: tokenFile)
         try start()
+    }
+
+    /// The embedded server, or the scaled one: records in PostgreSQL, blocks in
+    /// SeaweedFS, two processes.
+    convenience init(folder: String, device: String = "test-device", backend: Backend) throws {
+        switch backend {
+        case .embedded: try self.init(folder: folder, device: device)
+        case .scaled: try self.init(folder: folder, device: device, store: .s3, records: "postgresql", processes: 2)
+        }
     }
 
     /// Another device's token on the same server (a second machine, a reinstall).
     func addDevice(_ name: String, tokenFile: String) throws {
         let added = try runCommand(vdriveBinary, ["serve", "device", "add", name, "--data", data] + databaseArguments)
-        guard added.status == 0, let token = added.stdout.split(separator: "\n").first else { throw TestFailure(added.stderr) }
+        guard added.status == 0, let token = added.stdout.split(separator: "\n").first else {
+            throw TestFailure("device add \(name) failed: \(added.stderr)")
+        }
         try String(token).write(toFile: tokenFile, atomically: true, encoding: .utf8)
     }
 
     var databaseArguments: [String] { database.map { ["--database", $0] } ?? [] }
 
+    /// Starts every process (again after `stopServer`, on the same ports).
     func start() throws {
+        for i in folders.indices where processes[i] == nil { try start(i) }
+    }
+
+    private func start(_ i: Int) throws {
+        let outputFile = folders[i].output
         FileManager.default.createFile(atPath: outputFile, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
-        p.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:\(port)"] + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments
+        p.arguments = ["serve", "--data", folders[i].data, "--listen", "127.0.0.1:\(ports[i])"]
+            + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments
         if let seaweed { p.environment = ProcessInfo.processInfo.environment.merging(seaweed.environment) { $1 } }
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
         p.standardError = FileHandle.nullDevice
         try p.run()
-        process = p
+        processes[i] = p
         for _ in 0..<200 {
             let out = (try? String(contentsOfFile: outputFile, encoding: .utf8)) ?? ""
             if let range = out.range(of: "listening on ") {
-                url = String(out[range.upperBound...].prefix { $0 != " " && $0 != "\n" })
-                port = Int(url.split(separator: ":").last ?? "") ?? port
+                urls[i] = String(out[range.upperBound...].prefix { $0 != " " && $0 != "\n" })
+                ports[i] = Int(urls[i].split(separator: ":").last ?? "") ?? ports[i]
                 return
             }
             usleep(25_000)
@@ -76,53 +105,54 @@ final class LocalServer {
         seaweed?.stop()
     }
 
-    /// Stops the server process only (a restart keeps the store running).
+    /// Stops the server processes only (a restart keeps the store running).
     func stopServer() {
-        guard let p = process else { return }
-        kill(p.processIdentifier, SIGTERM)
-        p.waitUntilExit()
-        process = nil
+        for i in processes.indices {
+            guard let p = processes[i] else { continue }
+            kill(p.processIdentifier, SIGTERM)
+            p.waitUntilExit()
+            processes[i] = nil
+        }
     }
 
-    /// Bytes the server process has written so far (/proc/PID/io wchar): received blob bytes plus a little metadata.
+    /// Bytes the server processes have written so far (/proc/PID/io wchar): received blob bytes plus a little metadata.
     func bytesWritten() -> Int64 {
-        guard let p = process, let io = try? String(contentsOfFile: "/proc/\(p.processIdentifier)/io", encoding: .utf8) else { return 0 }
-        for line in io.split(separator: "\n") where line.hasPrefix("wchar:") {
-            return Int64(line.split(separator: " ").last ?? "0") ?? 0
+        processes.compactMap { $0 }.reduce(0) { total, p in
+            guard let io = try? String(contentsOfFile: "/proc/\(p.processIdentifier)/io", encoding: .utf8) else { return total }
+            let line = io.split(separator: "\n").first { $0.hasPrefix("wchar:") }
+            return total + (line.flatMap { Int64($0.split(separator: " ").last ?? "0") } ?? 0)
         }
-        return 0
     }
 
-    /// The complete blobs the server holds (its blob store: `blobs/ab/<sha256>`).
-    /// The content hashes the server holds (verified manifests), read from its database.
-    /// The workspace's identity the server keeps (`settings.workspace_id`), in hex.
-    func workspaceID() -> String? {
+    /// The first column of each row `sql` selects in the server's records (PostgreSQL
+    /// through psql, else the SQLite file beside the running server, WAL).
+    func records(_ sql: String) -> [String] {
         if let database, let cluster = PostgresCluster.shared {
-            let name = PostgresCluster.databaseName(of: database)
-            return try? cluster.psql(name, "SELECT encode(value, 'hex') FROM settings WHERE key = 'workspace_id'")
-                .trimmingCharacters(in: .whitespacesAndNewlines)
-        }
-        guard let db = try? Database(path: data + "/server.db") else { return nil }
-        return (try? db.queryOne("SELECT lower(hex(value)) FROM settings WHERE key = 'workspace_id'") { $0.string(0) }) ?? nil
-    }
-
-    func contentHashes() -> Set<String> {
-        if let database, let cluster = PostgresCluster.shared {
-            let name = PostgresCluster.databaseName(of: database)
-            return Set(((try? cluster.psql(name, "SELECT hash FROM contents")) ?? "").split(separator: "\n").map(String.init))
+            let text = (try? cluster.psql(PostgresCluster.databaseName(of: database), sql)) ?? ""
+            return text.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
         }
         guard let db = try? Database(path: data + "/server.db") else { return [] }
-        return Set((try? db.query("SELECT hash FROM contents") { $0.string(0) ?? "" }) ?? [])
+        return (try? db.query(sql) { $0.string(0) ?? "" }) ?? []
+    }
+
+    /// The workspace's identity the server keeps (`settings.workspace_id`), in hex.
+    func workspaceID() -> String? {
+        records(database == nil ? "SELECT lower(hex(value)) FROM settings WHERE key = 'workspace_id'"
+                                : "SELECT encode(value, 'hex') FROM settings WHERE key = 'workspace_id'").first
+    }
+
+    /// The content hashes the server holds (verified manifests).
+    func contentHashes() -> Set<String> { Set(records("SELECT hash FROM contents")) }
+
+    /// True once the server holds a version of `path`.
+    func hasRecord(_ path: String) -> Bool {
+        !records("SELECT 1 FROM file_versions WHERE path = '\(path.replacingOccurrences(of: "'", with: "''"))'").isEmpty
     }
 
     /// How many blocks the server stores: block files, or with an object store the
     /// blocks it verified and recorded.
     func blockCount() -> Int {
-        if seaweed != nil {
-            guard let db = try? Database(path: data + "/server.db") else { return 0 }
-            return (try? db.queryOne("SELECT count(*) FROM blocks", row: { Int($0.int64(0)) })) ?? 0
-        }
-        return blockFileCount()
+        seaweed == nil ? blockFileCount() : Int(records("SELECT count(*) FROM blocks").first ?? "") ?? 0
     }
 
     /// How many block files are in the server's data folder (none with an object store).
@@ -135,5 +165,11 @@ final class LocalServer {
         return count
     }
 
-    var mountArguments: [String] { ["--server", url, "--token-file", tokenFile] }
+    var mountArguments: [String] { mountArguments(tokenFile: tokenFile) }
+
+    /// A device's `--server` and `--token-file`, through process `process` (counted
+    /// round the processes there are: a single server answers for every number).
+    func mountArguments(tokenFile: String, process: Int = 0) -> [String] {
+        ["--server", urls[process % urls.count], "--token-file", tokenFile]
+    }
 }

@@ -49,11 +49,21 @@ import Testing
         deinit { close(fd) }
     }
 
+    /// A scaled server's answer to a block read: 307 to `location`.
+    static func redirect(to location: String) -> [UInt8] {
+        Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: \(location)\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+    }
+
+    /// The store's presigned GET of `hash` on the peer itself.
+    static func storeURL(_ port: Int, _ hash: SHA256Digest) -> String {
+        "http://127.0.0.1:\(port)/bucket/blocks/\(hash.hex)?X-Amz-Signature=abc"
+    }
+
     @Test func aRedirectToTheStoreIsFollowedWithoutTheToken() throws {
         let block = Array("the block's bytes".utf8)
         let hash = SHA256Hasher.digest(block)
         let peer = try RecordingPeer { port in [
-            Array("HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:\(port)/bucket/blocks/\(hash.hex)?X-Amz-Signature=abc\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8),
+            Self.redirect(to: Self.storeURL(port, hash)),
             Array("HTTP/1.1 200 OK\r\nContent-Length: \(block.count)\r\nConnection: close\r\n\r\n".utf8) + block,
         ] }
         let client = WorkspaceClient(baseURL: "http://127.0.0.1:\(peer.port)", token: "secret-device-token")
@@ -65,5 +75,66 @@ import Testing
         #expect(peer.heads.first?.contains("Authorization: Bearer secret-device-token") == true, "the server gets the token")
         #expect(peer.heads.last?.hasPrefix("GET /bucket/blocks/\(hash.hex)?X-Amz-Signature=abc ") == true, "\(peer.heads.last ?? "")")
         #expect(peer.heads.last?.lowercased().contains("authorization") == false, "the store never gets the token: \(peer.heads.last ?? "")")
+    }
+
+    /// The drive's partial read of a block (a chunk of it) goes to the store too, with its
+    /// Range and without the token.
+    @Test func aRangeOfABlockFollowsTheRedirectWithItsRangeAndWithoutTheToken() throws {
+        let block = Array("0123456789abcdef".utf8)
+        let hash = SHA256Hasher.digest(block)
+        let peer = try RecordingPeer { port in [
+            Self.redirect(to: Self.storeURL(port, hash)),
+            Array("HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4-9/16\r\nContent-Length: 6\r\nConnection: close\r\n\r\n".utf8) + block[4...9],
+        ] }
+        let client = WorkspaceClient(baseURL: "http://127.0.0.1:\(peer.port)", token: "secret-device-token")
+        #expect(try client.blockBytes(hash, offset: 4, length: 6) == Array(block[4...9]))
+        peer.wait()
+        #expect(peer.heads.count == 2)
+        #expect(peer.heads.first?.contains("Range: bytes=4-9") == true, "\(peer.heads.first ?? "")")
+        #expect(peer.heads.last?.hasPrefix("GET /bucket/blocks/\(hash.hex)?X-Amz-Signature=abc ") == true, "\(peer.heads.last ?? "")")
+        #expect(peer.heads.last?.contains("Range: bytes=4-9") == true, "the store gets the Range: \(peer.heads.last ?? "")")
+        #expect(peer.heads.last?.lowercased().contains("authorization") == false, "the store never gets the token: \(peer.heads.last ?? "")")
+    }
+
+    /// A redirect anywhere but an absolute http or https URL is refused as a wrong reply,
+    /// never followed: one request per call, and a local file holding the very block is
+    /// not opened.
+    @Test func aRedirectOutsideHTTPIsNotFollowed() throws {
+        let block = Array("a block".utf8)
+        let hash = SHA256Hasher.digest(block)
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        writeFile(dir.path + "/held", block)
+        let fd = open(dir.path + "/block", O_RDWR | O_CREAT, 0o600); defer { close(fd) }
+        for location in ["file://" + dir.path + "/held", "ftp://127.0.0.1:1/bucket/blocks/x", "gopher://127.0.0.1:1/x", "/v1/blocks/x", ""] {
+            let peer = try RecordingPeer { _ in [Self.redirect(to: location), Self.redirect(to: location)] }
+            let client = WorkspaceClient(baseURL: "http://127.0.0.1:\(peer.port)", token: "secret-device-token")
+            let calls: [(String, () throws(ClientError) -> Void)] = [
+                ("a range", { () throws(ClientError) in _ = try client.blockBytes(hash, offset: 0, length: 4) }),
+                ("a whole block", { () throws(ClientError) in try client.downloadBlock(hash, to: fd) }),
+            ]
+            for (what, call) in calls {
+                let error = ScaledStoreTests.outcome(call)
+                guard case .invalidResponse? = error else { Issue.record("\(what), redirected to '\(location)': \(String(describing: error))"); continue }
+            }
+            peer.wait()
+            #expect(peer.heads.count == 2, "one request per call: \(peer.heads)")
+        }
+    }
+
+    /// An upload plan names only http or https URLs: a presigned URL of another scheme is
+    /// never opened (a `file:` PUT or PATCH would write the device's own disk).
+    @Test func anUploadURLOutsideHTTPIsNeverOpened() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let block = Array("a block".utf8)
+        writeFile(dir.path + "/source", block)
+        let fd = open(dir.path + "/source", O_RDONLY); defer { close(fd) }
+        let client = WorkspaceClient(baseURL: "http://127.0.0.1:1", token: "secret-device-token")
+        for kind in [UploadKind.tus, .s3(headers: [])] {
+            let ticket = BlockTicket(index: 0, hash: SHA256Hasher.digest(block), length: Int64(block.count),
+                                     url: "file://" + dir.path + "/written", offset: 0, kind: kind)
+            let error = ScaledStoreTests.outcome { () throws(ClientError) in try client.uploadBlock(ticket, fd: fd) }
+            if case .invalidResponse? = error {} else { Issue.record("\(kind): \(String(describing: error))") }
+            #expect(!FileManager.default.fileExists(atPath: dir.path + "/written"), "\(kind): nothing written")
+        }
     }
 }

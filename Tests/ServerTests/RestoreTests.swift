@@ -11,16 +11,26 @@ import Testing
 /// killed with SIGKILL that resumes without fetching finished files again.
 @Suite(.serialized) struct RestoreTests {
     /// A real server with two devices that back up, "phone" and "laptop", a third that
-    /// restores, "new-laptop", and their token files.
+    /// restores, "new-laptop", and their token files. Scaled: records in PostgreSQL,
+    /// blocks in a real SeaweedFS, and two server processes: the devices back up through
+    /// `server`, the restores read through `reader` (the same process when embedded).
     final class Fixture {
         let dir = TemporaryDirectory()
         let server: ServerProcess
+        let reader: ServerProcess
+        let store: SeaweedFS?
+        /// The options of `vdrive serve` on these records and blocks (none when embedded).
+        let backends: [String]
         let phone: WorkspaceClient, laptop: WorkspaceClient
         let phoneTokenFile: String, laptopTokenFile: String, newTokenFile: String
 
-        init() throws {
+        init(_ backend: Backend = .embedded) throws {
             let data = dir.path + "/data"
-            let registry = try DeviceRegistry(dataDirectory: data)
+            store = backend == .scaled ? try SeaweedFS(folder: dir.path + "/seaweed") : nil
+            let database = try (backend == .scaled ? Records.postgres : .sqlite).freshLocation()
+            let credentials = dir.path + "/credentials"
+            backends = try Records.arguments(database) + (store.map { ["--store", try $0.storeURL(credentialsIn: credentials)] } ?? [])
+            let registry = try DeviceRegistry(dataDirectory: data, database: database)
             let phoneToken = try registry.add("phone"), laptopToken = try registry.add("laptop")
             phoneTokenFile = dir.path + "/phone.token"
             laptopTokenFile = dir.path + "/laptop.token"
@@ -28,13 +38,16 @@ import Testing
             writeFile(phoneTokenFile, Array(phoneToken.utf8))
             writeFile(laptopTokenFile, Array(laptopToken.utf8))
             writeFile(newTokenFile, Array(try registry.add("new-laptop").utf8))
-            server = try ServerProcess(data: data)
+            server = try ServerProcess(data: data, extra: backends)
+            reader = backend == .scaled ? try ServerProcess(data: dir.path + "/data-2", extra: backends) : server
             phone = WorkspaceClient(baseURL: server.base, token: phoneToken)
             laptop = WorkspaceClient(baseURL: server.base, token: laptopToken)
         }
 
         func stop() {
             server.kill(SIGTERM)
+            reader.kill(SIGTERM)
+            store?.stop()
             dir.remove()
         }
 
@@ -72,9 +85,9 @@ import Testing
             return process
         }
 
-        /// Runs `vdrive restore` as the new device (or `tokenFile`) against `base` (default: the server).
+        /// Runs `vdrive restore` as the new device (or `tokenFile`) against `base` (default: the reader).
         func restore(_ arguments: [String], base: String? = nil, tokenFile: String? = nil) throws -> (Int32, String, String) {
-            let r = try runCommand(vdriveBinary(), ["restore"] + isolated + arguments + ["--server", base ?? server.base, "--token-file", tokenFile ?? newTokenFile],
+            let r = try runCommand(vdriveBinary(), ["restore"] + isolated + arguments + ["--server", base ?? reader.base, "--token-file", tokenFile ?? newTokenFile],
                                    environment: isolation)
             return (r.status, r.stdout, r.stderr)
         }
@@ -85,13 +98,17 @@ import Testing
         var isolated: [String] { ["--config", dir.path + "/settings.json"] }
         var isolation: [String: String] { ["VDRIVE_SYSTEM_ROOT": dir.path + "/no-system"] }
 
-        /// Bytes the server process has written to sockets and files so far (sendfile included).
+        /// Bytes the server processes (and the store, when scaled) have written to
+        /// sockets and files so far (sendfile included).
         func serverBytesWritten() throws -> Int64 {
-            let io = try String(contentsOfFile: "/proc/\(server.process.processIdentifier)/io", encoding: .utf8)
-            guard let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") }), let n = Int64(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) else {
-                throw TestFailure("no wchar in /proc/PID/io: \(io)")
+            let pids = Set([server.process.processIdentifier, reader.process.processIdentifier] + (store?.pid.map { [$0] } ?? []))
+            return try pids.reduce(0) { total, pid in
+                let io = try String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8)
+                guard let line = io.split(separator: "\n").first(where: { $0.hasPrefix("wchar:") }), let n = Int64(line.dropFirst(6).trimmingCharacters(in: .whitespaces)) else {
+                    throw TestFailure("no wchar in /proc/PID/io: \(io)")
+                }
+                return total + n
             }
-            return n
         }
     }
 
@@ -112,8 +129,12 @@ import Testing
         }.sorted()
     }
 
-    @Test func restoresOneDeviceByteEqualWithCaptureDates() throws {
-        let fx = try Fixture()
+    /// On both back ends: on the scaled one the phone backs up through one server process,
+    /// and the restore reads through the other, from the store. With dedup: one content
+    /// in three files of two devices, one of them deleted by the administrator and
+    /// recorded again.
+    @Test(arguments: Backend.allCases) func restoresOneDeviceByteEqualWithCaptureDates(_ backend: Backend) throws {
+        let fx = try Fixture(backend)
         defer { fx.stop() }
         let d = fx.dir.path
         let p1 = TestFile(in: d, size: 300_000, seed: 201), l1 = TestFile(in: d, size: 310_000, seed: 202)
@@ -128,15 +149,21 @@ import Testing
         try fx.backUp(fx.phone, video, "Camera Roll/VID_0001.mov", capture: nil, mtime: Self.day("2021-03-03"), sequence: 5)
         try fx.backUp(fx.laptop, l1, "Camera Roll/IMG_0001.jpg", capture: Self.day("2019-07-01"))
         try fx.backUp(fx.laptop, shared, "Camera Roll/shared.jpg", capture: Self.day("2019-07-02"), sequence: 2)
+        try fx.backUp(fx.phone, shared, "Camera Roll/Trip/shared copy.jpg", capture: Self.day("2019-07-02"), sequence: 6)
+        let deleted = try runCommand(vdriveBinary(), ["serve", "backup", "delete", "phone", "Camera Roll/shared.jpg", "--yes", "--data", fx.server.data] + fx.backends)
+        #expect(deleted.status == 0, "\(deleted.stderr)")
+        try fx.backUp(fx.phone, shared, "Camera Roll/shared.jpg", capture: Self.day("2019-07-02"), sequence: 7)
 
         let dest = d + "/restored"
         let (status, out, err) = try fx.restore(["phone", dest])
         #expect(status == 0, "\(err)")
         #expect(err.isEmpty, "quiet in a pipe: \(err)")
-        #expect(out.hasPrefix("Restored 4 file(s) of device 'phone'"), "\(out)")
-        #expect(Self.restoredFiles(dest) == ["Camera Roll/IMG_0001.jpg", "Camera Roll/IMG_0002.jpg", "Camera Roll/VID_0001.mov", "Camera Roll/shared.jpg"])
+        #expect(out.hasPrefix("Restored 5 file(s) of device 'phone'"), "\(out)")
+        #expect(Self.restoredFiles(dest) == ["Camera Roll/IMG_0001.jpg", "Camera Roll/IMG_0002.jpg", "Camera Roll/Trip/shared copy.jpg",
+                                             "Camera Roll/VID_0001.mov", "Camera Roll/shared.jpg"])
         for (path, f, date) in [("IMG_0001.jpg", p1, Self.day("2019-07-01")), ("IMG_0002.jpg", p2, Self.day("2020-01-16")),
-                                ("shared.jpg", shared, Self.day("2019-07-02")), ("VID_0001.mov", video, Self.day("2021-03-03"))] {
+                                ("shared.jpg", shared, Self.day("2019-07-02")), ("Trip/shared copy.jpg", shared, Self.day("2019-07-02")),
+                                ("VID_0001.mov", video, Self.day("2021-03-03"))] {
             let restored = dest + "/Camera Roll/" + path
             #expect(FileManager.default.contents(atPath: restored) == Data(f.bytes), "\(path)")
             #expect(try Self.mtime(restored) == date, "\(path)")
@@ -149,7 +176,7 @@ import Testing
         let before = try fx.serverBytesWritten()
         let (again, againOut, _) = try fx.restore(["phone", dest])
         #expect(again == 0)
-        #expect(againOut.contains("Restored 0 file(s)") && againOut.contains("4 already there"), "\(againOut)")
+        #expect(againOut.contains("Restored 0 file(s)") && againOut.contains("5 already there"), "\(againOut)")
         #expect(try fx.serverBytesWritten() - before < 64 << 10)
 
         // The laptop's own IMG_0001.jpg, not the phone's.
@@ -161,7 +188,7 @@ import Testing
         let july = d + "/july"
         let (filtered, filteredOut, _) = try fx.restore(["phone", july, "--since", "2019-07-01", "--until", "2019-07-31"])
         #expect(filtered == 0)
-        #expect(Self.restoredFiles(july) == ["Camera Roll/IMG_0001.jpg", "Camera Roll/shared.jpg"])
+        #expect(Self.restoredFiles(july) == ["Camera Roll/IMG_0001.jpg", "Camera Roll/Trip/shared copy.jpg", "Camera Roll/shared.jpg"])
         #expect(filteredOut.contains("2 outside the dates"), "\(filteredOut)")
         let (since, _, _) = try fx.restore(["phone", d + "/since", "--since", "2020-01-16"])
         #expect(since == 0)
@@ -175,7 +202,7 @@ import Testing
         #expect(clashStatus == 73)
         #expect(clashErr.contains("not restored: \(clash)/Camera Roll/shared.jpg exists and is not this backup"), "\(clashErr)")
         #expect(FileManager.default.contents(atPath: clash + "/Camera Roll/shared.jpg") == Data("mine".utf8))
-        #expect(Self.restoredFiles(clash).count == 4)
+        #expect(Self.restoredFiles(clash).count == 5)
 
         // Usage and unknown devices.
         #expect(try fx.restore(["phone", d + "/x", "--since", "2019-13-01"]).0 == 64)

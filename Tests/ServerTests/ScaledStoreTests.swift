@@ -222,29 +222,43 @@ import Testing
         #expect(Array(FileManager.default.contents(atPath: out)!) == f.bytes)
     }
 
-    @Test func restoreReadsBlocksFromTheStoreThroughRedirects() throws {
+    /// Every call by which a device reads back, on a scaled server, where every block
+    /// read is a 307 to the store: the block list, chunk lists, ranges of blocks (the
+    /// drive's partial reads), whole blocks (the drive's sequential reads and prefetch,
+    /// restore), ranges of whole downloads, and files; each byte-equal to what went up.
+    @Test func everyReadOfADeviceComesBackThroughTheStore() throws {
         let store = try Store(); defer { store.stop() }
-        let dir = store.dir.path
-        try "aws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = \(store.weed.secretKey)\n".write(toFile: dir + "/credentials", atomically: true, encoding: .utf8)
-        let token = try DeviceRegistry(dataDirectory: dir + "/data").add("phone")
-        writeFile(dir + "/token", Array(token.utf8))
-        let server = try ServerProcess(data: dir + "/data", extra: ["--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"])
-        defer { server.kill(SIGTERM) }
-        let client = WorkspaceClient(baseURL: server.base, token: token)
-        // A photo and a video with a hole (block 1 all zeros: never stored, never fetched).
-        let photo = TestFile(in: dir, size: 300_000, seed: 41)
-        let video = TestFile(in: dir, name: "video", bytes: randomBytes(Blocks.size, seed: 42) + [UInt8](repeating: 0, count: Blocks.size) + randomBytes(1000, seed: 43))
-        for (i, (f, path)) in [(photo, "Camera Roll/IMG_0001.jpg"), (video, "Camera Roll/VID_0001.mov")].enumerated() {
-            let fd = f.open(); defer { close(fd) }
-            try client.uploadFile(fd: fd, size: f.size)
-            try client.recordFile(FileRecord(path: path, hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex),
-                                             captureDate: nil, mtime: 1_600_000_000, deviceSequence: Int64(i + 1)))
+        let server = try TestServer(store: store.choice); defer { server.stop() }
+        let f = TestFile(in: server.dir.path, size: Blocks.size + 300_000, seed: 57)
+        try server.store(f, at: "clip.mov")
+        let client = server.client
+        #expect(try client.contentBlocks(f.content) == f.manifest)
+        let out = Glibc.open(server.dir.path + "/out", O_RDWR | O_CREAT | O_TRUNC, 0o600); defer { close(out) }
+        func written(_ count: Int) -> [UInt8] {
+            var bytes = [UInt8](repeating: 0, count: count)
+            return pread(out, &bytes, count, 0) == count ? bytes : []
         }
-        let (status, out, err) = try run(vdriveBinary(), ["restore", "phone", dir + "/restored", "--server", server.base, "--token-file", dir + "/token"])
-        #expect(status == 0, "\(err)")
-        #expect(out.hasPrefix("Restored 2 file(s)"), "\(out)")
-        #expect(FileManager.default.contents(atPath: dir + "/restored/Camera Roll/IMG_0001.jpg") == Data(photo.bytes))
-        #expect(FileManager.default.contents(atPath: dir + "/restored/Camera Roll/VID_0001.mov") == Data(video.bytes))
+        for (i, block) in f.manifest.blocks.enumerated() {
+            let bytes = Array(f.bytes[(i * Blocks.size)..<min(f.bytes.count, (i + 1) * Blocks.size)])
+            for (c, digest) in try client.chunkDigests(block).enumerated() {
+                let start = c * Blocks.chunkSize, length = min(Blocks.chunkSize, bytes.count - start)
+                let chunk = try client.blockBytes(block, offset: start, length: length)
+                #expect(chunk == Array(bytes[start..<(start + length)]), "chunk \(c) of block \(i)")
+                #expect(SHA256Hasher.digest(chunk) == digest)
+            }
+            var streamed: [UInt8] = []
+            #expect(try client.streamBlock(block, to: nil) { streamed += $0 } == Int64(bytes.count))
+            #expect(streamed == bytes, "block \(i) streamed whole")
+            #expect(try client.downloadBlock(block, to: out) == Int64(bytes.count))
+            #expect(written(bytes.count) == bytes, "block \(i) downloaded whole")
+            #expect(try client.downloadBlock(block, range: 1000...1999, to: out) == 1000)
+            #expect(written(1000) == Array(bytes[1000...1999]), "a range of block \(i)")
+        }
+        let across = Int64(Blocks.size) - 500...Int64(Blocks.size) + 499
+        #expect(try client.download(content: f.content, range: across, to: out) == 1000)
+        #expect(written(1000) == Array(f.bytes[Int(across.lowerBound)...Int(across.upperBound)]))
+        #expect(try client.download(content: f.content, to: out) == f.size)
+        #expect(written(Int(f.size)) == f.bytes)
     }
 
     @Test func aServerWhoseStoreRefusesItsKeyDoesNotStart() throws {
@@ -269,9 +283,7 @@ import Testing
         let dir = store.dir.path
         let database = try cluster.newDatabase()
         // Credentials from a file named in the store URL.
-        try "[default]\naws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = \(store.weed.secretKey)\n"
-            .write(toFile: dir + "/credentials", atomically: true, encoding: .utf8)
-        let backends = ["--database", database, "--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"]
+        let backends = ["--database", database, "--store", try store.weed.storeURL(credentialsIn: dir + "/credentials")]
         let token = try DeviceRegistry(dataDirectory: dir + "/data-a", database: .postgres(connectionString: database)).add("phone")
         let a = try ServerProcess(data: dir + "/data-a", extra: backends); defer { a.kill() }
         let b = try ServerProcess(data: dir + "/data-b", extra: backends); defer { b.kill() }

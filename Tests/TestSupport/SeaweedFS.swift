@@ -24,6 +24,15 @@ public final class SeaweedFS: @unchecked Sendable { // used by one test at a tim
     public var storeURL: String { "s3://\(bucket)?endpoint=\(endpoint)&region=us-east-1" }
     /// The credentials as `vdrive serve` reads them.
     public var environment: [String: String] { ["AWS_ACCESS_KEY_ID": accessKey, "AWS_SECRET_ACCESS_KEY": secretKey] }
+
+    /// The `--store` value naming a credentials file, which this writes to `file`: for a
+    /// `vdrive serve` started without the credentials in its environment.
+    public func storeURL(credentialsIn file: String) throws -> String {
+        try "[default]\naws_access_key_id = \(accessKey)\naws_secret_access_key = \(secretKey)\n"
+            .write(toFile: file, atomically: false, encoding: .utf8)
+        return storeURL + "&credentials=" + file
+    }
+
     public var pid: Int32? { process?.processIdentifier }
 
     public static func binary() -> String? {
