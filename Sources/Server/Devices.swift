@@ -65,10 +65,12 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
-    /// Revokes a device's token at once: its next request gets 401.
+    /// Revokes a device's token at once: its next request gets 401, and its presigned
+    /// upload URLs 403 (both naming the revocation). The token's hash is kept so the
+    /// server can tell a revoked token from an unknown one; it never authenticates again.
     public func revoke(_ name: String) throws {
         let changed = try metadata.withSession { db in
-            try db.run("UPDATE devices SET revoked_at = ?, token_hash = NULL WHERE name = ? AND revoked_at IS NULL", Int64(time(nil)), name)
+            try db.run("UPDATE devices SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL", Int64(time(nil)), name)
         }
         if changed == 0 { throw Failure.unknown(name) }
     }

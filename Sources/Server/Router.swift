@@ -96,6 +96,7 @@ final class Router: HTTPHandler {
         guard let device else {
             return .respond(.error(401, "unauthorized", "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'", headers: challenge))
         }
+        if let refusal = Revocation.refusal(device, challenge: challenge) { return .respond(refusal) }
         return body(device)
     }
 }

@@ -34,7 +34,7 @@ enum UploadHandlers {
             for block in try context.absentBlocks(manifest) {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
-                    let planned = objects.plan(block, expiresIn: context.configuration.uploadExpiry)
+                    let planned = objects.plan(block, expiresIn: context.configuration.objectPutExpiry)
                     blocks.append(planned.info)
                     expires = min(expires, planned.expires)
                     continue
@@ -42,7 +42,7 @@ enum UploadHandlers {
                 // A block stored since absentBlocks looked (another device) needs no upload.
                 guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
                                                                             tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
-                let url = context.presignedURL(row, base: base)
+                let url = context.presignedURL(row, base: base, device: device)
                 blocks.append(BlockUploadInfo(index: block.index, hash: block.digest.hex, length: row.length, url: url.absolute, offset: row.received))
                 anyCreated = anyCreated || created
                 expires = min(expires, url.expires)
@@ -96,9 +96,10 @@ extension ServerContext {
         return "http://" + (try request.urlHost() ?? "\(configuration.host):\(configuration.port)")
     }
 
-    /// The presigned URL of an upload, valid until its row's expiry.
-    func presignedURL(_ row: UploadRow, base: String) -> (absolute: String, relative: String, expires: Int64) {
-        let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt)
+    /// The presigned URL of an upload for `device`, valid until the row's expiry or the device's revocation.
+    func presignedURL(_ row: UploadRow, base: String, device: Metadata.Device) -> (absolute: String, relative: String, expires: Int64) {
+        let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt,
+                                      device: Revocation.urlParameter(device))
         let relative = presigner.sign(signed)
         return (base + relative, relative, row.expiresAt)
     }
@@ -147,7 +148,7 @@ enum TusHandlers {
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))
             }
-            let url = context.presignedURL(row, base: base)
+            let url = context.presignedURL(row, base: base, device: device)
             return .respond(.empty(201, headers: [("Location", url.absolute), (Tus.resumable, API.tusVersion),
                                                   (Tus.uploadOffset, String(row.received)), (Tus.uploadExpires, HTTPDate.format(url.expires))]))
         } catch {
@@ -173,6 +174,7 @@ enum TusHandlers {
         // OPTIONS needs no Tus-Resumable (tus 1.0 core), but the same URL as the other verbs.
         if request.method == "OPTIONS" { return .respond(Tus.options().adding([(Tus.uploadExpires, HTTPDate.format(signed.expires))])) }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
+        if let refusal = context.presignedRefusal(signed, headers: headers) { return answer(request, refusal) }
         let notFound = HTTPResponse.error(404, "not_found", "upload \(id) does not exist (terminated or expired); create it again with POST /v1/uploads", headers: headers)
         guard let claim = context.uploads.claim(id) else {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
