@@ -8,7 +8,9 @@ final class Router: HTTPHandler {
     let context: ServerContext
     init(context: ServerContext) { self.context = context }
 
-    func route(_ request: HTTPRequest) -> Route {
+    func route(_ request: HTTPRequest) -> Route { context.admitting(request, dispatch(request)) }
+
+    private func dispatch(_ request: HTTPRequest) -> Route {
         let path = request.path
         let method = request.method
         // Before anything reads a header: the body's length is known and fits an Int64.

@@ -31,7 +31,9 @@ enum UploadHandlers {
             var blocks: [BlockUploadInfo] = []
             var anyCreated = false
             var expires = context.configuration.uploadExpires(after: ServerContext.now())
-            for block in try context.absentBlocks(manifest) {
+            let absent = try context.absentBlocks(manifest)
+            if let refusal = try context.uploadLimitRefusal(hashes: absent.map(\.digest.hex), device: device) { throw refusal }
+            for block in absent {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
                     let planned = objects.plan(block, expiresIn: context.configuration.objectPutExpiry)
@@ -144,6 +146,7 @@ enum TusHandlers {
         }
         do {
             let base = try context.publicBase(for: request)
+            if let refusal = try context.uploadLimitRefusal(hashes: [digest.hex], device: device) { throw refusal }
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))
@@ -211,8 +214,10 @@ enum TusHandlers {
                 context.uploads.remove(id)
                 return .respond(.empty(204, headers: headers))
             default:
-                if hasher == nil && row.received == 0 && !row.completed {
-                    hasher = TrailingHasher(path: context.stagingPath(uploadID: id))
+                if hasher == nil && !row.completed {
+                    // A hasher closed while idle (or never made in this process) is opened
+                    // again: it reads back what is already received while this PATCH arrives.
+                    hasher = context.uploads.makeHasher(path: context.stagingPath(uploadID: id), at: row.received)
                 }
                 headers.append((Tus.uploadLength, String(row.length)))
                 return patch(request, row: row, digest: digest, hasher: hasher, headers: headers, context: context)
