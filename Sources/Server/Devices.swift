@@ -28,6 +28,7 @@ public struct DeviceRegistry: Sendable {
 
     public init(dataDirectory: String, database: DatabaseLocation? = nil) throws(ServerError) {
         do { try FileIO.makeDirectories(dataDirectory) } catch let e as Errno { throw .dataFolder(dataDirectory, e) } catch { throw .dataFolder(dataDirectory, .ioError) }
+        DataFolderModes.secure(dataDirectory).forEach { ServerLog.note($0) }
         let configuration = ServerConfiguration(dataDirectory: dataDirectory, database: database)
         do { try FileIO.makeDirectories(configuration.blobRoot) } catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
         metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)

@@ -124,14 +124,19 @@ func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, limit: Int = API
 
 extension ServerContext {
     /// Maps an unexpected error to a reply: disk full is 507 (try again once space is
-    /// freed), anything else 500 with the error's text.
+    /// freed), records out of reach 503, anything else 500. The error's own text (SQL,
+    /// paths, host names, libpq's words) is logged under a request id and only the id is
+    /// answered: the caller may be anyone holding a URL.
     static func failure(_ error: Error) -> HTTPResponse {
         if let e = error as? DatabaseError, e.isDiskFull { return diskFull() }
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
         if let e = error as? ValidationError { return .error(e.status, e.code, e.message, field: e.field) }
         if let e = error as? RequestFailure { return e.response }
-        if let e = error as? RecordsUnavailable { return .error(503, "unavailable", "\(e); try again in a few seconds", headers: [("Retry-After", "2")]) }
-        return .error(500, "internal", "the server failed: \(error); see the server's log")
+        let id = ServerLog.failure(error)
+        if error is RecordsUnavailable {
+            return .error(503, "unavailable", "the server's records are unavailable right now; try again in a few seconds (request id \(id))", headers: [("Retry-After", "2")])
+        }
+        return .error(500, "internal", "the server failed (request id \(id)); its operator finds the cause in the server's log under that id")
     }
 
     static func diskFull() -> HTTPResponse {

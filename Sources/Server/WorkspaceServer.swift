@@ -108,6 +108,7 @@ final class ServerContext: Sendable {
             try FileIO.makeDirectories(dir)
         } catch let e as Errno { throw .dataFolder(dir, e) } catch { throw .dataFolder(dir, .ioError) }
         if access(dir, W_OK) != 0 { throw .dataFolder(dir, Errno.current) }
+        DataFolderModes.secure(dir).forEach { ServerLog.note($0) }
         let blobs: BlobStore
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
