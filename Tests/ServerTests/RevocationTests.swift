@@ -84,12 +84,8 @@ import Testing
     @Test(.enabled(if: PostgresCluster.isInstalled))
     func aRevokedDevicesStorePutsNeverBecomeBlocksInAnyProcess() throws {
         let store = try ScaledStoreTests.Store(); defer { store.stop() }
-        guard let cluster = PostgresCluster.shared else { throw TestFailure("no PostgreSQL cluster") }
         let dir = store.dir.path
-        let database = try cluster.newDatabase()
-        try "[default]\naws_access_key_id = \(store.weed.accessKey)\naws_secret_access_key = \(store.weed.secretKey)\n"
-            .write(toFile: dir + "/credentials", atomically: true, encoding: .utf8)
-        let backends = ["--database", database, "--store", store.weed.storeURL + "&credentials=" + dir + "/credentials"]
+        let (database, backends) = try store.scaledBackends()
         let registry = try DeviceRegistry(dataDirectory: dir + "/data-a", database: .postgres(connectionString: database))
         let phoneToken = try registry.add("phone"), tabletToken = try registry.add("tablet")
         let a = try ServerProcess(data: dir + "/data-a", extra: backends); defer { a.kill() }
