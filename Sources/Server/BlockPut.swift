@@ -94,7 +94,7 @@ final class ObjectPutBody: RequestBody {
     private let context: ServerContext
     private let objects: ObjectBlocks
     private let digest: SHA256Digest
-    private let length: Int64
+    let length: Int64
     private var bytes: [UInt8] = []
     private var tooLong = false
 

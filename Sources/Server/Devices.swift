@@ -28,6 +28,7 @@ public struct DeviceRegistry: Sendable {
 
     public init(dataDirectory: String, database: DatabaseLocation? = nil) throws(ServerError) {
         do { try FileIO.makeDirectories(dataDirectory) } catch let e as Errno { throw .dataFolder(dataDirectory, e) } catch { throw .dataFolder(dataDirectory, .ioError) }
+        DataFolderModes.secure(dataDirectory).forEach { ServerLog.note($0) }
         let configuration = ServerConfiguration(dataDirectory: dataDirectory, database: database)
         do { try FileIO.makeDirectories(configuration.blobRoot) } catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
         metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
@@ -65,10 +66,12 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
-    /// Revokes a device's token at once: its next request gets 401.
+    /// Revokes a device's token at once: its next request gets 401, and its presigned
+    /// upload URLs 403 (both naming the revocation). The token's hash is kept so the
+    /// server can tell a revoked token from an unknown one; it never authenticates again.
     public func revoke(_ name: String) throws {
         let changed = try metadata.withSession { db in
-            try db.run("UPDATE devices SET revoked_at = ?, token_hash = NULL WHERE name = ? AND revoked_at IS NULL", Int64(time(nil)), name)
+            try db.run("UPDATE devices SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL", Int64(time(nil)), name)
         }
         if changed == 0 { throw Failure.unknown(name) }
     }

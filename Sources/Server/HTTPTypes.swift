@@ -115,7 +115,7 @@ final class DiscardedBody: RequestBody {
 final class BufferedBody: RequestBody {
     private var bytes: [UInt8] = []
     private var overflow = false
-    private let limit: Int
+    let limit: Int
     private let handle: ([UInt8]) -> HTTPResponse
 
     init(limit: Int, handle: @escaping ([UInt8]) -> HTTPResponse) {

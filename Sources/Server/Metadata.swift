@@ -116,16 +116,22 @@ final class Metadata: Sendable {
         let name: String
         let createdAt: Int64
         let revokedAt: Int64?
+        /// The first 16 hex digits of the token's hash: presigned URLs carry it, so a URL
+        /// handed out under a token stops when the token is revoked or re-issued.
+        var tokenFingerprint: String = ""
     }
 
     static func tokenHash(_ token: String) -> String { SHA256Hasher.digest(token).hex }
 
-    /// The active device holding this token, or nil.
+    /// The device holding this token, or nil when no device does. A revoked device keeps
+    /// its token's hash until a new token is issued, so the caller can say "revoked"
+    /// rather than "unknown" (`revokedAt` is set).
     func device(token: String) throws -> Device? {
         let hash = Self.tokenHash(token)
         return try withSession { db in
-            try db.queryOne("SELECT id, name, created_at, revoked_at FROM devices WHERE token_hash = ? AND revoked_at IS NULL", hash) {
-                Device(id: $0.int64(0), name: $0.string(1) ?? "", createdAt: $0.int64(2), revokedAt: $0.optionalInt64(3))
+            try db.queryOne("SELECT id, name, created_at, revoked_at FROM devices WHERE token_hash = ?", hash) {
+                Device(id: $0.int64(0), name: $0.string(1) ?? "", createdAt: $0.int64(2), revokedAt: $0.optionalInt64(3),
+                       tokenFingerprint: String(hash.prefix(16)))
             }
         }
     }

@@ -90,7 +90,7 @@ private final class ByteBox: @unchecked Sendable { var bytes: [UInt8] = [] }
 extension ObjectStoreError {
     /// The reply when the store failed: 503, try again (the store is down or restarting).
     var response: HTTPResponse {
-        .error(503, "store_unavailable", "the server's object store failed: \(description); try again shortly", headers: [("Retry-After", "5")])
+        .error(503, "store_unavailable", "the server's object store failed (request id \(ServerLog.failure(self))); try again shortly", headers: [("Retry-After", "5")])
     }
 }
 

@@ -17,7 +17,7 @@ enum OpenAPI {
   "components": {
     "securitySchemes": {
       "device": {"type": "http", "scheme": "bearer", "description": "a device token from 'vdrive serve device add NAME'"},
-      "presigned": {"type": "apiKey", "in": "query", "name": "sig", "description": "64 hex digits: HMAC-SHA256 under the server's key over 'vdrive-presign-v1\\nPATCH\\n<path>\\n<hash>\\n<size>\\n<expires>'; handed out by POST /v1/uploads and POST /v1/tus in absolute URLs; it authorises OPTIONS, HEAD, PATCH and DELETE on its upload until 'expires'"}
+      "presigned": {"type": "apiKey", "in": "query", "name": "sig", "description": "64 hex digits: HMAC-SHA256 under the server's key over 'vdrive-presign-v1\\nPATCH\\n<path>\\n<hash>\\n<size>\\n<expires>\\n<device>'; handed out by POST /v1/uploads and POST /v1/tus in absolute URLs; it authorises OPTIONS, HEAD, PATCH and DELETE on its upload until 'expires', while the device it was handed to is not revoked (403 device_revoked)"}
     },
     "headers": {
       "WWW-Authenticate": {"schema": {"type": "string", "enum": ["Bearer realm=\"vdrive\""]}},
@@ -51,7 +51,7 @@ enum OpenAPI {
     "responses": {
       "BadRequest": {"description": "a value breaks this document: bad JSON, wrong type, unknown field, pattern or bounds; 'field' names it", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Unauthorized": {"description": "missing, malformed, unknown or revoked device token", "headers": {"WWW-Authenticate": {"$ref": "#/components/headers/WWW-Authenticate"}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-      "Forbidden": {"description": "presigned URL without a well-formed 'sig', altered, or expired; nothing written", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Forbidden": {"description": "presigned URL without a well-formed 'sig', altered, or expired, or its device revoked (device_revoked); nothing written", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "NotFound": {"description": "unknown upload (terminated, expired), content or block", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Conflict": {"description": "offset_conflict (Upload-Offset header has the server's), size_conflict, upload_busy, missing_blocks ('missing' lists them) or content_missing", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "TooLarge": {"description": "body longer than declared or allowed (JSON: 1 MiB, 24 MiB with a block list), or a block over 4 MiB (Tus-Max-Size); not read into memory", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
@@ -67,6 +67,7 @@ enum OpenAPI {
       "hash": {"name": "hash", "in": "query", "required": true, "description": "the block hash (signed)", "schema": {"$ref": "#/components/schemas/Hash"}},
       "size": {"name": "size", "in": "query", "required": true, "description": "the block's length (signed)", "schema": {"type": "integer", "format": "int64", "minimum": 1, "maximum": 4194304}},
       "expires": {"name": "expires", "in": "query", "required": true, "description": "Unix seconds after which the URL is refused (signed)", "schema": {"type": "integer", "format": "int64", "minimum": 0}},
+      "device": {"name": "device", "in": "query", "required": true, "description": "the device the URL was handed to: its id and a fingerprint of its token (signed); a revoked device's URLs are 403 device_revoked", "schema": {"type": "string", "pattern": "^[1-9][0-9]{0,17}[.][0-9a-f]{16}$"}},
       "pathHash": {"name": "hash", "in": "path", "required": true, "schema": {"$ref": "#/components/schemas/Hash"}},
       "Range": {"name": "Range", "in": "header", "description": "one range (bytes=a-b, a-, -n) gives 206; anything else (several ranges, another unit, garbage) is ignored and the whole body sent (RFC 9110)", "schema": {"type": "string"}},
       "If-None-Match": {"name": "If-None-Match", "in": "header", "description": "the quoted hash or '*' gives 304", "schema": {"type": "string"}},
@@ -114,7 +115,7 @@ enum OpenAPI {
                        {"$ref": "#/components/parameters/Tus-Resumable"}],
         "responses": {"201": {"description": "Location: the presigned upload URL (completed already when the block is present)", "headers": {"Location": {"schema": {"type": "string"}}, "Upload-Offset": {"$ref": "#/components/headers/Upload-Offset"}, "Upload-Expires": {"$ref": "#/components/headers/Upload-Expires"}}}, "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"}, "409": {"$ref": "#/components/responses/Conflict"}, "404": {"description": "a server keeping blocks in an object store has no tus uploads: use POST /v1/uploads", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}, "412": {"$ref": "#/components/responses/PreconditionFailed"}, "413": {"$ref": "#/components/responses/TooLarge"}, "422": {"$ref": "#/components/responses/Inconsistent"}, "507": {"$ref": "#/components/responses/DiskFull"}}}},
     "/v1/tus/{id}": {
-      "parameters": [{"$ref": "#/components/parameters/uploadID"}, {"$ref": "#/components/parameters/hash"}, {"$ref": "#/components/parameters/size"}, {"$ref": "#/components/parameters/expires"}],
+      "parameters": [{"$ref": "#/components/parameters/uploadID"}, {"$ref": "#/components/parameters/hash"}, {"$ref": "#/components/parameters/size"}, {"$ref": "#/components/parameters/expires"}, {"$ref": "#/components/parameters/device"}],
       "options": {"security": [{"presigned": []}], "summary": "tus capabilities of this upload", "responses": {"204": {"description": "Tus-Version, Tus-Extension, Tus-Checksum-Algorithm, Tus-Max-Size, Upload-Expires"}, "400": {"$ref": "#/components/responses/BadRequest"}, "403": {"$ref": "#/components/responses/Forbidden"}}},
       "head": {"security": [{"presigned": []}], "summary": "tus offset", "parameters": [{"$ref": "#/components/parameters/Tus-Resumable"}],
         "responses": {"200": {"description": "Upload-Offset, Upload-Length, Upload-Expires", "headers": {"Upload-Offset": {"$ref": "#/components/headers/Upload-Offset"}, "Upload-Length": {"$ref": "#/components/headers/Upload-Length"}}}, "400": {"$ref": "#/components/responses/NoBody"}, "403": {"$ref": "#/components/responses/NoBody"}, "404": {"$ref": "#/components/responses/NoBody"}, "409": {"$ref": "#/components/responses/NoBody"}, "412": {"$ref": "#/components/responses/NoBody"}, "460": {"$ref": "#/components/responses/NoBody"}, "507": {"$ref": "#/components/responses/NoBody"}}},

@@ -8,7 +8,9 @@ final class Router: HTTPHandler {
     let context: ServerContext
     init(context: ServerContext) { self.context = context }
 
-    func route(_ request: HTTPRequest) -> Route {
+    func route(_ request: HTTPRequest) -> Route { context.admitting(request, dispatch(request)) }
+
+    private func dispatch(_ request: HTTPRequest) -> Route {
         let path = request.path
         let method = request.method
         // Before anything reads a header: the body's length is known and fits an Int64.
@@ -96,6 +98,7 @@ final class Router: HTTPHandler {
         guard let device else {
             return .respond(.error(401, "unauthorized", "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'", headers: challenge))
         }
+        if let refusal = Revocation.refusal(device, challenge: challenge) { return .respond(refusal) }
         return body(device)
     }
 }
@@ -121,14 +124,19 @@ func json<T: Decodable>(_ request: HTTPRequest, _ type: T.Type, limit: Int = API
 
 extension ServerContext {
     /// Maps an unexpected error to a reply: disk full is 507 (try again once space is
-    /// freed), anything else 500 with the error's text.
+    /// freed), records out of reach 503, anything else 500. The error's own text (SQL,
+    /// paths, host names, libpq's words) is logged under a request id and only the id is
+    /// answered: the caller may be anyone holding a URL.
     static func failure(_ error: Error) -> HTTPResponse {
         if let e = error as? DatabaseError, e.isDiskFull { return diskFull() }
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
         if let e = error as? ValidationError { return .error(e.status, e.code, e.message, field: e.field) }
         if let e = error as? RequestFailure { return e.response }
-        if let e = error as? RecordsUnavailable { return .error(503, "unavailable", "\(e); try again in a few seconds", headers: [("Retry-After", "2")]) }
-        return .error(500, "internal", "the server failed: \(error); see the server's log")
+        let id = ServerLog.failure(error)
+        if error is RecordsUnavailable {
+            return .error(503, "unavailable", "the server's records are unavailable right now; try again in a few seconds (request id \(id))", headers: [("Retry-After", "2")])
+        }
+        return .error(500, "internal", "the server failed (request id \(id)); its operator finds the cause in the server's log under that id")
     }
 
     static func diskFull() -> HTTPResponse {

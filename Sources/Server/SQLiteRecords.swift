@@ -1,5 +1,8 @@
 import Storage
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The embedded records: one SQLite file in the data folder (WAL, synchronous=NORMAL:
 /// a commit survives a kill of the process, and a power loss keeps a consistent
@@ -15,6 +18,8 @@ final class SQLiteRecords: RecordStore {
 
     init(path: String) throws {
         self.path = path
+        // Made 0600 before SQLite creates it under the process's umask; its -wal and -shm take the database's mode.
+        if let fd = try? FileIO.open(path, O_WRONLY | O_CREAT, 0o600) { FileIO.close(fd) }
         let database = try Database(path: path)
         // mmap: lookups (dedup checks) read pages without a syscall each; at most 64 MiB is mapped.
         try database.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA mmap_size=67108864")

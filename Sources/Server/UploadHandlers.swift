@@ -31,10 +31,12 @@ enum UploadHandlers {
             var blocks: [BlockUploadInfo] = []
             var anyCreated = false
             var expires = context.configuration.uploadExpires(after: ServerContext.now())
-            for block in try context.absentBlocks(manifest) {
+            let absent = try context.absentBlocks(manifest)
+            if let refusal = try context.uploadLimitRefusal(hashes: absent.map(\.digest.hex), device: device) { throw refusal }
+            for block in absent {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
-                    let planned = objects.plan(block, expiresIn: context.configuration.uploadExpiry)
+                    let planned = objects.plan(block, expiresIn: context.configuration.objectPutExpiry)
                     blocks.append(planned.info)
                     expires = min(expires, planned.expires)
                     continue
@@ -42,7 +44,7 @@ enum UploadHandlers {
                 // A block stored since absentBlocks looked (another device) needs no upload.
                 guard case .upload(let row, let created) = try findOrCreate(block.digest, size: block.length, device: device, context: context,
                                                                             tombstoneIfPresent: false, field: "blocks.\(block.index)") else { continue }
-                let url = context.presignedURL(row, base: base)
+                let url = context.presignedURL(row, base: base, device: device)
                 blocks.append(BlockUploadInfo(index: block.index, hash: block.digest.hex, length: row.length, url: url.absolute, offset: row.received))
                 anyCreated = anyCreated || created
                 expires = min(expires, url.expires)
@@ -96,9 +98,10 @@ extension ServerContext {
         return "http://" + (try request.urlHost() ?? "\(configuration.host):\(configuration.port)")
     }
 
-    /// The presigned URL of an upload, valid until its row's expiry.
-    func presignedURL(_ row: UploadRow, base: String) -> (absolute: String, relative: String, expires: Int64) {
-        let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt)
+    /// The presigned URL of an upload for `device`, valid until the row's expiry or the device's revocation.
+    func presignedURL(_ row: UploadRow, base: String, device: Metadata.Device) -> (absolute: String, relative: String, expires: Int64) {
+        let signed = Presigner.Signed(method: "PATCH", path: API.tusPrefix + row.id, hash: row.hash, size: row.length, expires: row.expiresAt,
+                                      device: Revocation.urlParameter(device))
         let relative = presigner.sign(signed)
         return (base + relative, relative, row.expiresAt)
     }
@@ -143,11 +146,12 @@ enum TusHandlers {
         }
         do {
             let base = try context.publicBase(for: request)
+            if let refusal = try context.uploadLimitRefusal(hashes: [digest.hex], device: device) { throw refusal }
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))
             }
-            let url = context.presignedURL(row, base: base)
+            let url = context.presignedURL(row, base: base, device: device)
             return .respond(.empty(201, headers: [("Location", url.absolute), (Tus.resumable, API.tusVersion),
                                                   (Tus.uploadOffset, String(row.received)), (Tus.uploadExpires, HTTPDate.format(url.expires))]))
         } catch {
@@ -173,6 +177,7 @@ enum TusHandlers {
         // OPTIONS needs no Tus-Resumable (tus 1.0 core), but the same URL as the other verbs.
         if request.method == "OPTIONS" { return .respond(Tus.options().adding([(Tus.uploadExpires, HTTPDate.format(signed.expires))])) }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
+        if let refusal = context.presignedRefusal(signed, headers: headers) { return answer(request, refusal) }
         let notFound = HTTPResponse.error(404, "not_found", "upload \(id) does not exist (terminated or expired); create it again with POST /v1/uploads", headers: headers)
         guard let claim = context.uploads.claim(id) else {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {
@@ -209,8 +214,10 @@ enum TusHandlers {
                 context.uploads.remove(id)
                 return .respond(.empty(204, headers: headers))
             default:
-                if hasher == nil && row.received == 0 && !row.completed {
-                    hasher = TrailingHasher(path: context.stagingPath(uploadID: id))
+                if hasher == nil && !row.completed {
+                    // A hasher closed while idle (or never made in this process) is opened
+                    // again: it reads back what is already received while this PATCH arrives.
+                    hasher = context.uploads.makeHasher(path: context.stagingPath(uploadID: id), at: row.received)
                 }
                 headers.append((Tus.uploadLength, String(row.length)))
                 return patch(request, row: row, digest: digest, hasher: hasher, headers: headers, context: context)

@@ -21,8 +21,16 @@ final class TrailingHasher: @unchecked Sendable {
     private var failed = false
     private let hasher = SHA256Hasher()
 
-    init(path: String) {
-        Thread { [self] in run(path: path) }.start()
+    /// The key its `UploadTable` knows it by.
+    let key: Int
+
+    /// Starts the thread on the file at `path`; `onExit` runs when it ends (its file closed).
+    init(path: String, key: Int = 0, onExit: @escaping @Sendable () -> Void = {}) {
+        self.key = key
+        Thread { [self] in
+            run(path: path)
+            onExit()
+        }.start()
     }
 
     /// The offset the hasher was last advanced to (the upload's recorded offset).
@@ -85,43 +93,97 @@ final class TrailingHasher: @unchecked Sendable {
     }
 }
 
-/// The uploads being written right now (one PATCH per upload at a time) and their trailing hashers.
+/// The uploads being written right now (one PATCH per upload at a time) and their
+/// trailing hashers. Each hasher is a thread and an open file, so at most `openLimit`
+/// run at once: an idle one beyond that is closed, least recently used first, and an
+/// upload without one gets a new one on its next PATCH (or, with none free, is read
+/// once at its commit).
 final class UploadTable: Sendable {
     private struct Slot {
         var busy = false
         var hasher: TrailingHasher?
+        var lastUse: UInt64 = 0
     }
-    private let slots = Mutex<[String: Slot]>([:])
+    private struct State {
+        var slots: [String: Slot] = [:]
+        var clock: UInt64 = 0
+        /// Keys of the hashers handed out whose thread runs, less those evicted (their
+        /// threads end on their own at once).
+        var live: Set<Int> = []
+        var nextKey = 0
+    }
+    private let state = Mutex(State())
+    let openLimit: Int
+
+    init(openLimit: Int) { self.openLimit = max(1, openLimit) }
+
+    /// A new hasher for the staging file at `path`, caught up to `offset`; nil when
+    /// `openLimit` hashers run already (the commit then reads the file once).
+    func makeHasher(path: String, at offset: Int64) -> TrailingHasher? {
+        let key = state.withLock { s -> Int? in
+            if s.live.count >= openLimit { evictIdle(&s, keeping: openLimit - 1) }
+            guard s.live.count < openLimit else { return nil }
+            s.nextKey += 1
+            s.live.insert(s.nextKey)
+            return s.nextKey
+        }
+        guard let key else { return nil }
+        let hasher = TrailingHasher(path: path, key: key) { [weak self] in self?.closed(key) }
+        if offset > 0 { hasher.advance(to: offset) }
+        return hasher
+    }
+
+    /// Hashers open now (tests, and the operator's view of the bound).
+    var openHashers: Int { state.withLock { $0.live.count } }
+
+    private func closed(_ key: Int) { _ = state.withLock { $0.live.remove(key) } }
+
+    /// Cancels idle hashers, least recently used first, until at most `keeping` run.
+    private func evictIdle(_ s: inout State, keeping: Int) {
+        var excess = s.live.count - keeping
+        guard excess > 0 else { return }
+        let idle = s.slots.filter { !$0.value.busy && $0.value.hasher != nil }.sorted { $0.value.lastUse < $1.value.lastUse }
+        for (id, slot) in idle where excess > 0 {
+            guard let hasher = slot.hasher else { continue }
+            hasher.cancel()
+            s.live.remove(hasher.key)
+            s.slots[id]?.hasher = nil
+            excess -= 1
+        }
+    }
 
     /// Marks the upload busy. Returns nil when another request is writing it; otherwise
     /// the upload's trailing hasher, if one is kept (the caller checks its position).
     func claim(_ id: String) -> TrailingHasher?? {
-        slots.withLock { table in
-            var slot = table[id] ?? Slot()
+        state.withLock { s in
+            var slot = s.slots[id] ?? Slot()
             if slot.busy { return nil }
             slot.busy = true
             let hasher = slot.hasher
             slot.hasher = nil
-            table[id] = slot
+            s.slots[id] = slot
             return .some(hasher)
         }
     }
 
     /// Ends a claim, keeping `hasher` for the next PATCH.
     func release(_ id: String, hasher: TrailingHasher?) {
-        slots.withLock { table in table[id] = Slot(busy: false, hasher: hasher) }
+        state.withLock { s in
+            s.clock += 1
+            s.slots[id] = Slot(busy: false, hasher: hasher, lastUse: s.clock)
+        }
     }
 
     /// Forgets an upload (completed or terminated); the caller holds its claim.
     func remove(_ id: String) {
-        _ = slots.withLock { $0.removeValue(forKey: id) }
+        _ = state.withLock { $0.slots.removeValue(forKey: id) }
     }
 
     /// Stops every kept hasher's thread (server stop).
     func cancelAll() {
-        let all = slots.withLock { table -> [TrailingHasher] in
-            let hashers = table.values.compactMap(\.hasher)
-            table.removeAll()
+        let all = state.withLock { s -> [TrailingHasher] in
+            let hashers = s.slots.values.compactMap(\.hasher)
+            s.slots.removeAll()
             return hashers
         }
         all.forEach { $0.cancel() }

@@ -25,6 +25,8 @@ public struct ServerConfiguration: Sendable {
     public var store: BlockStoreChoice
     /// The records: nil for the SQLite file `server.db` in the data folder.
     public var database: DatabaseLocation?
+    /// What one client can make the server hold (ServerLimits.swift).
+    public var limits = ServerLimits()
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -84,6 +86,8 @@ final class ServerContext: Sendable {
     /// The workspace's identity (Metadata.workspaceID), read once at start.
     let workspaceID: String
     let uploads: UploadTable
+    /// Bytes of request bodies held in memory, over all connections.
+    let memoryBudget: MemoryBudget
     /// The S3 bucket holding the blocks of a scaled server; nil for the embedded store
     /// (then `blockStore` holds them).
     let objects: ObjectBlocks?
@@ -93,7 +97,8 @@ final class ServerContext: Sendable {
                  workspaceID: String, objects: ObjectBlocks?) {
         self.configuration = configuration; self.metadata = metadata; self.blockStore = blockStore; self.presigner = presigner
         self.workspaceID = workspaceID
-        self.uploads = UploadTable()
+        self.uploads = UploadTable(openLimit: configuration.limits.openUploads)
+        self.memoryBudget = MemoryBudget(total: configuration.limits.bufferedBytes)
         self.objects = objects
     }
 
@@ -103,6 +108,7 @@ final class ServerContext: Sendable {
             try FileIO.makeDirectories(dir)
         } catch let e as Errno { throw .dataFolder(dir, e) } catch { throw .dataFolder(dir, .ioError) }
         if access(dir, W_OK) != 0 { throw .dataFolder(dir, Errno.current) }
+        DataFolderModes.secure(dir).forEach { ServerLog.note($0) }
         let blobs: BlobStore
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }

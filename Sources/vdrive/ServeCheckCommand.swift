@@ -15,7 +15,7 @@ enum ServeCheckCommand {
         let options = try Options(arguments, valued: ServeBackends.valued, flags: [])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL]") }
         let backends = try ServeBackends(options)
-        let checks: [(ServeBackends) -> Outcome] = [records, store]
+        let checks: [(ServeBackends) -> Outcome] = [folder, records, store]
         var failure: (code: Int32, message: String)?
         for check in checks {
             let outcome = check(backends)
@@ -25,6 +25,13 @@ enum ServeCheckCommand {
         if let failure { throw CLIError(failure.message, code: failure.code) }
         print("ok")
         return ExitCode.ok
+    }
+
+    /// The data folder and database files are the server's user's alone (EX_CONFIG when not).
+    static func folder(_ backends: ServeBackends) -> Outcome {
+        let problems = DataFolderModes.problems(backends.configuration.dataDirectory)
+        guard let first = problems.first else { return Outcome(lines: ["data folder \(backends.configuration.dataDirectory): private (0700)"]) }
+        return Outcome(lines: problems, problem: (ExitCode.config, first))
     }
 
     static func records(_ backends: ServeBackends) -> Outcome {

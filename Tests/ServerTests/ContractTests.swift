@@ -100,7 +100,7 @@ import Testing
             return ["VDRIVE_CONTRACT_BLOCK": stored.digest.hex, "VDRIVE_CONTRACT_CONTENT": stored.content.hex]
         }
         let query = Dictionary((url.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
-        let upload = [url.path.split(separator: "/").last.map(String.init) ?? ""] + ["hash", "size", "expires", "sig"].map { query[$0] ?? "" }
+        let upload = [url.path.split(separator: "/").last.map(String.init) ?? ""] + ["hash", "size", "expires", "device", "sig"].map { query[$0] ?? "" }
         return ["VDRIVE_CONTRACT_BLOCK": stored.digest.hex, "VDRIVE_CONTRACT_CONTENT": stored.content.hex,
                 "VDRIVE_CONTRACT_UPLOAD": upload.joined(separator: " ")]
     }

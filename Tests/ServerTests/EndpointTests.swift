@@ -46,9 +46,9 @@ import Testing
         #expect(try s.send("GET", "/v1/watermark").status == 200)
         try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory, database: s.database).revoke("test-device")
         #expect(try s.send("GET", "/v1/watermark").status == 401)
-        #expect(throws: ClientError.http(status: 401, message: "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'")) {
-            try s.client.watermark()
-        }
+        let refused = try s.send("GET", "/v1/watermark")
+        #expect(refused.error?.error == "device_revoked")
+        #expect(refused.error?.message.hasPrefix("device 'test-device' was revoked at ") == true, "\(refused.text)")
     }
 
     @Test func deviceRegistryAddListRevoke() throws {

@@ -27,6 +27,14 @@ import Testing
         }
         func stop() { weed.stop(); dir.remove() }
         func object(_ d: SHA256Digest) throws -> Int64? { try s3.head("blocks/" + d.hex) }
+
+        /// A fresh database of the shared PostgreSQL cluster and the `vdrive serve` options
+        /// naming it and this store (credentials from a file named in the store URL).
+        func scaledBackends() throws -> (database: String, options: [String]) {
+            guard let cluster = PostgresCluster.shared else { throw TestFailure("no PostgreSQL cluster") }
+            let database = try cluster.newDatabase()
+            return (database, ["--database", database, "--store", try weed.storeURL(credentialsIn: dir.path + "/credentials")])
+        }
     }
 
     /// The plan of `f` (every block of a new content).
@@ -279,11 +287,8 @@ import Testing
     @Test(.enabled(if: PostgresCluster.isInstalled))
     func twoServerProcessesServeOneDeviceAndSurviveAKill() throws {
         let store = try Store(); defer { store.stop() }
-        guard let cluster = PostgresCluster.shared else { throw TestFailure("no PostgreSQL cluster") }
         let dir = store.dir.path
-        let database = try cluster.newDatabase()
-        // Credentials from a file named in the store URL.
-        let backends = ["--database", database, "--store", try store.weed.storeURL(credentialsIn: dir + "/credentials")]
+        let (database, backends) = try store.scaledBackends()
         let token = try DeviceRegistry(dataDirectory: dir + "/data-a", database: .postgres(connectionString: database)).add("phone")
         let a = try ServerProcess(data: dir + "/data-a", extra: backends); defer { a.kill() }
         let b = try ServerProcess(data: dir + "/data-b", extra: backends); defer { b.kill() }

@@ -27,7 +27,7 @@ schemathesis.serializer.alias("application/offset+octet-stream", "application/oc
 
 BLOCK = os.environ.get("VDRIVE_CONTRACT_BLOCK")      # a stored block's hash
 CONTENT = os.environ.get("VDRIVE_CONTRACT_CONTENT")  # a recorded content's hash
-UPLOAD = os.environ.get("VDRIVE_CONTRACT_UPLOAD")    # "id hash size expires sig" of a presigned upload
+UPLOAD = os.environ.get("VDRIVE_CONTRACT_UPLOAD")    # "id hash size expires device sig" of a presigned upload
 
 
 CHECKSUM = re.compile(r"^sha256 [A-Za-z0-9+/]{43}=$")  # WirePatterns.uploadChecksum
@@ -64,9 +64,9 @@ def map_case(context, case):
     elif BLOCK and path == "/v1/blocks/{hash}":
         case.path_parameters = {**(case.path_parameters or {}), "hash": BLOCK}
     elif UPLOAD and path == "/v1/tus/{id}":
-        upload_id, block, size, expires, sig = UPLOAD.split()
+        upload_id, block, size, expires, device, sig = UPLOAD.split()
         case.path_parameters = {**(case.path_parameters or {}), "id": upload_id}
-        case.query = {**(case.query or {}), "hash": block, "size": size, "expires": expires, "sig": sig}
+        case.query = {**(case.query or {}), "hash": block, "size": size, "expires": expires, "device": device, "sig": sig}
         # A real credential, not a drawn one: schemathesis then checks that the server
         # refuses the same request without it, or with another (ignored_auth).
         case._has_explicit_auth = True
