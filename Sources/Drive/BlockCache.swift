@@ -433,6 +433,8 @@ public final class BlockCache: @unchecked Sendable {
                 if first { DriveLog.error("the workspace server is unreachable (\(why)): reads of blocks not held here fail with EIO until it answers") }
             case .missing(let why):
                 DriveLog.error("the server does not hold block \(hash.hex) (\(why)): the read fails with EIO")
+            case .refused(let why):
+                DriveLog.error("block \(hash.hex) could not be fetched from the server (\(why)): the read fails with EIO")
             case .held:
                 break   // prefetch held by policy: nothing to report
             }

@@ -39,4 +39,7 @@ public enum RemoteFailure: Error, Sendable, Equatable {
     case missing(String)
     /// Policy holds non-interactive transfers (paused, metered).
     case held(String)
+    /// The server answered, but not with the block: a refused token, a redirect the
+    /// client will not follow, a reply of the wrong length. Said as it is, not as "missing".
+    case refused(String)
 }

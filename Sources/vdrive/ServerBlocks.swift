@@ -51,7 +51,7 @@ final class ServerBlocks: RemoteContent {
         case .notFound: return .missing("the server answered 404")
         case .unreachable, .timedOut: return .unavailable(error.description)
         case .http(let status, _) where status >= 500 || status == 408 || status == 429: return .unavailable(error.description)
-        default: return .missing(error.description)
+        default: return .refused(error.description)
         }
     }
 
