@@ -22,6 +22,25 @@ static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
                             MHD_OPTION_END);
 }
 
+/* The same daemon speaking HTTPS: libmicrohttpd's TLS (GnuTLS) with a PEM certificate
+   (its chain may follow) and an unencrypted PEM key, both NUL-terminated. */
+static inline struct MHD_Daemon *vd_mhd_start_tls(unsigned int flags, int listen_fd,
+                                                  MHD_AccessHandlerCallback handler, void *handler_cls,
+                                                  MHD_RequestCompletedCallback completed, void *completed_cls,
+                                                  size_t memory_limit, unsigned int connection_limit,
+                                                  unsigned int timeout_seconds,
+                                                  const char *certificate_pem, const char *key_pem) {
+    return MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL, handler, handler_cls,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
+                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
+                            MHD_OPTION_HTTPS_MEM_CERT, certificate_pem,
+                            MHD_OPTION_HTTPS_MEM_KEY, key_pem,
+                            MHD_OPTION_END);
+}
+
 /* Enum constants Swift imports awkwardly, wrapped as plain calls. */
 static inline struct MHD_Response *vd_mhd_response_copy(size_t size, const void *data) {
     return MHD_create_response_from_buffer(size, (void *)data, MHD_RESPMEM_MUST_COPY);

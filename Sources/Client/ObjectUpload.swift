@@ -44,7 +44,7 @@ extension WorkspaceClient {
     /// it); `.contentMismatch`: its bytes were not the block, and it was deleted.
     public func verifyBlock(_ hash: SHA256Digest) throws(ClientError) {
         let reply = try connection.perform(method: "POST", url: baseURL + API.blockPrefix + hash.hex + API.verifySuffix,
-                                           headers: [authHeader, "Expect:"], body: .bytes([]))
+                                           headers: [try authHeader(), "Expect:"], body: .bytes([]))
         try check(reply, expect: [200, 201])
     }
 

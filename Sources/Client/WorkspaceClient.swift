@@ -43,13 +43,20 @@ public final class WorkspaceClient: Sendable {
     private let token: String
     public let connection: HTTPConnection
 
+    /// Why the token must not be sent to `baseURL` (plain HTTP to another machine), nil when it may.
+    private let tokenRefusal: String?
+
     /// `baseURL` such as `http://127.0.0.1:8420` (no trailing slash needed); `token` is the device token.
-    public init(baseURL: String, token: String, timeouts: Timeouts = Timeouts()) {
+    /// `caFile`: the CAs to trust for every request (the server and, on a scaled server, its
+    /// object store), nil for the system's. `allowInsecureHTTP`: send the token over plain
+    /// HTTP to a machine other than this one (refused otherwise, before any connection).
+    public init(baseURL: String, token: String, timeouts: Timeouts = Timeouts(), caFile: String? = nil, allowInsecureHTTP: Bool = false) {
         var base = baseURL
         while base.hasSuffix("/") { base.removeLast() }
         self.baseURL = base
         self.token = token
-        self.connection = HTTPConnection(timeouts: timeouts)
+        self.connection = HTTPConnection(timeouts: timeouts, caFile: caFile)
+        self.tokenRefusal = allowInsecureHTTP ? nil : PlainHTTP.refusal(baseURL: base)
     }
 
     // MARK: calls
@@ -297,7 +304,7 @@ public final class WorkspaceClient: Sendable {
     /// to `content` and fit its size, else `.invalidResponse`.
     public func contentBlocks(_ content: SHA256Digest) throws(ClientError) -> BlockManifest {
         let reply = try connection.perform(method: "GET", url: baseURL + API.contentPrefix + content.hex + API.blocksSuffix,
-                                           headers: [authHeader], responseLimit: API.maxManifestBody)
+                                           headers: [try authHeader()], responseLimit: API.maxManifestBody)
         try check(reply, expect: [200])
         let body = try decode(ContentBlocksResponse.self, reply)
         do {
@@ -372,7 +379,7 @@ public final class WorkspaceClient: Sendable {
     /// one per `Blocks.chunkSize` piece of the block's size.
     public func chunkDigests(_ hash: SHA256Digest) throws(ClientError) -> [SHA256Digest] {
         let reply = try connection.perform(method: "GET", url: baseURL + API.blockPrefix + hash.hex + API.chunksSuffix,
-                                           headers: [authHeader], responseLimit: 64 << 10)
+                                           headers: [try authHeader()], responseLimit: 64 << 10)
         try check(reply, expect: [200])
         let body = try decode(BlockChunksResponse.self, reply)
         let digests = body.chunks.compactMap(SHA256Digest.init(hex:))
@@ -409,7 +416,7 @@ public final class WorkspaceClient: Sendable {
     /// credential), and only to an absolute http or https URL.
     private func getFollowingStore(_ path: String, headers: [String],
                                    _ get: (_ url: String, _ headers: [String]) throws(ClientError) -> HTTPResult) throws(ClientError) -> HTTPResult {
-        let reply = try get(baseURL + path, [authHeader] + headers)
+        let reply = try get(baseURL + path, [try authHeader()] + headers)
         guard reply.status == 307 else { return reply }
         let location = reply.header("Location") ?? ""
         guard HTTPConnection.isWebURL(location) else {
@@ -420,7 +427,11 @@ public final class WorkspaceClient: Sendable {
 
     // MARK: plumbing
 
-    var authHeader: String { "Authorization: Bearer \(token)" }
+    /// The token's header; refused (before any connection) where it would cross plain HTTP to another machine.
+    func authHeader() throws(ClientError) -> String {
+        if let tokenRefusal { throw .insecure(tokenRefusal) }
+        return "Authorization: Bearer \(token)"
+    }
 
     /// A PATCH's headers. `Expect:` (empty) keeps libcurl from sending
     /// `Expect: 100-continue` and waiting for the server's `100 Continue` before the body,
@@ -432,7 +443,7 @@ public final class WorkspaceClient: Sendable {
     private var tusHeader: String { "\(Tus.resumable): \(API.tusVersion)" }
 
     private func call(_ method: String, _ pathAndQuery: String, auth: Bool = true) throws(ClientError) -> HTTPResult {
-        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [authHeader] : [])
+        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [])
         try check(reply, expect: [200, 201])
         return reply
     }
@@ -443,7 +454,7 @@ public final class WorkspaceClient: Sendable {
 
     private func call(_ method: String, _ path: String, body: [UInt8]) throws(ClientError) -> HTTPResult {
         let reply = try connection.perform(method: method, url: baseURL + path,
-                                           headers: [authHeader, "Content-Type: application/json", "Expect:"], body: .bytes(body))
+                                           headers: [try authHeader(), "Content-Type: application/json", "Expect:"], body: .bytes(body))
         try check(reply, expect: [200, 201])
         return reply
     }

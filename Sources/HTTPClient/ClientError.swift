@@ -39,12 +39,16 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     case localIO(String)
     /// The progress callback asked to stop.
     case cancelled
+    /// The connection could not be made safely: the server's TLS certificate was refused
+    /// (unknown CA, expired, another name), or a token would have crossed plain HTTP to
+    /// another machine. Permanent until the configuration changes.
+    case insecure(String)
 
     public var isTransient: Bool {
         switch self {
         case .unreachable, .timedOut, .offsetConflict, .checksumMismatch, .missingBlocks: return true
         case .http(let status, _): return status >= 500 || status == 408 || status == 429
-        case .expired, .notFound, .contentMismatch, .invalidResponse, .localIO, .cancelled: return false
+        case .expired, .notFound, .contentMismatch, .invalidResponse, .localIO, .cancelled, .insecure: return false
         }
     }
 
@@ -62,6 +66,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .invalidResponse(let m): return "the workspace server sent an unexpected reply: \(m)"
         case .localIO(let m): return m
         case .cancelled: return "the transfer was cancelled"
+        case .insecure(let m): return m
         }
     }
 }

@@ -85,6 +85,14 @@ private final class Transfer {
     var direct: DirectSink?
     var progress: ((Int64) -> Bool)?
     var cancelled = false
+    /// libcurl's words on a failure (CURLOPT_ERRORBUFFER): which certificate check failed.
+    let errorBuffer: UnsafeMutablePointer<CChar> = {
+        let p = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
+        p.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        return p
+    }()
+    deinit { errorBuffer.deallocate() }
+    var errorDetail: String { String(cString: errorBuffer) }
 }
 
 private func readCallback(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
@@ -182,8 +190,12 @@ public final class HTTPConnection: Sendable {
     /// Idle handles, the most recently used last (its connection is the likeliest alive).
     private let idle = Mutex<[CurlEasy]>([])
     public let timeouts: Timeouts
+    /// PEM file of the CAs to trust instead of the system's (a private CA), for every
+    /// request of this connection; nil trusts the system's store. Certificates are always
+    /// verified, name included (libcurl's default, which nothing here turns off).
+    public let caFile: String?
 
-    public init(timeouts: Timeouts = Timeouts()) { self.timeouts = timeouts }
+    public init(timeouts: Timeouts = Timeouts(), caFile: String? = nil) { self.timeouts = timeouts; self.caFile = caFile }
 
     /// The only URL schemes a request may use (libcurl's list): every URL the server
     /// hands a device (upload plans, a redirect to its store) is http or https, and no
@@ -232,7 +244,7 @@ public final class HTTPConnection: Sendable {
         transfer.sinkOffset = sinkOffset
         transfer.sinkHook = sinkHook
         transfer.progress = progress
-        let timeouts = self.timeouts
+        let timeouts = self.timeouts, caFile = self.caFile
         let easy = idle.withLock { $0.popLast() } ?? CurlEasy()
         defer { idle.withLock { $0.append(easy) } }
         if let directSink, let sink { transfer.direct = easy.directSink(direct: directSink, buffered: sink, offset: sinkOffset) }
@@ -251,6 +263,8 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
             vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
+            if let caFile { vd_curl_setopt_str(h, CURLOPT_CAINFO, caFile) }
+            vd_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, transfer.errorBuffer)
             vd_curl_setopt_write(h, writeCallback)
             vd_curl_setopt_ptr(h, CURLOPT_WRITEDATA, ud)
             // A download into a file (or to `sinkHook`): 240 KiB per write callback instead of 16 KiB, so a
@@ -291,7 +305,7 @@ public final class HTTPConnection: Sendable {
             }
             vd_curl_setopt_ptr(h, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
             let code = curl_easy_perform(h)
-            if code != CURLE_OK { return .failure(Self.map(code, transfer)) }
+            if code != CURLE_OK { return .failure(Self.map(code, transfer, url: url, caFile: caFile)) }
             if let direct = transfer.direct, !direct.finish() {
                 return .failure(.localIO("writing the downloaded bytes failed: \(String(cString: strerror(direct.error)))"))
             }
@@ -302,9 +316,11 @@ public final class HTTPConnection: Sendable {
         return try result.get()
     }
 
-    private static func map(_ code: CURLcode, _ t: Transfer) -> ClientError {
+    private static func map(_ code: CURLcode, _ t: Transfer, url: String, caFile: String?) -> ClientError {
         let text = String(cString: curl_easy_strerror(code))
         switch code {
+        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CONNECT_ERROR:
+            return .insecure(Self.untrusted(code, detail: t.errorDetail.isEmpty ? text : t.errorDetail, url: url, caFile: caFile))
         case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY,
              CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE:
             return .unreachable(text)
@@ -322,5 +338,17 @@ public final class HTTPConnection: Sendable {
         default:
             return .unreachable("curl error \(code.rawValue): \(text)")
         }
+    }
+
+    /// A TLS failure in words a user can act on: what was refused, where, and the way out.
+    private static func untrusted(_ code: CURLcode, detail: String, url: String, caFile: String?) -> String {
+        let origin = url.split(separator: "/", maxSplits: 3, omittingEmptySubsequences: false).prefix(3).joined(separator: "/")
+        if code == CURLE_SSL_CACERT_BADFILE {
+            return "cannot use the CA file \(caFile ?? "(system store)") to check \(origin): \(detail); give a readable PEM file of the CA's certificate"
+        }
+        let trusted = caFile.map { "the CA file \($0)" } ?? "the system's CAs"
+        return "TLS connection to \(origin) refused: \(detail) (trusting \(trusted)); "
+            + "if the server's certificate comes from a private CA, give that CA's certificate with --ca-file FILE "
+            + "(or \"caFile\" in remote.json); if it expired or names another host, renew it on the server"
     }
 }

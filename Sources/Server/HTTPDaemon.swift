@@ -16,16 +16,16 @@ final class HTTPDaemon: Sendable {
     private let daemon: Mutex<UInt>
     let port: UInt16
 
-    /// Binds `host:port` (port 0 picks a free one) and starts serving.
+    /// Binds `host:port` (port 0 picks a free one) and starts serving, over TLS with `tls`.
     init(host: String, port: UInt16, handler: HTTPHandler, memoryLimit: Int = 256 * 1024,
-         connectionLimit: UInt32 = 512, idleTimeout: UInt32 = 120) throws(ServerError) {
+         connectionLimit: UInt32 = 512, idleTimeout: UInt32 = 120, tls: TLSConfiguration? = nil) throws(ServerError) {
         self.handler = handler
         self.daemon = Mutex(0)
         let fd = try Self.listen(host: host, port: port)
         self.port = Self.boundPort(fd)
         let flags = UInt32(MHD_USE_THREAD_PER_CONNECTION.rawValue | MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_POLL.rawValue | MHD_USE_ITC.rawValue)
         let cls = Unmanaged.passUnretained(self).toOpaque()
-        guard let d = vd_mhd_start(flags, fd, accessHandler, cls, completedHandler, cls, memoryLimit, connectionLimit, idleTimeout) else {
+        guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, memoryLimit, connectionLimit, idleTimeout) else {
             close(fd)
             throw .cannotStart("libmicrohttpd refused to start on \(host):\(port)")
         }

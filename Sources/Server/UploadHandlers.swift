@@ -91,11 +91,12 @@ enum UploadHandlers {
 
 extension ServerContext {
     /// The base of the presigned URLs in the reply to `request`: `--public-url`, else the
-    /// request's Host (checked: `urlHost`), else the address the server listens on.
+    /// request's Host (checked: `urlHost`), else the address the server listens on, with
+    /// https when the server speaks TLS.
     /// Asked before any upload is made, so a bad Host changes nothing.
     func publicBase(for request: HTTPRequest) throws(RequestFailure) -> String {
         if let publicURL = configuration.publicURL { return publicURL }
-        return "http://" + (try request.urlHost() ?? "\(configuration.host):\(configuration.port)")
+        return configuration.scheme + "://" + (try request.urlHost() ?? "\(configuration.host):\(configuration.port)")
     }
 
     /// The presigned URL of an upload for `device`, valid until the row's expiry or the device's revocation.

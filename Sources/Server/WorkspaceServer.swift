@@ -16,7 +16,7 @@ public struct ServerConfiguration: Sendable {
     public var port: UInt16
     /// Lifetime of a presigned upload URL, seconds (default 7 days).
     public var uploadExpiry: Int64
-    /// Base of the presigned URLs handed out; nil means `http://<the request's Host>`.
+    /// Base of the presigned URLs handed out; nil means `http://<the request's Host>` (`https://` over TLS).
     public var publicURL: String?
     /// fdatasync the staging file at the end of every PATCH before its offset is recorded.
     /// Off by default: see Docs/protocol.md, "Kill safety".
@@ -27,6 +27,10 @@ public struct ServerConfiguration: Sendable {
     public var database: DatabaseLocation?
     /// What one client can make the server hold (ServerLimits.swift).
     public var limits = ServerLimits()
+    /// HTTPS with this certificate and key; nil serves plain HTTP.
+    public var tls: TLSConfiguration? = nil
+    /// The scheme clients reach this server by.
+    var scheme: String { tls == nil ? "http" : "https" }
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -62,11 +66,11 @@ public final class WorkspaceServer: Sendable {
         self.configuration = configuration
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
-        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router)
+        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, tls: configuration.tls)
     }
 
     public var port: UInt16 { daemon.port }
-    public var baseURL: String { "http://\(configuration.host):\(port)" }
+    public var baseURL: String { "\(configuration.scheme)://\(configuration.host):\(port)" }
 
     /// Stops accepting, ends open connections (their partial PATCHes are handled as
     /// disconnects) and waits for the connection threads. Idempotent.

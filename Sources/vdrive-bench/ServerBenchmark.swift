@@ -4,6 +4,7 @@ import Foundation
 import Protocol
 import Server
 import Storage
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,7 +14,8 @@ import Glibc
 ///     same blocks (PUT /v1/blocks/<hash>, one curl process, one kept-alive connection),
 ///     each to a fresh `vdrive serve` (MB/s, CPU seconds). The file's blocks are hashed
 ///     before the clock starts, as the drive has them from the write;
-///  2. the same client upload with `--sync-every-patch` (the cost of an fdatasync per PATCH);
+///  2. the same client upload with `--sync-every-patch` (the cost of an fdatasync per PATCH),
+///     and over TLS (`--tls-cert/--tls-key`, a private CA made with openssl: the cost of HTTPS);
 ///  3. server RSS sampled every 20 ms during a larger upload;
 ///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones.
 enum ServerBenchmark {
@@ -67,9 +69,9 @@ enum ServerBenchmark {
         // 1. Our client in block PATCHes, the same without Upload-Checksum, curl -T, and
         //    (2.) the client against a server with --sync-every-patch; `--repeat` rounds,
         //    interleaved so that load from elsewhere on the machine spreads over all four.
-        func ourUpload(checksum: Bool) -> (RunningServer, String) throws -> Void {
+        func ourUpload(checksum: Bool, caFile: String? = nil) -> (RunningServer, String) throws -> Void {
             { server, token in
-                let client = WorkspaceClient(baseURL: server.base, token: token)
+                let client = WorkspaceClient(baseURL: server.base, token: token, caFile: caFile)
                 let fd = open(file, O_RDONLY)
                 defer { close(fd) }
                 try client.uploadFile(fd: fd, size: manifest.size, manifest: manifest, chunkSize: o.chunkMiB << 20, checksum: checksum)
@@ -89,11 +91,14 @@ enum ServerBenchmark {
             guard codes.allSatisfy({ $0 == "201" || $0 == "200" }) else { throw BenchError("curl -T answered \(Set(codes))") }
             try record(WorkspaceClient(baseURL: server.base, token: token), manifest)
         }
+        let pki = try TestCertificates(in: o.dir + "/pki")
         let configurations: [(String, [String], (RunningServer, String) throws -> Void)] = [
             ("client (tus PATCH \(o.chunkMiB) MiB, checksum)", [], ourUpload(checksum: true)),
             ("client, no Upload-Checksum", [], ourUpload(checksum: false)),
             ("curl -T (one PUT per block)", [], curlUpload),
             ("client, server --sync-every-patch", ["--sync-every-patch"], ourUpload(checksum: true)),
+            ("client over TLS (tus PATCH \(o.chunkMiB) MiB, checksum)", ["--tls-cert", pki.server.certificate, "--tls-key", pki.server.key],
+             ourUpload(checksum: true, caFile: pki.ca)),
         ]
         var runs = [[Figures]](repeating: [], count: configurations.count)
         for round in 1...o.repeats {
@@ -101,7 +106,7 @@ enum ServerBenchmark {
             for (i, c) in configurations.enumerated() { runs[i].append(try measure(o, label: c.0, extra: c.1, c.2)) }
         }
         let medians = runs.map { $0.sorted { $0.wall < $1.wall }[$0.count / 2] }
-        let (ours, unchecked, curl, synced) = (medians[0], medians[1], medians[2], medians[3])
+        let (ours, unchecked, curl, synced, tls) = (medians[0], medians[1], medians[2], medians[3], medians[4])
         try? FileManager.default.removeItem(atPath: file)
         try? FileManager.default.removeItem(atPath: o.dir + "/blocks")
 
@@ -124,10 +129,11 @@ enum ServerBenchmark {
         print("Medians of \(o.repeats) rounds (the RSS run once):")
         print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
         print("|---|---:|---:|---:|---:|---:|")
-        for r in [ours, unchecked, curl, synced, rss] { print(r.row) }
+        for r in [ours, unchecked, curl, synced, tls, rss] { print(r.row) }
         print("")
         print(String(format: "client throughput vs curl -T: %.0f%%", 100 * ours.mbps / curl.mbps))
         print(String(format: "fdatasync per PATCH costs %.0f%% of throughput", 100 * (1 - synced.mbps / ours.mbps)))
+        print(String(format: "TLS vs plain HTTP: %.2f× throughput", tls.mbps / ours.mbps))
         print(String(format: "server RSS: idle %.1f MiB; peak %.1f MiB during %lld MiB, %.1f MiB during %lld MiB",
                      ours.idleRSS, ours.peakRSS, o.sizeMiB, rss.peakRSS, o.rssSizeMiB))
         print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
@@ -303,7 +309,7 @@ final class RunningServer {
             line.append(b.first!)
         }
         let text = String(decoding: line, as: UTF8.self)
-        guard let r = text.range(of: "http://") else {
+        guard let r = text.range(of: "https://") ?? text.range(of: "http://") else {
             process.terminate()
             throw BenchError("vdrive serve did not start: '\(text)'")
         }

@@ -15,8 +15,7 @@ final class ClientRemoteRecords: RemoteRecords, Sendable {
     /// A client for the feed: a connect timeout short enough that a drive whose server
     /// is down notices within a few seconds, not the backup's patient ten.
     static func forRemote(_ remote: RemoteConfig) throws -> ClientRemoteRecords {
-        ClientRemoteRecords(client: WorkspaceClient(baseURL: remote.url, token: try remote.token(),
-                                                    timeouts: Timeouts(connect: 3, lowSpeedBytes: 1024, lowSpeedSeconds: 10)))
+        ClientRemoteRecords(client: try remote.client(timeouts: Timeouts(connect: 3, lowSpeedBytes: 1024, lowSpeedSeconds: 10)))
     }
 
     func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {

@@ -83,7 +83,7 @@ struct ClientTransport: BackupTransport {
         case .checksumMismatch, .contentMismatch: return BackupTransportError(.checksumMismatch, message)
         case .missingBlocks: return BackupTransportError(.missingBlocks, message)
         case .cancelled: return BackupTransportError(.cancelled, message)
-        case .unreachable, .timedOut, .invalidResponse, .localIO: return BackupTransportError(.transient, message)
+        case .unreachable, .timedOut, .invalidResponse, .localIO, .insecure: return BackupTransportError(.transient, message)
         case .http(let status, _):
             return BackupTransportError(status >= 500 || status == 408 || status == 429 ? .transient : .permanent, message)
         }

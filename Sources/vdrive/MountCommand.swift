@@ -9,7 +9,7 @@ enum MountCommand {
         summary: "mount the workspace at a folder (backs up its Camera Roll)",
         help: """
         Usage: vdrive mount MOUNTPOINT [--state DIR] [--camera-backup] [--server URL]
-                            [--token-file FILE] [-f]
+                            [--token-file FILE] [--ca-file FILE] [--allow-insecure-http] [-f]
 
         Mounts the workspace at MOUNTPOINT, an existing empty folder. Returns once the
         mount is ready and keeps serving it in the background. Photos committed under
@@ -25,6 +25,7 @@ enum MountCommand {
           --server URL       the workspace server (default: from
                              $XDG_CONFIG_HOME/vdrive/remote.json)
           --token-file FILE  this device's token (default: from remote.json)
+        \(RemoteConfig.help)
           -f                 stay in the foreground (for systemd and debugging)
           --help             show this help
 
@@ -44,8 +45,8 @@ enum MountCommand {
         run: unmount)
 
     static func mount(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--state", "--ready-pipe", "--server", "--token-file"],
-                                  flags: ["-f", "--foreground", "--camera-backup"])
+        let options = try Options(arguments, valued: RemoteConfig.valued.union(["--state", "--ready-pipe"]),
+                                  flags: RemoteConfig.flags.union(["-f", "--foreground", "--camera-backup"]))
         guard options.positionals.count == 1 else {
             throw CLIError.usage("mount takes one MOUNTPOINT; see 'vdrive mount --help'")
         }
@@ -57,11 +58,11 @@ enum MountCommand {
         } catch let error as MountError {
             throw cliError(error)
         }
-        let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
+        let remote = try RemoteConfig.load(options)
         if options.has("--camera-backup") { try BackupWiring.turnCameraBackupOn() }
         if !foreground && options.value("--ready-pipe") == nil {
             var childArguments = ["mount", mountPoint, "--state", state, "-f", "--ready-pipe", "stdout"]
-            if let remote { childArguments += ["--server", remote.url, "--token-file", remote.tokenFile] }
+            if let remote { childArguments += remote.arguments }
             return try Daemon.start(arguments: childArguments, mountPoint: mountPoint)
         }
         let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)

@@ -27,7 +27,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         self.settingsPath = settingsPath
         guard let remote else { return }
         do {
-            let client = WorkspaceClient(baseURL: remote.url, token: try remote.token(), timeouts: ServerBlocks.timeouts)
+            let client = try remote.client(timeouts: ServerBlocks.timeouts)
             fs.blockCache.remote = ServerBlocks(client: client, settings: SettingsFile(path: settingsPath), policy: BackupWiring.policy())
         } catch {
             printError("blocks not held here cannot be fetched: \(error)")

@@ -15,6 +15,7 @@ enum RestoreCommand {
     static let help = """
     Usage: vdrive restore DEVICE DEST [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--now]
                           [--transfers N] [--server URL --token-file FILE] [--config FILE]
+                          [--ca-file FILE] [--allow-insecure-http]
 
     Copies the current version of every file DEVICE backed up to DEST, under the
     paths it had on that device (DEST/Camera Roll/IMG_0001.jpg). Each file is
@@ -36,17 +37,19 @@ enum RestoreCommand {
                     or --config FILE).
     The server is the one the drive uses ($XDG_CONFIG_HOME/vdrive/remote.json), or
     --server with --token-file. Progress and time left are shown on a terminal.
+    \(RemoteConfig.help)
 
     Exit codes: 0 everything restored, 64 usage, 65 the server lacks or damaged some
     content, 66 DEVICE has no backups, 73 DEST cannot be written (or holds other
     files under those names), 75 the server could not be reached for some files (run
-    again), 77 the token was refused, 78 no server configured.
+    again), 77 the token was refused, 78 no server configured, its TLS certificate
+    refused, or a token bound for plain HTTP to another machine.
     """
 
     static let defaultTransfers = 4
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--since", "--until", "--server", "--token-file", "--config", "--transfers"], flags: ["--now"])
+        let options = try Options(arguments, valued: RemoteConfig.valued.union(["--since", "--until", "--config", "--transfers"]), flags: RemoteConfig.flags.union(["--now"]))
         guard options.positionals.count == 2 else {
             throw CLIError.usage("restore needs DEVICE and DEST (e.g. 'vdrive restore phone ~/Restored'), got \(options.positionals.count) argument(s); see --help")
         }
@@ -57,7 +60,7 @@ enum RestoreCommand {
             guard let n = Int(text), (1...64).contains(n) else { throw CLIError.usage("--transfers takes a number from 1 to 64, got '\(text)'") }
             return n
         } ?? defaultTransfers
-        guard let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file")) else {
+        guard let remote = try RemoteConfig.load(options) else {
             throw CLIError("no workspace server is configured; run ./mount once, or pass --server URL --token-file FILE", code: ExitCode.config)
         }
         let client = try remote.client()
@@ -115,6 +118,7 @@ enum RestoreCommand {
 
     static func cliError(_ error: ClientError, server: String) -> CLIError {
         switch error {
+        case .insecure(let m): return CLIError(m, code: ExitCode.config)
         case .http(401, _): return CLIError("the server \(server) refused this device's token (revoked?); make a new one with 'vdrive serve device add NAME'", code: ExitCode.noPermission)
         default:
             return CLIError("cannot list the backups on \(server): \(error)", code: error.isTransient ? ExitCode.tempFail : ExitCode.unavailable)

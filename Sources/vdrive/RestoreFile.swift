@@ -191,7 +191,7 @@ struct FileRestorer: Sendable {
         case .notFound: return .server("the server no longer holds the content of '\(record.path)' (\(record.hash))")
         case .contentMismatch(let m): return .server("'\(record.path)': \(m)")
         case .localIO(let m): return .local("'\(record.path)': \(m)")
-        case .unreachable, .timedOut: return .serverGone("'\(record.path)': \(error)")
+        case .unreachable, .timedOut, .insecure: return .serverGone("'\(record.path)': \(error)")
         default:
             return error.isTransient ? .transient("'\(record.path)': \(error)") : .server("'\(record.path)': \(error)")
         }

@@ -2,7 +2,8 @@ import Server
 
 /// `vdrive serve check [--data DIR] [--database URL] [--store URL]`: can a server start with these
 /// back ends? Prints what it found, one fact a line; exits 0 when all is well, else by
-/// sysexits: 69 unreachable, 77 login or grants refused, 78 bad URL or newer schema.
+/// sysexits: 66 TLS file unreadable, 69 unreachable, 77 login or grants refused, 78 bad URL,
+/// newer schema or a TLS certificate and key that do not make a valid pair.
 /// Each back end is one check in `checks`; the object store adds its own beside the records'.
 enum ServeCheckCommand {
     struct Outcome {
@@ -12,10 +13,10 @@ enum ServeCheckCommand {
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ServeBackends.valued, flags: [])
-        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL]") }
+        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued), flags: [])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL] [--tls-cert FILE --tls-key FILE]") }
         let backends = try ServeBackends(options)
-        let checks: [(ServeBackends) -> Outcome] = [folder, records, store]
+        let checks: [(ServeBackends) -> Outcome] = [folder, records, store, { _ in ServeTLS.check(options) }]
         var failure: (code: Int32, message: String)?
         for check in checks {
             let outcome = check(backends)

@@ -10,7 +10,9 @@ enum ServeCommand {
 
     static let help = """
     Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS] [--store s3://…]
-           vdrive serve check                 reach the database and the store: version, schema, permissions, a probe object
+                        [--tls-cert FILE --tls-key FILE]
+           vdrive serve check                 reach the database and the store: version, schema, permissions, a probe object;
+                                              with --tls-cert/--tls-key, check the certificate and key
            vdrive serve snapshot DEST         a consistent copy of this embedded server, running or
                                               not (records, and blocks as hard links where it can);
                                               a server started on DEST carries on where it was
@@ -33,7 +35,9 @@ enum ServeCommand {
     \(ServeBackends.help)
       --listen HOST:PORT       IPv4 address and port (default: 127.0.0.1:8420; port 0 picks one)
       --upload-expiry SECONDS  lifetime of presigned upload URLs (default: 604800, 7 days)
-      --public-url URL         base of presigned URLs (default: http:// + the request's Host)
+      --public-url URL         base of presigned URLs (default: http:// + the request's Host;
+                               https:// with --tls-cert, or behind a TLS proxy: --public-url https://HOST)
+    \(ServeTLS.help)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
       --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
                                keep blocks in an S3 bucket (created if missing) instead of
@@ -43,9 +47,10 @@ enum ServeCommand {
                                aws_secret_access_key = … lines). See Docs/operations.md.
 
     Exit codes: 64 usage, 65 no such device, path or version (backup delete),
-    69 address in use, database unreachable or object store unusable, 73 data folder
-    not writable, 77 database login or grants refused, 78 bad --database, database
-    from a newer vdrive or unusable.
+    66 TLS certificate or key missing or unreadable, 69 address in use, database
+    unreachable or object store unusable, 73 data folder not writable, 77 database
+    login or grants refused, 78 bad --database, database from a newer vdrive or
+    unusable, TLS certificate and key not a matching pair.
     """
 
     static func run(_ arguments: [String]) throws -> Int32 {
@@ -53,7 +58,7 @@ enum ServeCommand {
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "snapshot" { return try ServeSnapshotCommand.run(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ServeBackends.valued.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
+        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued).union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
         if let listen = options.value("--listen") {
@@ -67,6 +72,7 @@ enum ServeCommand {
         }
         configuration.publicURL = options.value("--public-url")
         configuration.syncEveryPatch = options.has("--sync-every-patch")
+        configuration.tls = try ServeTLS.load(options, serving: true)
 
         // Block the stop signals in every thread (libmicrohttpd's inherit the mask); this thread waits for them.
         var stopSignals = sigset_t()

@@ -49,7 +49,7 @@ final class ServerBlocks: RemoteContent {
     static func failure(_ error: ClientError) -> RemoteFailure {
         switch error {
         case .notFound: return .missing("the server answered 404")
-        case .unreachable, .timedOut: return .unavailable(error.description)
+        case .unreachable, .timedOut, .insecure: return .unavailable(error.description)
         case .http(let status, _) where status >= 500 || status == 408 || status == 429: return .unavailable(error.description)
         default: return .refused(error.description)
         }

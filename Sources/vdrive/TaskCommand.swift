@@ -10,6 +10,7 @@ enum TaskCommand {
     static var verb: Verb {
         Verb(name: "task", summary: "run one backup task without a mount (for systemd timers)", help: """
         Usage: vdrive task run TASK [--state DIR] [--server URL] [--token-file FILE]
+                                    [--ca-file FILE] [--allow-insecure-http]
 
         Tasks:
           us.virtualdrive.backup   upload what the queue holds, then stop
@@ -18,12 +19,16 @@ enum TaskCommand {
 
         Respects the policies ('vdrive settings'): paused, metered network, low battery.
         Prints the final status line. Exit 0 when the task ran (even if it had to wait),
-        75 when another process holds the queue, 66 when there is no workspace yet.
+        75 when another process holds the queue, 66 when there is no workspace yet
+        (or the CA file is unreadable), 78 a token bound for plain HTTP to another machine.
+
+        Options:
+        \(RemoteConfig.help)
         """, run: run)
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ["--state", "--server", "--token-file"], flags: [])
+        let options = try Options(arguments, valued: RemoteConfig.valued.union(["--state"]), flags: RemoteConfig.flags)
         guard options.positionals.count == 2, options.positionals[0] == "run" else {
             throw CLIError.usage("usage: vdrive task run TASK; see 'vdrive task --help'")
         }
@@ -44,7 +49,7 @@ enum TaskCommand {
         } catch let error as MigrationError {
             throw CLIError(error.description, code: ExitCode.config)
         }
-        let remote = try RemoteConfig.load(server: options.value("--server"), tokenFile: options.value("--token-file"))
+        let remote = try RemoteConfig.load(options)
         let report = try BackupEngine.runOnce(task: task, configuration: BackupWiring.configuration(catalogPath: catalog, state: state),
                                               transport: try BackupWiring.transport(remote),
                                               blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: blobs, catalogPath: catalog)),

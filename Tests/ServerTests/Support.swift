@@ -14,21 +14,23 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     let server: WorkspaceServer
     let token: String
     let client: WorkspaceClient
-    let raw = HTTPConnection()
+    let raw: HTTPConnection
 
     /// Where the records are (a fresh database per server for PostgreSQL).
     let database: DatabaseLocation?
 
     init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite,
-         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits()) throws {
+         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits(), tls: TLSConfiguration? = nil, caFile: String? = nil) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
         database = try records.freshLocation(in: cluster)
         token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
         var configuration = ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database)
         configuration.limits = limits
+        configuration.tls = tls
         server = try WorkspaceServer(configuration)
-        client = WorkspaceClient(baseURL: server.baseURL, token: token)
+        client = WorkspaceClient(baseURL: server.baseURL, token: token, caFile: caFile)
+        raw = HTTPConnection(caFile: caFile)
     }
 
     var base: String { server.baseURL }
