@@ -127,6 +127,7 @@ extension ServerContext {
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
         if let e = error as? ValidationError { return .error(e.status, e.code, e.message, field: e.field) }
         if let e = error as? RequestFailure { return e.response }
+        if let e = error as? BlockBeingRemoved { return .error(503, "unavailable", e.description, headers: [("Retry-After", "1")]) }
         if let e = error as? RecordsUnavailable { return .error(503, "unavailable", "\(e); try again in a few seconds", headers: [("Retry-After", "2")]) }
         return .error(500, "internal", "the server failed: \(error); see the server's log")
     }

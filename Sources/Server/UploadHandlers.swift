@@ -31,7 +31,9 @@ enum UploadHandlers {
             var blocks: [BlockUploadInfo] = []
             var anyCreated = false
             var expires = context.configuration.uploadExpires(after: ServerContext.now())
-            for block in try context.absentBlocks(manifest) {
+            let absent = try context.absentBlocks(manifest)
+            try context.checkQuota(adding: absent.reduce(0) { $0 + $1.length })
+            for block in absent {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
                     let planned = objects.plan(block, expiresIn: context.configuration.uploadExpiry)
@@ -143,6 +145,7 @@ enum TusHandlers {
         }
         do {
             let base = try context.publicBase(for: request)
+            if try context.presentBlockSize(digest) == nil { try context.checkQuota(adding: length) }
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))

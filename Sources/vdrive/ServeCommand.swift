@@ -18,6 +18,11 @@ enum ServeCommand {
                                               delete a device's backup of PATH (every
                                               version, or one); without --yes, says what
                                               it would delete and deletes nothing
+           vdrive serve gc [--dry-run] [--grace DURATION]
+                                              remove contents no version records and blocks
+                                              nothing names, older than the grace (24h)
+           vdrive serve usage [--json]        per device: files, versions, bytes used and
+                                              unique; the total, the quota, what gc frees
 
     Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Records are
     in DIR/server.db (SQLite) or in PostgreSQL (--database), content in 4 MiB blocks
@@ -32,6 +37,7 @@ enum ServeCommand {
       --upload-expiry SECONDS  lifetime of presigned upload URLs (default: 604800, 7 days)
       --public-url URL         base of presigned URLs (default: http:// + the request's Host)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
+    \(ServeSpaceCommand.help)
       --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
                                keep blocks in an S3 bucket (created if missing) instead of
                                DIR/blobs; devices upload to it with presigned URLs. Also
@@ -40,6 +46,7 @@ enum ServeCommand {
                                aws_secret_access_key = … lines). See Docs/operations.md.
 
     Exit codes: 64 usage, 65 no such device, path or version (backup delete),
+    75 another gc is running,
     69 address in use, database unreachable or object store unusable, 73 data folder
     not writable, 77 database login or grants refused, 78 bad --database, database
     from a newer vdrive or unusable.
@@ -49,7 +56,10 @@ enum ServeCommand {
         if arguments.first == "device" { return try device(Array(arguments.dropFirst())) }
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ServeBackends.valued.union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
+        if arguments.first == "gc" { return try ServeSpaceCommand.gc(Array(arguments.dropFirst())) }
+        if arguments.first == "usage" { return try ServeSpaceCommand.usage(Array(arguments.dropFirst())) }
+        let options = try Options(arguments, valued: ServeBackends.valued.union(["--listen", "--upload-expiry", "--public-url"]).union(ServeSpaceCommand.serveOptions),
+                                  flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
         if let listen = options.value("--listen") {
@@ -63,6 +73,7 @@ enum ServeCommand {
         }
         configuration.publicURL = options.value("--public-url")
         configuration.syncEveryPatch = options.has("--sync-every-patch")
+        try ServeSpaceCommand.apply(options, to: &configuration)
 
         // Block the stop signals in every thread (libmicrohttpd's inherit the mask); this thread waits for them.
         var stopSignals = sigset_t()
