@@ -122,6 +122,8 @@ public final class SpaceCollector: Sendable {
                 try db.transaction { () throws -> Bool in
                     guard try db.run("DELETE FROM blocks WHERE hash = ? AND created_at <= ? AND NOT \(BlockNames.blockNamed("blocks.hash"))", hash, cutoff) == 1 else { return false }
                     try db.run("DELETE FROM block_chunks WHERE hash = ?", hash)
+                    // A completed upload of it would answer "done" to the next upload of these bytes.
+                    try db.run("DELETE FROM uploads WHERE hash = ? AND completed_at IS NOT NULL", hash)
                     try db.run("INSERT INTO block_removals(hash, started_at) VALUES (?, ?) ON CONFLICT DO NOTHING", hash, now)
                     return true
                 }

@@ -211,6 +211,7 @@ final class ServerContext: Sendable {
     /// Records a block that is in the store (and marks its upload complete) in one transaction.
     func recordBlock(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
         try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now()) { try holdsBytes(digest) }
+        usedBytes.withLock { $0 = nil }  // counted again for the next quota check
     }
 
     /// Whether the block's bytes are in the store (a stat, or a HEAD of its object).

@@ -267,7 +267,7 @@ import Testing
         #expect(plan.error?.error == "quota_exceeded")
         #expect(plan.error?.used == 150_000)
         #expect(plan.error?.quota == 200_000)
-        #expect(plan.text.contains("150.0 KB used of its 200.0 KB quota"))
+        #expect(plan.text.contains("150 KB used of its 200 KB quota"))
         let put = try space.server.send("PUT", "/v1/blocks/\(second.digest.hex)", headers: ["Expect:"], body: .bytes(second.bytes))
         #expect(put.status == 507, "\(put.text)")
         // Content the workspace holds costs nothing: linked at another path.
