@@ -201,7 +201,7 @@ import Testing
                                                      captureDate: nil, mtime: sequence, deviceSequence: sequence))
                 return
             } catch {
-                // Blocks or the content went meanwhile (409), or a block was being removed (503): again.
+                // Blocks or the content went meanwhile (409, 404), or a block was being removed (503): again.
                 guard Self.isRetried(error) else { throw error }
             }
         }
@@ -210,7 +210,8 @@ import Testing
 
     static func isRetried(_ error: ClientError) -> Bool {
         switch error {
-        case .missingBlocks: return true
+        // notFound: an object PUT to the store went with the block before it was verified.
+        case .missingBlocks, .notFound: return true
         case .http(let status, _): return status == 503 || status == 409
         default: return false
         }
