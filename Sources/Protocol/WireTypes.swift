@@ -252,8 +252,12 @@ public struct ErrorResponse: Codable, Sendable, Equatable {
     public var field: String?
     /// `missing_blocks` only: the block hashes the server lacks.
     public var missing: [String]?
-    public init(error: String, message: String, field: String? = nil, missing: [String]? = nil) {
+    /// `quota_exceeded` only: the workspace's bytes in use and its quota.
+    public var used: Int64?
+    public var quota: Int64?
+    public init(error: String, message: String, field: String? = nil, missing: [String]? = nil, used: Int64? = nil, quota: Int64? = nil) {
         self.error = error; self.message = message; self.field = field; self.missing = missing
+        self.used = used; self.quota = quota
     }
 }
 

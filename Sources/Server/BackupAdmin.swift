@@ -6,11 +6,9 @@ import Storage
 /// Works on the data folder's database directly, like `DeviceRegistry` (also while
 /// the server runs: SQLite WAL allows it, PostgreSQL is shared; each deletion is one transaction).
 ///
-/// Only records go. Contents and blocks stay in the store, downloadable by hash:
-/// the server answers "present" to dedup checks and upload plans from them, so a
-/// device may be about to record a file that relies on a block no record names yet;
-/// collecting blocks safely needs a sweep with a grace period for such uploads, which
-/// is its own piece of work (see Docs/operations.md, "Deleting backups").
+/// Only records go. Contents and blocks stay in the store, downloadable by hash, until
+/// the garbage collection (SpaceCollector.swift) removes what nothing names after its
+/// grace period: a device may be about to record a file relying on them.
 public struct BackupAdmin: Sendable {
     /// One version, as `delete` reports it.
     public struct Version: Sendable, Equatable {

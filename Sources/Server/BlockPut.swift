@@ -31,6 +31,7 @@ enum BlockPut {
                 }
                 return .respond(.json(200, CreateUploadResponse(status: CreateUploadResponse.present)))
             }
+            try context.checkQuota(adding: length)
             if let objects = context.objects {
                 return .read(ObjectPutBody(context: context, objects: objects, digest: digest, length: length))
             }

@@ -26,7 +26,7 @@ enum FileHandlers {
                 }
             } else {
                 guard let sent else {
-                    return .error(409, "content_missing", "the workspace has no content \(digest.hex); send its block list ('blocks') with the record, after uploading the blocks (POST /v1/uploads)", field: "blocks")
+                    return ServerContext.contentMissing(digest.hex).response
                 }
                 let absent = try context.absentBlocks(sent)
                 if !absent.isEmpty { throw ServerContext.missingBlocks(absent.map(\.digest.hex)) }
@@ -39,6 +39,11 @@ enum FileHandlers {
                 try db.transaction {
                     // The blocks are checked again here: the manifest becomes visible with the file, or neither.
                     if let newContent { try ServerContext.insertContent(newContent, in: db) }
+                    // A known content is looked for again: the collection may have taken it since.
+                    else if try !ServerContext.contentExists(digest.hex, in: db) {
+                        guard let sent else { throw ServerContext.contentMissing(digest.hex) }
+                        try ServerContext.insertContent(sent, in: db)
+                    }
                     return try FileVersions.record(checked, device: device, now: ServerContext.now(), in: db)
                 }
             }

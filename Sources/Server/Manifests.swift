@@ -60,6 +60,16 @@ extension ServerContext {
         if !missing.isEmpty { throw missingBlocks(missing) }
         try db.run("INSERT INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                    manifest.content.hex, manifest.size, Metadata.encodeBlockList(manifest.blocks), now())
+        try BlockNames.index(content: manifest.content.hex, blocks: nonZero.sorted(), in: db)
+    }
+
+    /// Inside the caller's transaction: whether content `hex` has its manifest.
+    static func contentExists(_ hex: String, in db: any RecordSession) throws -> Bool {
+        try db.queryOne("SELECT 1 FROM contents WHERE hash = ?", hex, row: { _ in true }) != nil
+    }
+
+    static func contentMissing(_ hex: String) -> RequestFailure {
+        RequestFailure(409, "content_missing", "the workspace has no content \(hex); send its block list ('blocks') with the record, after uploading the blocks (POST /v1/uploads)", field: "blocks")
     }
 
     static func missingBlocks(_ hexes: [String]) -> RequestFailure {

@@ -54,6 +54,7 @@ final class Metadata: Sendable {
         RecordMigration(sqlite: FileVersions.migration, postgres: PostgresSchema.versions),
         RecordMigration(sqlite: BlockChunks.migration, postgres: PostgresSchema.blockChunks),
         RecordMigration(sqlite: FileVersions.deletionsMigration, postgres: PostgresSchema.deletions),
+        RecordMigration(sqlite: BlockNames.migration, postgres: BlockNames.postgres),
     ] }
 
     /// Opens (and migrates) the records at `location`.
@@ -182,9 +183,13 @@ final class Metadata: Sendable {
 
     /// Records a block that is in the store (and marks its upload complete) in one
     /// transaction. Recording a block twice (two processes, two uploads) keeps one row.
-    func recordBlock(_ hash: String, size: Int64, uploadID: String?, now: Int64) throws {
+    /// `present` says whether the block's bytes are in the store; asked inside the
+    /// transaction, after the collection's marker was looked for (`BlockNames.mayRecord`):
+    /// throws `BlockBeingRemoved` when the collection is taking or took the bytes.
+    func recordBlock(_ hash: String, size: Int64, uploadID: String?, now: Int64, present: () throws -> Bool) throws {
         try withSession { db in
             try db.transaction {
+                guard try BlockNames.mayRecord(hash, in: db, present: present) else { throw BlockBeingRemoved(hash: hash) }
                 try db.run("INSERT INTO blocks(hash, size, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING", hash, size, now)
                 if let uploadID {
                     try db.run("UPDATE uploads SET received = length, completed_at = ? WHERE id = ?", now, uploadID)

@@ -132,6 +132,7 @@ extension ServerContext {
         if let e = error as? Errno, e == .noSpace || e == .quotaExceeded { return diskFull() }
         if let e = error as? ValidationError { return .error(e.status, e.code, e.message, field: e.field) }
         if let e = error as? RequestFailure { return e.response }
+        if let e = error as? BlockBeingRemoved { return .error(503, "unavailable", e.description, headers: [("Retry-After", "1")]) }
         let id = ServerLog.failure(error)
         if error is RecordsUnavailable {
             return .error(503, "unavailable", "the server's records are unavailable right now; try again in a few seconds (request id \(id))", headers: [("Retry-After", "2")])

@@ -33,6 +33,7 @@ enum UploadHandlers {
             var expires = context.configuration.uploadExpires(after: ServerContext.now())
             let absent = try context.absentBlocks(manifest)
             if let refusal = try context.uploadLimitRefusal(hashes: absent.map(\.digest.hex), device: device) { throw refusal }
+            try context.checkQuota(adding: absent.reduce(0) { $0 + $1.length })
             for block in absent {
                 if let objects = context.objects {
                     // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
@@ -148,6 +149,7 @@ enum TusHandlers {
         do {
             let base = try context.publicBase(for: request)
             if let refusal = try context.uploadLimitRefusal(hashes: [digest.hex], device: device) { throw refusal }
+            if try context.presentBlockSize(digest) == nil { try context.checkQuota(adding: length) }
             guard case .upload(let row, _) = try UploadHandlers.findOrCreate(digest, size: length, device: device, context: context,
                                                                              tombstoneIfPresent: true, field: Tus.uploadLength) else {
                 return .respond(.error(500, "internal", "tus creation found no upload row"))

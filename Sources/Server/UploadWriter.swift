@@ -141,6 +141,13 @@ extension ServerContext {
             try blockStore.adopt(stagingPath: stagingPath, as: digest, durable: true)
             try recordBlock(digest, size: length, uploadID: uploadID)
             return nil
+        } catch let error as BlockBeingRemoved {
+            // The bytes went to the collection with the block it was removing: the upload starts over.
+            if let uploadID {
+                if let fd = try? FileIO.open(stagingPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600) { FileIO.close(fd) }
+                _ = try? metadata.setReceived(id: uploadID, from: nil, to: 0)
+            }
+            return .error(503, "unavailable", "\(error); the upload starts again at offset 0 (HEAD gives it)", headers: [("Retry-After", "1")])
         } catch {
             return ServerContext.failure(error)
         }

@@ -31,6 +31,11 @@ public struct ServerConfiguration: Sendable {
     public var tls: TLSConfiguration? = nil
     /// The scheme clients reach this server by.
     var scheme: String { tls == nil ? "http" : "https" }
+    /// Space (SpaceCollector.swift, Quota.swift): seconds between garbage collections
+    /// (0: none), their grace period in seconds, and the workspace's quota in bytes.
+    public var gcInterval: Int64 = 6 * 3600
+    public var gcGrace: Int64 = 24 * 3600
+    public var quota: Int64?
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -60,6 +65,7 @@ public final class WorkspaceServer: Sendable {
     public let configuration: ServerConfiguration
     private let daemon: HTTPDaemon
     let router: Router
+    private let collectorJob: CollectorJob
 
     /// Opens the data folder, recovers after an unclean stop, binds and starts serving.
     public init(_ configuration: ServerConfiguration) throws(ServerError) {
@@ -67,6 +73,8 @@ public final class WorkspaceServer: Sendable {
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
         daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, tls: configuration.tls)
+        collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace)
+        collectorJob.start()
     }
 
     public var port: UInt16 { daemon.port }
@@ -75,6 +83,7 @@ public final class WorkspaceServer: Sendable {
     /// Stops accepting, ends open connections (their partial PATCHes are handled as
     /// disconnects) and waits for the connection threads. Idempotent.
     public func stop() {
+        collectorJob.stop()
         daemon.stop()
         router.context.uploads.cancelAll()
     }
@@ -96,6 +105,11 @@ final class ServerContext: Sendable {
     /// (then `blockStore` holds them).
     let objects: ObjectBlocks?
     private let lastSweep = Mutex(ServerContext.now())
+    /// The workspace's bytes in blocks, as last counted (Quota.swift).
+    let usedBytes = Mutex<(bytes: Int64, at: Int64)?>(nil)
+    var collector: SpaceCollector {
+        SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
+    }
 
     private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner,
                  workspaceID: String, objects: ObjectBlocks?) {
@@ -125,11 +139,12 @@ final class ServerContext: Sendable {
         let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key),
                                     workspaceID: workspaceID, objects: try openObjects(configuration.store))
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
+        do { try metadata.recordQuota(configuration.quota) } catch { throw .records(configuration.records, error) }
         return context
     }
 
     /// The bucket of an S3 store, checked (and created when missing) before serving.
-    private static func openObjects(_ choice: BlockStoreChoice) throws(ServerError) -> ObjectBlocks? {
+    static func openObjects(_ choice: BlockStoreChoice) throws(ServerError) -> ObjectBlocks? {
         guard case .s3(let location, let credentials) = choice else { return nil }
         let objects = ObjectBlocks(store: S3Store(location: location, credentials: credentials))
         do { try objects.prepare() } catch { throw .store("s3://\(location.bucket) at \(location.endpoint)", error.description) }
@@ -156,7 +171,7 @@ final class ServerContext: Sendable {
             if try metadata.blockSize(upload.hash) == nil, blockStore.contains(digest) {
                 // Killed between the rename into the store and the row: check, then record.
                 if blockStore.verify(digest) {
-                    try recordBlock(digest, size: upload.length, uploadID: upload.id)
+                    do { try recordBlock(digest, size: upload.length, uploadID: upload.id) } catch is BlockBeingRemoved {}
                 } else {
                     blockStore.remove(digest)
                 }
@@ -205,7 +220,14 @@ final class ServerContext: Sendable {
 
     /// Records a block that is in the store (and marks its upload complete) in one transaction.
     func recordBlock(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
-        try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now())
+        try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now()) { try holdsBytes(digest) }
+        usedBytes.withLock { $0 = nil }  // counted again for the next quota check
+    }
+
+    /// Whether the block's bytes are in the store (a stat, or a HEAD of its object).
+    func holdsBytes(_ digest: SHA256Digest) throws -> Bool {
+        guard let objects else { return blockStore.contains(digest) }
+        return try objects.store.head(ObjectBlocks.key(digest)) != nil
     }
 
     /// The block's length when the workspace has it. A block file without its row (a
@@ -217,7 +239,7 @@ final class ServerContext: Sendable {
             blockStore.remove(digest)
             return nil
         }
-        try recordBlock(digest, size: size, uploadID: nil)
+        do { try recordBlock(digest, size: size, uploadID: nil) } catch is BlockBeingRemoved { return nil }  // the collection's leftover
         return size
     }
 }

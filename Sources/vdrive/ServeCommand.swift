@@ -23,6 +23,11 @@ enum ServeCommand {
                                               delete a device's backup of PATH (every
                                               version, or one); without --yes, says what
                                               it would delete and deletes nothing
+           vdrive serve gc [--dry-run] [--grace DURATION]
+                                              remove contents no version records and blocks
+                                              nothing names, older than the grace (24h)
+           vdrive serve usage [--json]        per device: files, versions, bytes used and
+                                              unique; the total, the quota, what gc frees
 
     Runs the workspace server on libmicrohttpd until SIGTERM or SIGINT. Records are
     in DIR/server.db (SQLite) or in PostgreSQL (--database), content in 4 MiB blocks
@@ -39,6 +44,7 @@ enum ServeCommand {
                                https:// with --tls-cert, or behind a TLS proxy: --public-url https://HOST)
     \(ServeTLS.help)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
+    \(ServeSpaceCommand.help)
       --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
                                keep blocks in an S3 bucket (created if missing) instead of
                                DIR/blobs; devices upload to it with presigned URLs. Also
@@ -48,9 +54,9 @@ enum ServeCommand {
 
     Exit codes: 64 usage, 65 no such device, path or version (backup delete),
     66 TLS certificate or key missing or unreadable, 69 address in use, database
-    unreachable or object store unusable, 73 data folder not writable, 77 database
-    login or grants refused, 78 bad --database, database from a newer vdrive or
-    unusable, TLS certificate and key not a matching pair.
+    unreachable or object store unusable, 73 data folder not writable, 75 another gc
+    is running, 77 database login or grants refused, 78 bad --database, database
+    from a newer vdrive or unusable, TLS certificate and key not a matching pair.
     """
 
     static func run(_ arguments: [String]) throws -> Int32 {
@@ -58,7 +64,11 @@ enum ServeCommand {
         if arguments.first == "backup" { return try ServeBackupCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "check" { return try ServeCheckCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "snapshot" { return try ServeSnapshotCommand.run(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued).union(["--listen", "--upload-expiry", "--public-url"]), flags: ["--sync-every-patch"])
+        if arguments.first == "gc" { return try ServeSpaceCommand.gc(Array(arguments.dropFirst())) }
+        if arguments.first == "usage" { return try ServeSpaceCommand.usage(Array(arguments.dropFirst())) }
+        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued).union(["--listen", "--upload-expiry", "--public-url"])
+                                    .union(ServeSpaceCommand.serveOptions),
+                                  flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
         if let listen = options.value("--listen") {
@@ -73,6 +83,7 @@ enum ServeCommand {
         configuration.publicURL = options.value("--public-url")
         configuration.syncEveryPatch = options.has("--sync-every-patch")
         configuration.tls = try ServeTLS.load(options, serving: true)
+        try ServeSpaceCommand.apply(options, to: &configuration)
 
         // Block the stop signals in every thread (libmicrohttpd's inherit the mask); this thread waits for them.
         var stopSignals = sigset_t()

@@ -13,7 +13,7 @@ import Testing
         let fresh = try runCommand(vdriveBinary(), ["serve", "check", "--database", url])
         #expect(fresh.status == 0, "\(fresh.stderr)")
         #expect(fresh.stdout.contains("version: PostgreSQL 15"))
-        #expect(fresh.stdout.contains("schema: 0 of 5 migrations applied"))
+        #expect(fresh.stdout.contains("schema: 0 of 6 migrations applied"))
         #expect(fresh.stdout.contains("permissions: can create tables and write them"))
         // The same option from the environment, on another verb: the device is in PostgreSQL, not in the data folder.
         let added = try runCommand(vdriveBinary(), ["serve", "device", "add", "phone", "--data", dir.path + "/data"], environment: ["VDRIVE_DATABASE": url])
@@ -22,7 +22,7 @@ import Testing
         let listed = try runCommand(vdriveBinary(), ["serve", "device", "list", "--data", dir.path + "/data", "--database", url])
         #expect(listed.stdout.hasPrefix("phone\tactive"))
         let migrated = try runCommand(vdriveBinary(), ["serve", "check", "--database", url])
-        #expect(migrated.stdout.contains("schema: 5 of 5 migrations applied (latest server-005-deletions)"))
+        #expect(migrated.stdout.contains("schema: 6 of 6 migrations applied (latest server-006-space)"))
 
         let nobody = try runCommand(vdriveBinary(), ["serve", "check", "--database", "postgresql://postgres@/x?host=" + dir.path])
         #expect(nobody.status == 69)
@@ -61,7 +61,7 @@ import Testing
         let after = try runCommand(vdriveBinary(), ["serve", "check", "--data", data])
         #expect(after.status == 0)
         #expect(after.stdout.contains("records: SQLite \(data)/server.db"))
-        #expect(after.stdout.contains("schema: 5 of 5 migrations applied"))
+        #expect(after.stdout.contains("schema: 6 of 6 migrations applied"))
         let db = try Database(path: data + "/server.db")
         try db.run("INSERT INTO schema_migrations(name, applied_at) VALUES ('server-999-future', 0)")
         let newer = try runCommand(vdriveBinary(), ["serve", "check", "--data", data])

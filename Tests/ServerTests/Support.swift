@@ -20,7 +20,8 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     let database: DatabaseLocation?
 
     init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite,
-         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits(), tls: TLSConfiguration? = nil, caFile: String? = nil) throws {
+         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits(), tls: TLSConfiguration? = nil, caFile: String? = nil,
+         configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
         database = try records.freshLocation(in: cluster)
@@ -28,6 +29,7 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         var configuration = ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database)
         configuration.limits = limits
         configuration.tls = tls
+        configure(&configuration)
         server = try WorkspaceServer(configuration)
         client = WorkspaceClient(baseURL: server.baseURL, token: token, caFile: caFile)
         raw = HTTPConnection(caFile: caFile)

@@ -1,0 +1,90 @@
+import Foundation
+import Server
+
+/// Space on the server: `vdrive serve gc` (the garbage collection), `vdrive serve
+/// usage` (per device and in total), and the options of `vdrive serve` that set the
+/// quota and the periodic collection.
+enum ServeSpaceCommand {
+    /// `vdrive serve` options of this file.
+    static let serveOptions: Set<String> = ["--quota", "--gc-interval", "--gc-grace"]
+
+    static let help = """
+      --quota SIZE             the workspace's quota (500G, 2T; powers of 1024): uploads that
+                               would take it over get 507; linking held content is free
+      --gc-interval DURATION   how often the garbage collection runs (default 6h; 0: never)
+      --gc-grace DURATION      what is younger is never collected (default 24h)
+    """
+
+    /// Applies `--quota`, `--gc-interval` and `--gc-grace` to a server's configuration.
+    static func apply(_ options: Options, to configuration: inout ServerConfiguration) throws {
+        if let text = options.value("--quota") {
+            guard let bytes = ResidencySettings.parseSize(text), bytes > 0 else {
+                throw CLIError.usage("--quota must be a size such as 500G or 2T, got '\(text)'")
+            }
+            configuration.quota = bytes
+        }
+        if let text = options.value("--gc-interval") { configuration.gcInterval = try duration(text, option: "--gc-interval") }
+        if let text = options.value("--gc-grace") { configuration.gcGrace = try duration(text, option: "--gc-grace") }
+    }
+
+    /// "24h", "30m", "90s", "7d", or plain seconds.
+    static func duration(_ text: String, option: String) throws -> Int64 {
+        let units: [Character: Int64] = ["s": 1, "m": 60, "h": 3600, "d": 86400]
+        var digits = Substring(text), unit: Int64 = 1
+        if let last = digits.last, let u = units[last] { unit = u; digits = digits.dropLast() }
+        guard let n = Int64(digits), n >= 0, n <= Int64.max / unit else {
+            throw CLIError.usage("\(option) must be a duration such as 24h, 30m, 90s or 7d (0 for none), got '\(text)'")
+        }
+        return n * unit
+    }
+
+    /// `vdrive serve gc [--dry-run] [--grace DURATION]`.
+    static func gc(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ServeBackends.valued.union(["--grace"]), flags: ["--dry-run"])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve gc [--dry-run] [--grace DURATION]") }
+        let grace = try options.value("--grace").map { try duration($0, option: "--grace") } ?? ServerConfiguration(dataDirectory: "").gcGrace
+        let collector = try open(options)
+        let report: SpaceCollector.Report
+        do {
+            report = try collector.collect(grace: grace, dryRun: options.has("--dry-run"))
+        } catch let busy as SpaceCollector.Busy {
+            throw CLIError(busy.description, code: ExitCode.tempFail)
+        } catch {
+            throw CLIError("garbage collection failed: \(error)", code: ExitCode.unavailable)
+        }
+        let verb = report.dryRun ? "would remove" : "removed"
+        print("\(verb) \(report.contents) content(s) no version records and \(report.blocks) block(s) nothing names, \(SpaceUsage.text(report.bytes)) (grace \(grace) s)")
+        if report.finished > 0 { print("finished \(report.finished) removal(s) an interrupted run left") }
+        return ExitCode.ok
+    }
+
+    /// `vdrive serve usage [--json] [--grace DURATION]`.
+    static func usage(_ arguments: [String]) throws -> Int32 {
+        let options = try Options(arguments, valued: ServeBackends.valued.union(["--grace"]), flags: ["--json"])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve usage [--json]") }
+        let grace = try options.value("--grace").map { try duration($0, option: "--grace") } ?? ServerConfiguration(dataDirectory: "").gcGrace
+        let collector = try open(options)
+        let usage: SpaceUsage
+        do { usage = try SpaceUsage.measure(collector, grace: grace, quota: try collector.recordedQuota()) } catch {
+            throw CLIError("could not read the usage: \(error)", code: ExitCode.unavailable)
+        }
+        if options.has("--json") {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+            print(String(decoding: try encoder.encode(usage), as: UTF8.self))
+            return ExitCode.ok
+        }
+        print("device\tfiles\tversions\treferenced\tunique")
+        for d in usage.devices {
+            print("\(d.name)\t\(d.files)\t\(d.versions)\t\(SpaceUsage.text(d.referencedBytes))\t\(SpaceUsage.text(d.uniqueBytes))")
+        }
+        print("stored: \(usage.blocks) block(s), \(SpaceUsage.text(usage.storedBytes))" + (usage.quota.map { " of a \(SpaceUsage.text($0)) quota" } ?? " (no quota)"))
+        print("garbage collection would free now: \(usage.collectableBlocks) block(s), \(SpaceUsage.text(usage.collectableBytes)) (grace \(grace) s)")
+        return ExitCode.ok
+    }
+
+    private static func open(_ options: Options) throws -> SpaceCollector {
+        let configuration = try ServeBackends(options).configuration
+        do { return try SpaceCollector(configuration) } catch { throw ServeCommand.cliError(error) }
+    }
+}
