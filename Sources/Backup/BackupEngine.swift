@@ -284,7 +284,7 @@ public final class BackupEngine: Sendable {
         let due = shared.withLock { force || now - $0.lastStatusWrite >= configuration.statusInterval }
         guard due, var status = try? worker.status(phase) else { return }
         shared.withLock {
-            status.lastError = $0.lastError
+            status.lastError = $0.lastError ?? status.lastError
             $0.status = status
             $0.lastStatusWrite = now
         }
@@ -298,7 +298,7 @@ extension BackupEngine.TaskReport {
         case .sent: sent += 1
         case .linked: linked += 1
         case .failed: failed += 1
-        case .retry: retrying += 1
+        case .retry, .serverFull: retrying += 1
         case .held, .stopped, .superseded: break
         }
     }

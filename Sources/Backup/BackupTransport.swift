@@ -148,6 +148,9 @@ public struct BackupTransportError: Error, Sendable, CustomStringConvertible {
         case missingBlocks
         /// The request was cancelled by the progress callback (stop or pause).
         case cancelled
+        /// 507: the workspace is at its quota. The item waits, retried with backoff, and
+        /// goes on by itself once the server has room again; it never fails for it.
+        case serverFull
         /// Refused for good (401/403 after renewal, 413, 4xx): the item fails.
         case permanent
     }
@@ -159,7 +162,7 @@ public struct BackupTransportError: Error, Sendable, CustomStringConvertible {
 
     public var isTransient: Bool {
         switch kind {
-        case .transient, .expiredURL, .offsetConflict, .notFound, .missingBlocks, .cancelled: return true
+        case .transient, .expiredURL, .offsetConflict, .notFound, .missingBlocks, .cancelled, .serverFull: return true
         case .checksumMismatch, .permanent: return false
         }
     }

@@ -24,6 +24,8 @@ final class BackupWorker {
     private var rate = RateEstimator()
     private var eta = EtaFormatter()
     private var lastTransientError: (message: String, retryAt: Double)?
+    /// The server's last "full" answer (507), until an item goes through again.
+    private var serverFull: (message: String, retryAt: Double)?
 
     init(db: Database, transport: BackupTransport, blobs: BackupBlobSource, stateFolder: String,
          uploader configuration: UploaderConfiguration, settings: @escaping () -> BackupSettings, policy: BackupPolicy,
@@ -72,9 +74,12 @@ final class BackupWorker {
             switch outcome {
             case .sent, .linked, .failed:
                 runCompleted += 1
+                serverFull = nil
                 try updateCursor()
             case .retry(let at, let error):
                 lastTransientError = (error, at)
+            case .serverFull(let at, let message):
+                serverFull = (message, at)
             case .held, .stopped, .superseded:
                 break
             }
@@ -83,7 +88,7 @@ final class BackupWorker {
         switch end {
         case .idle:
             let nextDue = try queue.earliestDue()
-            if nextDue == nil { runCompleted = 0; lastTransientError = nil }
+            if nextDue == nil { runCompleted = 0; lastTransientError = nil; serverFull = nil }
             rate.pause()
             return .empty(nextDue: nextDue)
         case .held(let hold):
@@ -292,7 +297,13 @@ final class BackupWorker {
                 }
             } else {
                 status.state = .waiting
-                if let error = lastTransientError {
+                if let full = serverFull {
+                    let wait = max(0, full.retryAt - clock())
+                    var waitEta = EtaFormatter()
+                    status.waitingReason = "Waiting: the workspace server is full; backup goes on by itself once it has room (next try in \(waitEta.text(secondsLeft: wait)))"
+                    status.waitingCode = "server-full"
+                    status.lastError = full.message   // the server's figures and what its administrator can do
+                } else if let error = lastTransientError {
                     let wait = max(0, error.retryAt - clock())
                     var waitEta = EtaFormatter()
                     status.waitingReason = "Retrying after an error (\(error.message)); next try in \(waitEta.text(secondsLeft: wait))"

@@ -13,6 +13,8 @@ public enum UploadOutcome: Sendable, Equatable {
     case failed(reason: String)
     /// A transient error: the item is pending again, due at this time.
     case retry(at: Double, error: String)
+    /// The workspace server is full (its quota): pending again, tried at this time.
+    case serverFull(at: Double, message: String)
     /// A policy held it back between blocks: pending again, due now.
     case held(BackupHold)
     /// Stop was requested (unmount): pending again, due now; the server keeps its offsets.
@@ -417,6 +419,10 @@ final class ItemUploader {
             let at = clock() + configuration.retry.delay(afterAttempt: item.attempts, random: random())
             try queue.scheduleRetry(item.id, at: at, error: error.message)
             return .retry(at: at, error: error.message)
+        case .serverFull:
+            let at = clock() + configuration.retry.delay(afterAttempt: item.attempts, random: random())
+            try queue.scheduleRetry(item.id, at: at, error: error.message)
+            return .serverFull(at: at, message: error.message)
         }
     }
 

@@ -27,7 +27,9 @@ enum BlockVerify {
             // server a quarter more CPU per GB uploaded (measured, Docs/benchmarks.md), for
             // a list only partial reads of the block ever need (made on first request).
             case .verified(let size):
-                try context.recordBlock(digest, size: size, uploadID: nil)
+                // Held against the quota here, as a tus upload's last byte is: over it, the
+                // object stays in the store and a later verify records it, nothing sent again.
+                try context.recordingWithinQuota(size) { try context.recordBlock(digest, size: size, uploadID: nil) }
                 return .json(201, CreateUploadResponse(status: CreateUploadResponse.present))
             }
         } catch let error as ObjectStoreError {

@@ -17,6 +17,24 @@ extension ServerContext {
         throw RequestFailure(Self.quotaExceeded(used: used, quota: quota, needed: adding))
     }
 
+    /// Runs `record` (which records a block of `bytes`) with those bytes held against the
+    /// quota: 507 when they do not fit beside what is stored and what other blocks being
+    /// recorded hold. Plans are checked against a count up to a second old; this check
+    /// at the last byte is what keeps concurrent uploads that each fitted from passing it
+    /// together (within one server process; see Docs/operations.md for several).
+    func recordingWithinQuota<T>(_ bytes: Int64, _ record: () throws -> T) throws -> T {
+        guard let quota = configuration.quota, bytes > 0 else { return try record() }
+        try quotaReserved.withLock { (reserved: inout Int64) throws -> Void in
+            let (taken, overflow) = try usedBytesNow().addingReportingOverflow(reserved)
+            guard !overflow, taken <= quota, bytes <= quota - taken else {
+                throw RequestFailure(Self.quotaExceeded(used: taken, quota: quota, needed: bytes))
+            }
+            reserved += bytes
+        }
+        defer { quotaReserved.withLock { $0 -= bytes } }
+        return try record()
+    }
+
     /// The bytes of every stored block, counted again when the last count is a second old
     /// (a plan's check is one indexed sum, not a scan per block).
     func usedBytesNow() throws -> Int64 {

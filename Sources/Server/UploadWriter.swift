@@ -137,9 +137,24 @@ extension ServerContext {
                 return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
                               "the uploaded bytes hash to \(actual.hex), not \(digest.hex); nothing was stored and the upload starts again at offset 0")
             }
-            try FileIO.fdatasync(fd)
-            try blockStore.adopt(stagingPath: stagingPath, as: digest, durable: true)
-            try recordBlock(digest, size: length, uploadID: uploadID)
+            let adding = try metadata.blockSize(digest.hex) == nil ? length : 0
+            do {
+                try recordingWithinQuota(adding) {
+                    try FileIO.fdatasync(fd)
+                    try blockStore.adopt(stagingPath: stagingPath, as: digest, durable: true)
+                    try recordBlock(digest, size: length, uploadID: uploadID)
+                }
+            } catch let refusal as RequestFailure {
+                // Over the quota: nothing entered the store; the upload starts again at 0
+                // when the device tries later (the workspace may have room by then).
+                if let uploadID {
+                    try FileIO.ftruncate(fd, 0)
+                    try metadata.setReceived(id: uploadID, from: nil, to: 0)
+                } else {
+                    _ = unlink(stagingPath)
+                }
+                return refusal.response
+            }
             return nil
         } catch let error as BlockBeingRemoved {
             // The bytes went to the collection with the block it was removing: the upload starts over.

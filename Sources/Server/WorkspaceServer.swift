@@ -107,6 +107,8 @@ final class ServerContext: Sendable {
     private let lastSweep = Mutex(ServerContext.now())
     /// The workspace's bytes in blocks, as last counted (Quota.swift).
     let usedBytes = Mutex<(bytes: Int64, at: Int64)?>(nil)
+    /// Bytes of blocks being recorded right now, held against the quota (Quota.swift).
+    let quotaReserved = Mutex<Int64>(0)
     var collector: SpaceCollector {
         SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
     }

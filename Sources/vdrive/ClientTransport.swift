@@ -84,6 +84,8 @@ struct ClientTransport: BackupTransport {
         case .missingBlocks: return BackupTransportError(.missingBlocks, message)
         case .cancelled: return BackupTransportError(.cancelled, message)
         case .unreachable, .timedOut, .invalidResponse, .localIO, .insecure: return BackupTransportError(.transient, message)
+        case .http(507, _):
+            return BackupTransportError(.serverFull, message)
         case .http(let status, _):
             return BackupTransportError(status >= 500 || status == 408 || status == 429 ? .transient : .permanent, message)
         }

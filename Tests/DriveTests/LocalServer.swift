@@ -29,6 +29,9 @@ final class LocalServer {
     /// The PostgreSQL URL of its records (`--database`), nil for SQLite in the data folder.
     let database: String?
 
+    /// More `vdrive serve` options (`--quota`), for the next start of every process.
+    var serveArguments: [String] = []
+
     var process: Process? { processes[0] }
     var url: String { urls[0] }
     var port: Int { ports[0] }
@@ -82,7 +85,7 @@ final class LocalServer {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
         p.arguments = ["serve", "--data", folders[i].data, "--listen", "127.0.0.1:\(ports[i])"]
-            + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments
+            + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments + serveArguments
         if let seaweed { p.environment = ProcessInfo.processInfo.environment.merging(seaweed.environment) { $1 } }
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
         p.standardError = FileHandle.nullDevice
