@@ -7,11 +7,13 @@
 /// `RecordStore` (RecordStore.swift); a file's content is
 /// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
 /// Storage `BlobStore` (the block store), partial uploads in its staging folder.
-/// Thread safety: libmicrohttpd runs one thread per connection and calls the router
-/// on it. Shared state is behind `Synchronization.Mutex` (the SQLite connection, the
-/// table of uploads being written) or a pool (PostgreSQL connections, one borrowed
-/// per record operation); a request body sink belongs to its connection's thread. No
-/// handler waits on Swift concurrency.
+/// Thread safety: libmicrohttpd's few epoll threads read and write the sockets; the
+/// router and a body's `finish` run on a bounded worker pool while the connection is
+/// suspended, so a query or an fsync never stalls other connections (HTTPDaemon.swift).
+/// Shared state is behind `Synchronization.Mutex` (the SQLite connection, the table of
+/// uploads being written) or a pool (PostgreSQL connections, one borrowed per record
+/// operation); a request body sink is used by one thread at a time. No handler waits
+/// on Swift concurrency.
 /// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (the PostgreSQL files:
 /// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, and ServerError for
 /// its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
@@ -68,7 +70,8 @@ struct HTTPResponse: Sendable {
     }
 }
 
-/// Receives a request body as it arrives. Called on the connection's thread only.
+/// Receives a request body as it arrives: `receive` on the connection's epoll thread,
+/// `finish` on a worker; never two calls at once.
 protocol RequestBody: AnyObject {
     /// One chunk of the body; the buffer is valid only during the call.
     func receive(_ chunk: UnsafeRawBufferPointer)
@@ -92,6 +95,9 @@ protocol BodyReader: AnyObject, Sendable {
 enum Route {
     case respond(HTTPResponse)
     case read(RequestBody)
+    /// Answered later by an event (`HeldRequest.answer`, from any thread): the connection
+    /// is suspended meanwhile and costs no thread. For requests without a body.
+    case hold(@Sendable (HeldRequest) -> Void)
 }
 
 /// The request handler the daemon calls.

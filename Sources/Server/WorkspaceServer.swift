@@ -25,6 +25,8 @@ public struct ServerConfiguration: Sendable {
     public var store: BlockStoreChoice
     /// The records: nil for the SQLite file `server.db` in the data folder.
     public var database: DatabaseLocation?
+    /// Connections per address and in all, and the deadlines of slow ones.
+    public var limits = ConnectionLimits()
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -60,7 +62,7 @@ public final class WorkspaceServer: Sendable {
         self.configuration = configuration
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
-        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router)
+        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.limits)
     }
 
     public var port: UInt16 { daemon.port }
