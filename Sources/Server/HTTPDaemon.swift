@@ -29,6 +29,8 @@ final class HTTPDaemon: Sendable {
     /// reach zero, and once stopping, work runs on the calling thread instead.
     private let suspensions = Mutex((count: 0, stopping: false))
     private let held = Mutex<[ObjectIdentifier: HeldRequest]>([:])
+    /// Held requests answered by `stop` whose reply is not sent yet.
+    fileprivate let draining = Atomic<Int>(0)
 
     /// Binds `host:port` (port 0 picks a free one) and starts serving.
     init(host: String, port: UInt16, handler: HTTPHandler, limits: ConnectionLimits = ConnectionLimits(),
@@ -68,8 +70,11 @@ final class HTTPDaemon: Sendable {
         let d = OpaquePointer(pointer)
         let fd = MHD_quiesce_daemon(d)
         suspensions.withLock { $0.stopping = true }
-        for request in held.withLock({ Array($0.values) }) { request.answer(HeldRequest.stopping) }
+        for request in held.withLock({ Array($0.values) }) { request.answer(HeldRequest.stopping, draining: true) }
         while suspensions.withLock({ $0.count }) > 0 { usleep(1000) }
+        // Their 503 goes out before the connections close (bounded: a client may not read).
+        let until = monotonicMilliseconds() + 2000
+        while draining.load(ordering: .acquiring) > 0 && monotonicMilliseconds() < until { usleep(1000) }
         MHD_stop_daemon(d)
         if fd >= 0 { close(fd) }
         workers.stop()
@@ -195,6 +200,8 @@ final class RequestState: @unchecked Sendable {
     /// the body is empty), and clients could not reuse it.
     var pending: HTTPResponse?
     let outcome = Handoff<Resumption>()
+    /// Answered by a stopping server, which waits for the reply to be sent.
+    var draining = false
     init(expectsBody: Bool) { self.expectsBody = expectsBody }
 }
 
@@ -214,8 +221,14 @@ final class HeldRequest: Sendable {
         self.daemon = daemon; self.connection = connection; self.state = state
     }
 
-    func answer(_ reply: HTTPResponse) {
+    func answer(_ reply: HTTPResponse) { answer(reply, draining: false) }
+
+    fileprivate func answer(_ reply: HTTPResponse, draining: Bool) {
         guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        if draining {
+            state.draining = true
+            daemon.draining.add(1, ordering: .releasing)
+        }
         daemon.resume(connection, state, with: .reply(reply), held: self)
     }
 
@@ -387,6 +400,7 @@ private func completedHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opa
     guard let conCls, let stored = conCls.pointee else { return }
     conCls.pointee = nil
     let state = Unmanaged<RequestState>.fromOpaque(stored).takeRetainedValue()
+    if state.draining, let cls { Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue().draining.subtract(1, ordering: .releasing) }
     if let body = state.body, !state.finished {
         state.finished = true
         body.abort()

@@ -66,6 +66,8 @@ public final class WorkspaceServer: Sendable {
     }
 
     public var port: UInt16 { daemon.port }
+    /// Connections closed for missing a deadline (a header, a body's minimum rate) since the start.
+    public var connectionsCut: Int { daemon.guardian.cut.load(ordering: .relaxed) }
     public var baseURL: String { "http://\(configuration.host):\(port)" }
 
     /// Stops accepting, ends open connections (their partial PATCHes are handled as

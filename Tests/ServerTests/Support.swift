@@ -20,12 +20,14 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     let database: DatabaseLocation?
 
     init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite,
-         cluster: PostgresCluster? = nil) throws {
+         cluster: PostgresCluster? = nil, limits: ConnectionLimits = ConnectionLimits()) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
         database = try records.freshLocation(in: cluster)
         token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
-        server = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database))
+        var configuration = ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database)
+        configuration.limits = limits
+        server = try WorkspaceServer(configuration)
         client = WorkspaceClient(baseURL: server.baseURL, token: token)
     }
 
