@@ -20,7 +20,7 @@ import Glibc
         let limits = ConnectionLimits(perAddress: 1000, total: 2000, headerSeconds: 2, idleSeconds: 3, bodyWindowSeconds: 2, minimumBodyBytes: 1024)
         let s = try TestServer(records: records, limits: limits)
         defer { s.stop() }
-        let crowd = try SlowCrowd(port: s.server.port, auth: s.auth, each: 100)
+        let crowd = try SlowCrowd(port: s.server.port, from: Self.attacker, auth: s.auth, each: 100)
         #expect(crowd.open.count == 300)
         // The crowd trickles on its own thread until the server has closed all of it.
         let left = NSLock(), finished = DispatchSemaphore(value: 0)
@@ -144,100 +144,5 @@ private final class HoldingHandler: HTTPHandler, @unchecked Sendable { // `held`
         let done = DispatchSemaphore(value: 0)
         Thread { for h in now { h.answer(.empty(status)) }; done.signal() }.start()
         done.wait()
-    }
-}
-
-/// A TCP connection from a chosen loopback address, written a little at a time.
-final class SlowSocket {
-    let fd: Int32
-    private var closed = false
-
-    init(port: UInt16, from source: String) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw TestFailure("socket: \(String(cString: strerror(errno)))") }
-        var local = sockaddr_in()
-        local.sin_family = sa_family_t(AF_INET)
-        local.sin_addr.s_addr = inet_addr(source)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let ok = withUnsafePointer(to: &local) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0 && withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        } == 0
-        guard ok else {
-            let e = errno
-            Glibc.close(fd)
-            throw TestFailure("connect from \(source) to 127.0.0.1:\(port): \(String(cString: strerror(e)))")
-        }
-    }
-
-    deinit { Glibc.close(fd) }
-
-    @discardableResult
-    func send(_ text: String) -> Bool {
-        let bytes = Array(text.utf8)
-        return bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) } == bytes.count
-    }
-
-    /// True once the server closed the connection (end of file or reset); reads and drops
-    /// whatever reply came before.
-    func closedByServer() -> Bool {
-        if closed { return true }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, 4096, Int32(MSG_DONTWAIT)) }
-            if n > 0 { continue }
-            if n < 0 && (errno == EAGAIN || errno == EINTR) { return false }
-            closed = true
-            return true
-        }
-    }
-}
-
-/// The slow connections of one address: headers sent a byte at a time, bodies sent a
-/// byte at a time after a whole header, and idle keep-alives after one answered request.
-final class SlowCrowd: @unchecked Sendable { // used by one thread at a time
-    private(set) var headers: [SlowSocket] = []
-    private(set) var bodies: [SlowSocket] = []
-    private(set) var idle: [SlowSocket] = []
-    private var step = 0
-    private let header = Array("GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: ".utf8)
-
-    init(port: UInt16, auth: String, each: Int, from source: String = SlowClientTests.attacker) throws {
-        for _ in 0..<each {
-            headers.append(try SlowSocket(port: port, from: source))
-            let body = try SlowSocket(port: port, from: source)
-            body.send("POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\n\(auth)\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-            bodies.append(body)
-            let keep = try SlowSocket(port: port, from: source)
-            keep.send("GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            idle.append(keep)
-        }
-        trickle()
-    }
-
-    var open: [SlowSocket] { headers + bodies + idle }
-
-    /// One more byte on every trickling connection.
-    func trickle() {
-        let byte = String(UnicodeScalar(header[step % header.count]))
-        step += 1
-        for c in headers { c.send(byte) }
-        for c in bodies { c.send(" ") }
-        for c in idle { _ = c.closedByServer() }  // reads the health reply
-    }
-
-    func allClosed() -> Bool { stillOpen().isEmpty }
-
-    func stillOpen() -> [String: Int] {
-        var left: [String: Int] = [:]
-        for (name, group) in [("header", headers), ("body", bodies), ("idle", idle)] {
-            let n = group.filter { !$0.closedByServer() }.count
-            if n > 0 { left[name] = n }
-        }
-        return left
     }
 }
