@@ -37,7 +37,7 @@ static inline void *vd_mhd_socket_context(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info ? info->socket_context : NULL;
 }
-static inline unsigned int vd_mhd_flag_poll(void) { return MHD_USE_POLL_INTERNAL_THREAD; }
+static inline unsigned int vd_mhd_flag_epoll(void) { return MHD_USE_EPOLL_INTERNAL_THREAD; }
 static inline unsigned int vd_mhd_flag_suspend(void) { return MHD_ALLOW_SUSPEND_RESUME; }
 static inline unsigned int vd_mhd_notify_started(void) { return MHD_CONNECTION_NOTIFY_STARTED; }
 

@@ -75,6 +75,17 @@ final class ConnectionRecord: @unchecked Sendable {
     func received(_ count: Int) {
         state.withLock { $0.bytes += Int64(count) }
     }
+
+    /// Called mid-body on the connection's poll thread: when the client has closed and
+    /// nothing is left to read, shuts the socket down so that libmicrohttpd sees it.
+    /// Its epoll mode (0.9.75) misses an end of input that arrived with the last data
+    /// (a short read clears its "readable" mark, and edge-triggered epoll reports no
+    /// new edge), and would keep the connection, and the upload it claims, until a
+    /// timeout. The body is incomplete, so the request cannot be answered anyway.
+    func closeIfClientLeft() {
+        var byte: UInt8 = 0
+        if recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0 { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
 }
 
 /// Closes the connections that are too slow: a header not complete within its deadline,

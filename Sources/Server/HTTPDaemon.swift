@@ -43,7 +43,7 @@ final class HTTPDaemon: Sendable {
         self.port = Self.boundPort(fd)
         self.guardian = ConnectionGuard(limits: limits)
         self.workers = WorkerPool(size: workers, name: "vdrive-worker")
-        let flags = vd_mhd_flag_poll() | vd_mhd_flag_suspend()
+        let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
         guard let d = vd_mhd_start(flags, fd, accessHandler, cls, completedHandler, cls, connectionNotified, cls, memoryLimit,
                                    limits.total, limits.perAddress, UInt32(max(1, threads)), limits.idleSeconds) else {
@@ -200,6 +200,9 @@ final class RequestState: @unchecked Sendable {
     /// the body is empty), and clients could not reuse it.
     var pending: HTTPResponse?
     let outcome = Handoff<Resumption>()
+    /// The body's declared length (nil when chunked) and the bytes received of it.
+    var declaredLength: Int64?
+    var received: Int64 = 0
     /// Answered by a stopping server, which waits for the reply to be sent.
     var draining = false
     init(expectsBody: Bool) { self.expectsBody = expectsBody }
@@ -334,6 +337,7 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
                                   conflicting: headers.conflicting)
         record?.enter(.busy)
         let state = RequestState(expectsBody: request.expectsBody)
+        if request.header("Transfer-Encoding") == nil { state.declaredLength = request.contentLength }
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         let route = daemon.handler.route(request)
         if case .hold(let start) = route {
@@ -350,6 +354,8 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
             body.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee))
         }
         record?.received(uploadDataSize.pointee)
+        state.received += Int64(uploadDataSize.pointee)
+        if let length = state.declaredLength, state.received < length { record?.closeIfClientLeft() }
         uploadDataSize.pointee = 0
         return vd_mhd_yes()
     }
