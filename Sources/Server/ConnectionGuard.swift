@@ -76,7 +76,7 @@ final class ConnectionRecord: @unchecked Sendable {
         state.withLock { $0.bytes += Int64(count) }
     }
 
-    /// Called mid-body on the connection's poll thread: when the client has closed and
+    /// Called mid-body on the connection's epoll thread: when the client has closed and
     /// nothing is left to read, shuts the socket down so that libmicrohttpd sees it.
     /// Its epoll mode (0.9.75) misses an end of input that arrived with the last data
     /// (a short read clears its "readable" mark, and edge-triggered epoll reports no

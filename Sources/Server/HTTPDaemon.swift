@@ -6,12 +6,12 @@ import Storage
 import Glibc
 #endif
 
-/// libmicrohttpd's daemon: a listening socket, a few poll threads that read and write
+/// libmicrohttpd's daemon: a listening socket, a few epoll threads that read and write
 /// every connection and route requests, and the C callbacks that turn its calls into
 /// `HTTPRequest`/`RequestBody`/`HTTPResponse`. A body's `finish` (it hashes, fsyncs,
 /// writes rows or calls the object store) runs on `workers` with the connection
-/// suspended, so a poll thread never waits for it; an idle or held connection costs
-/// no thread (poll, not epoll: Docs/architecture.md, "The server's threads").
+/// suspended, so an epoll thread never waits for it; an idle or held connection costs
+/// no thread (Docs/architecture.md, "The server's threads").
 /// `guardian` closes the connections too slow to be served (ConnectionGuard.swift).
 /// The callbacks capture nothing; they reach the daemon through the `cls` pointer
 /// (an unretained `Unmanaged` reference, valid until `stop()` returns), the request's
@@ -55,7 +55,7 @@ final class HTTPDaemon: Sendable {
         daemon.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeMutableRawPointer(d))) }
     }
 
-    /// One poll thread per core: they move bytes and route; the workers finish bodies.
+    /// One epoll thread per core: they move bytes and route; the workers finish bodies.
     static var defaultThreads: Int { max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
 
     /// Stops accepting, answers held requests with 503, lets running work finish, closes
@@ -83,7 +83,7 @@ final class HTTPDaemon: Sendable {
 
     deinit { stop() }
 
-    /// Runs `work` off the poll thread with the connection suspended; the reply is put
+    /// Runs `work` off the epoll thread with the connection suspended; the reply is put
     /// in `state` and the connection resumed, and libmicrohttpd calls the access handler
     /// again. Returns false when stopping: `work` ran here and its reply is in `state`.
     fileprivate func suspend(_ connection: OpaquePointer, _ state: RequestState, _ work: @escaping @Sendable () -> HTTPResponse) -> Bool {
@@ -178,7 +178,7 @@ enum Resumption {
     case reply(HTTPResponse)
 }
 
-/// A value handed from a worker to the connection's poll thread. libmicrohttpd's
+/// A value handed from a worker to the connection's epoll thread. libmicrohttpd's
 /// resume orders the two; the lock states it.
 /// `@unchecked Sendable`: `value` is guarded by `lock`.
 final class Handoff<Value>: @unchecked Sendable {
@@ -189,7 +189,7 @@ final class Handoff<Value>: @unchecked Sendable {
 }
 
 /// Per-request state kept in libmicrohttpd's `con_cls` between calls.
-/// `@unchecked Sendable`: used by the connection's poll thread, or by one worker while
+/// `@unchecked Sendable`: used by the connection's epoll thread, or by one worker while
 /// the connection is suspended; never by two at once.
 final class RequestState: @unchecked Sendable {
     let expectsBody: Bool

@@ -102,7 +102,7 @@ import Glibc
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline && daemon.heldCount < 200 { usleep(10_000) }
         #expect(daemon.heldCount == 200)
-        // Two poll threads and two workers serve others while 200 are held.
+        // Two epoll threads and two workers serve others while 200 are held.
         let other = try RawConnection(port: daemon.port)
         other.send(Array("GET /now HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         #expect(other.reply(timeout: 5)?.status == 200)
