@@ -7,17 +7,23 @@
 #include <microhttpd.h>
 
 /* MHD_start_daemon is variadic; this wrapper fixes the options the server uses.
-   The listening socket is made by the caller (so it can report EADDRINUSE itself). */
+   The listening socket is made by the caller (so it can report EADDRINUSE itself).
+   `flags` should include MHD_USE_EPOLL_INTERNAL_THREAD and MHD_ALLOW_SUSPEND_RESUME. */
 static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
                                               MHD_AccessHandlerCallback handler, void *handler_cls,
                                               MHD_RequestCompletedCallback completed, void *completed_cls,
+                                              MHD_NotifyConnectionCallback notify, void *notify_cls,
                                               size_t memory_limit, unsigned int connection_limit,
+                                              unsigned int per_address_limit, unsigned int thread_pool_size,
                                               unsigned int timeout_seconds) {
     return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
+                            MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
                             MHD_OPTION_END);
 }
@@ -27,19 +33,37 @@ static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
 static inline struct MHD_Daemon *vd_mhd_start_tls(unsigned int flags, int listen_fd,
                                                   MHD_AccessHandlerCallback handler, void *handler_cls,
                                                   MHD_RequestCompletedCallback completed, void *completed_cls,
+                                                  MHD_NotifyConnectionCallback notify, void *notify_cls,
                                                   size_t memory_limit, unsigned int connection_limit,
+                                                  unsigned int per_address_limit, unsigned int thread_pool_size,
                                                   unsigned int timeout_seconds,
                                                   const char *certificate_pem, const char *key_pem) {
     return MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
+                            MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
                             MHD_OPTION_HTTPS_MEM_CERT, certificate_pem,
                             MHD_OPTION_HTTPS_MEM_KEY, key_pem,
                             MHD_OPTION_END);
 }
+
+/* MHD_get_connection_info is variadic: the two fields the connection guard reads. */
+static inline int vd_mhd_connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? (int)info->connect_fd : -1;
+}
+static inline void *vd_mhd_socket_context(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+static inline unsigned int vd_mhd_flag_epoll(void) { return MHD_USE_EPOLL_INTERNAL_THREAD; }
+static inline unsigned int vd_mhd_flag_suspend(void) { return MHD_ALLOW_SUSPEND_RESUME; }
+static inline unsigned int vd_mhd_notify_started(void) { return MHD_CONNECTION_NOTIFY_STARTED; }
 
 /* Enum constants Swift imports awkwardly, wrapped as plain calls. */
 static inline struct MHD_Response *vd_mhd_response_copy(size_t size, const void *data) {

@@ -1,38 +1,66 @@
 import CMicroHTTPD
+import Foundation
 import Synchronization
 import Storage
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// libmicrohttpd's daemon: a listening socket, one thread per connection, and the
-/// C callbacks that turn its calls into `HTTPRequest`/`RequestBody`/`HTTPResponse`.
+/// libmicrohttpd's daemon: a listening socket, a few epoll threads that read and write
+/// every connection and route requests, and the C callbacks that turn its calls into
+/// `HTTPRequest`/`RequestBody`/`HTTPResponse`. A body's `finish` (it hashes, fsyncs,
+/// writes rows or calls the object store) runs on `workers` with the connection
+/// suspended, so an epoll thread never waits for it; an idle or held connection costs
+/// no thread (Docs/architecture.md, "The server's threads").
+/// `guardian` closes the connections too slow to be served (ConnectionGuard.swift).
 /// The callbacks capture nothing; they reach the daemon through the `cls` pointer
-/// (an unretained `Unmanaged` reference, valid until `stop()` returns) and the
-/// request's state through `con_cls` (retained there, released on completion).
+/// (an unretained `Unmanaged` reference, valid until `stop()` returns), the request's
+/// state through `con_cls` (retained there, released on completion) and the connection's
+/// record through its socket context (retained there, released on close).
 final class HTTPDaemon: Sendable {
     let handler: HTTPHandler
     /// The `MHD_Daemon *`, stored as an integer so that the class stays Sendable; set once by start.
     private let daemon: Mutex<UInt>
     let port: UInt16
+    let guardian: ConnectionGuard
+    private let workers: WorkerPool
+    /// Connections suspended and not yet resumed, and whether `stop` began: libmicrohttpd
+    /// must not be stopped with a connection suspended, so `stop` waits for the count to
+    /// reach zero, and once stopping, work runs on the calling thread instead.
+    private let suspensions = Mutex((count: 0, stopping: false))
+    private let held = Mutex<[ObjectIdentifier: HeldRequest]>([:])
+    /// Held requests answered by `stop` whose reply is not sent yet.
+    fileprivate let draining = Atomic<Int>(0)
 
     /// Binds `host:port` (port 0 picks a free one) and starts serving, over TLS with `tls`.
-    init(host: String, port: UInt16, handler: HTTPHandler, memoryLimit: Int = 256 * 1024,
-         connectionLimit: UInt32 = 512, idleTimeout: UInt32 = 120, tls: TLSConfiguration? = nil) throws(ServerError) {
+    init(host: String, port: UInt16, handler: HTTPHandler, limits: ConnectionLimits = ConnectionLimits(),
+         memoryLimit: Int = 256 * 1024, threads: Int = HTTPDaemon.defaultThreads, workers: Int = 16,
+         tls: TLSConfiguration? = nil) throws(ServerError) {
         self.handler = handler
         self.daemon = Mutex(0)
+        if let problem = limits.problem { throw .cannotStart(problem) }
+        raiseDescriptorLimit(to: UInt64(limits.total) + 256)
         let fd = try Self.listen(host: host, port: port)
         self.port = Self.boundPort(fd)
-        let flags = UInt32(MHD_USE_THREAD_PER_CONNECTION.rawValue | MHD_USE_INTERNAL_POLLING_THREAD.rawValue | MHD_USE_POLL.rawValue | MHD_USE_ITC.rawValue)
+        self.guardian = ConnectionGuard(limits: limits)
+        self.workers = WorkerPool(size: workers, name: "vdrive-worker")
+        let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
-        guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, memoryLimit, connectionLimit, idleTimeout) else {
+        guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, connectionNotified, cls, memoryLimit,
+                                 limits.total, limits.perAddress, UInt32(max(1, threads)), limits.idleSeconds) else {
             close(fd)
+            guardian.stop()
+            self.workers.stop()
             throw .cannotStart("libmicrohttpd refused to start on \(host):\(port)")
         }
         daemon.withLock { $0 = UInt(bitPattern: Int(bitPattern: UnsafeMutableRawPointer(d))) }
     }
 
-    /// Stops accepting, closes connections and joins their threads. Idempotent.
+    /// One epoll thread per core: they move bytes and route; the workers finish bodies.
+    static var defaultThreads: Int { max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))) }
+
+    /// Stops accepting, answers held requests with 503, lets running work finish, closes
+    /// connections and joins the threads. Idempotent.
     func stop() {
         let raw = daemon.withLock { value -> UInt in
             let old = value
@@ -42,11 +70,68 @@ final class HTTPDaemon: Sendable {
         guard raw != 0, let pointer = UnsafeMutableRawPointer(bitPattern: raw) else { return }
         let d = OpaquePointer(pointer)
         let fd = MHD_quiesce_daemon(d)
+        suspensions.withLock { $0.stopping = true }
+        for request in held.withLock({ Array($0.values) }) { request.answer(HeldRequest.stopping, draining: true) }
+        while suspensions.withLock({ $0.count }) > 0 { usleep(1000) }
+        // Their 503 goes out before the connections close (bounded: a client may not read).
+        let until = monotonicMilliseconds() + 2000
+        while draining.load(ordering: .acquiring) > 0 && monotonicMilliseconds() < until { usleep(1000) }
         MHD_stop_daemon(d)
         if fd >= 0 { close(fd) }
+        workers.stop()
+        guardian.stop()
     }
 
     deinit { stop() }
+
+    /// Runs `work` off the epoll thread with the connection suspended; the reply is put
+    /// in `state` and the connection resumed, and libmicrohttpd calls the access handler
+    /// again. Returns false when stopping: `work` ran here and its reply is in `state`.
+    fileprivate func suspend(_ connection: OpaquePointer, _ state: RequestState, _ work: @escaping @Sendable () -> HTTPResponse) -> Bool {
+        guard enterSuspension() else {
+            state.outcome.put(.reply(work()))
+            return false
+        }
+        MHD_suspend_connection(connection)
+        let address = UInt(bitPattern: Int(bitPattern: UnsafeMutableRawPointer(connection)))
+        workers.submit { [self] in resume(address, state, with: .reply(work())) }
+        return true
+    }
+
+    /// Suspends the connection until the held request is answered; false when stopping.
+    fileprivate func hold(_ connection: OpaquePointer, _ state: RequestState, _ start: @Sendable (HeldRequest) -> Void) -> Bool {
+        let address = UInt(bitPattern: Int(bitPattern: UnsafeMutableRawPointer(connection)))
+        let request = HeldRequest(daemon: self, connection: address, state: state)
+        let accepted = suspensions.withLock { s -> Bool in
+            if s.stopping { return false }
+            s.count += 1
+            held.withLock { $0[ObjectIdentifier(request)] = request }
+            return true
+        }
+        guard accepted else { return false }
+        MHD_suspend_connection(connection)
+        start(request)
+        return true
+    }
+
+    private func enterSuspension() -> Bool {
+        suspensions.withLock { s -> Bool in
+            if s.stopping { return false }
+            s.count += 1
+            return true
+        }
+    }
+
+    fileprivate func resume(_ address: UInt, _ state: RequestState, with result: Resumption, held request: HeldRequest? = nil) {
+        state.outcome.put(result)
+        if let request { held.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(request)) } }
+        guard let pointer = UnsafeMutableRawPointer(bitPattern: address) else { return }
+        MHD_resume_connection(OpaquePointer(pointer))
+        suspensions.withLock { $0.count -= 1 }
+    }
+
+    /// Requests held right now.
+    var heldCount: Int { held.withLock { $0.count } }
 
     private static func listen(host: String, port: UInt16) throws(ServerError) -> Int32 {
         var addr = sockaddr_in()
@@ -88,15 +173,72 @@ final class HTTPDaemon: Sendable {
 
 
 
+/// What a suspended request resumes with: the router's decision, or the reply.
+enum Resumption {
+    case route(Route)
+    case reply(HTTPResponse)
+}
+
+/// A value handed from a worker to the connection's epoll thread. libmicrohttpd's
+/// resume orders the two; the lock states it.
+/// `@unchecked Sendable`: `value` is guarded by `lock`.
+final class Handoff<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value?
+    func put(_ new: Value) { lock.withLock { value = new } }
+    func take() -> Value? { lock.withLock { defer { value = nil }; return value } }
+}
+
 /// Per-request state kept in libmicrohttpd's `con_cls` between calls.
-private final class RequestState {
+/// `@unchecked Sendable`: used by the connection's epoll thread, or by one worker while
+/// the connection is suspended; never by two at once.
+final class RequestState: @unchecked Sendable {
+    let expectsBody: Bool
     var body: RequestBody?
     var finished = false
     /// A reply decided at the headers of a request without a body, queued on the next
     /// call: queued at once, libmicrohttpd would close the connection (it cannot know
     /// the body is empty), and clients could not reuse it.
     var pending: HTTPResponse?
-    init(body: RequestBody?, pending: HTTPResponse? = nil) { self.body = body; self.pending = pending }
+    let outcome = Handoff<Resumption>()
+    /// The body's declared length (nil when chunked) and the bytes received of it.
+    var declaredLength: Int64?
+    var received: Int64 = 0
+    /// Answered by a stopping server, which waits for the reply to be sent.
+    var draining = false
+    init(expectsBody: Bool) { self.expectsBody = expectsBody }
+}
+
+/// A request answered later, by an event: the route returned `.hold`, and the
+/// connection stays suspended (no thread waits for it) until `answer` is called, from
+/// any thread, once; later calls do nothing. The holder must answer within a bounded
+/// time (a long poll answers "nothing new" after its wait): a suspended connection is
+/// not watched, so a client that left is only noticed when its answer is sent. A server
+/// stopping answers every held request with 503.
+final class HeldRequest: Sendable {
+    private let daemon: HTTPDaemon
+    private let connection: UInt
+    private let state: RequestState
+    private let answered = Atomic<Bool>(false)
+
+    fileprivate init(daemon: HTTPDaemon, connection: UInt, state: RequestState) {
+        self.daemon = daemon; self.connection = connection; self.state = state
+    }
+
+    func answer(_ reply: HTTPResponse) { answer(reply, draining: false) }
+
+    fileprivate func answer(_ reply: HTTPResponse, draining: Bool) {
+        guard !answered.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        if draining {
+            state.draining = true
+            daemon.draining.add(1, ordering: .releasing)
+        }
+        daemon.resume(connection, state, with: .reply(reply), held: self)
+    }
+
+    static var stopping: HTTPResponse {
+        .error(503, "unavailable", "the server is stopping; try again in a few seconds", headers: [("Retry-After", "2")])
+    }
 }
 
 /// Collects header or query values through `MHD_get_connection_values`. A name given
@@ -179,31 +321,32 @@ private func streamFree(_ cls: UnsafeMutableRawPointer?) {
 }
 
 /// MHD_AccessHandlerCallback: first call after the headers, then once per body chunk,
-/// then once more with no data when the body is complete.
+/// then once more with no data when the body is complete. Routing and finishing run on
+/// a worker with the connection suspended; libmicrohttpd then calls again (same phase,
+/// no data), and the result waiting in the state is applied.
 private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ url: UnsafePointer<CChar>?,
                            _ method: UnsafePointer<CChar>?, _ version: UnsafePointer<CChar>?, _ uploadData: UnsafePointer<CChar>?,
                            _ uploadDataSize: UnsafeMutablePointer<Int>?, _ conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) -> MHD_Result {
     guard let cls, let connection, let url, let method, let uploadDataSize, let conCls else { return vd_mhd_no() }
     let daemon = Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue()
+    let record = vd_mhd_socket_context(connection).map { Unmanaged<ConnectionRecord>.fromOpaque($0).takeUnretainedValue() }
 
     guard let stored = conCls.pointee else {
         let headers = values(connection, headers: true)
         let request = HTTPRequest(method: String(cString: method), path: String(cString: url),
                                   headers: headers.values, query: values(connection, headers: false).values,
                                   conflicting: headers.conflicting)
-        switch daemon.handler.route(request) {
-        case .respond(let reply):
-            if !request.expectsBody {
-                conCls.pointee = Unmanaged.passRetained(RequestState(body: nil, pending: reply)).toOpaque()
-                return vd_mhd_yes()
-            }
-            // Answered before the body: libmicrohttpd then does not read it and closes the connection.
-            conCls.pointee = Unmanaged.passRetained(RequestState(body: nil)).toOpaque()
-            return queue(connection, reply)
-        case .read(let body):
-            conCls.pointee = Unmanaged.passRetained(RequestState(body: body)).toOpaque()
+        record?.enter(.busy)
+        let state = RequestState(expectsBody: request.expectsBody)
+        if request.header("Transfer-Encoding") == nil { state.declaredLength = request.contentLength }
+        conCls.pointee = Unmanaged.passRetained(state).toOpaque()
+        let route = daemon.handler.route(request)
+        if case .hold(let start) = route {
+            if daemon.hold(connection, state, start) { return vd_mhd_yes() }
+            state.pending = HeldRequest.stopping
             return vd_mhd_yes()
         }
+        return apply(.route(route), state, connection, record)
     }
 
     let state = Unmanaged<RequestState>.fromOpaque(stored).takeUnretainedValue()
@@ -211,26 +354,78 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
         if let body = state.body, !state.finished, let uploadData {
             body.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadDataSize.pointee))
         }
+        record?.received(uploadDataSize.pointee)
+        state.received += Int64(uploadDataSize.pointee)
+        if let length = state.declaredLength, state.received < length { record?.closeIfClientLeft() }
         uploadDataSize.pointee = 0
         return vd_mhd_yes()
     }
+    if let outcome = state.outcome.take() { return apply(outcome, state, connection, record) }
     if let reply = state.pending {
         state.pending = nil
         return queue(connection, reply)
     }
-    guard let body = state.body, !state.finished else { return vd_mhd_yes() }
+    guard state.body != nil, !state.finished else { return vd_mhd_yes() }
     state.finished = true
-    return queue(connection, body.finish())
+    record?.enter(.busy)
+    if daemon.suspend(connection, state, { state.body!.finish() }) { return vd_mhd_yes() }
+    return state.outcome.take().map { apply($0, state, connection, record) } ?? vd_mhd_yes()
+}
+
+/// Applies the router's decision, or a reply a suspension left in `state`.
+private func apply(_ outcome: Resumption, _ state: RequestState, _ connection: OpaquePointer, _ record: ConnectionRecord?) -> MHD_Result {
+    switch outcome {
+    case .reply(let reply) where state.body == nil:
+        // A held request's answer, given at its headers' call: see `pending`.
+        state.pending = reply
+        return vd_mhd_yes()
+    case .reply(let reply):
+        return queue(connection, reply)
+    case .route(.respond(let reply)):
+        if !state.expectsBody {
+            state.pending = reply
+            return vd_mhd_yes()
+        }
+        // Answered before the body: libmicrohttpd then does not read it and closes the connection.
+        return queue(connection, reply)
+    case .route(.read(let body)):
+        state.body = body
+        record?.enter(.body)
+        return vd_mhd_yes()
+    case .route(.hold):
+        return queue(connection, HeldRequest.stopping)  // handled before apply
+    }
 }
 
 /// MHD_RequestCompletedCallback: the request ended (answered, or the client went away).
+/// The connection's next header has its deadline from now.
 private func completedHandler(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
                               _ conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ reason: MHD_RequestTerminationCode) {
+    if let connection, let context = vd_mhd_socket_context(connection) {
+        Unmanaged<ConnectionRecord>.fromOpaque(context).takeUnretainedValue().enter(.header)
+    }
     guard let conCls, let stored = conCls.pointee else { return }
     conCls.pointee = nil
     let state = Unmanaged<RequestState>.fromOpaque(stored).takeRetainedValue()
+    if state.draining, let cls { Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue().draining.subtract(1, ordering: .releasing) }
     if let body = state.body, !state.finished {
         state.finished = true
         body.abort()
+    }
+}
+
+/// MHD_NotifyConnectionCallback: a connection opened (its record starts the header
+/// deadline) or closed (its record leaves the guard before the descriptor is closed).
+private func connectionNotified(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
+                                _ socketContext: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ code: MHD_ConnectionNotificationCode) {
+    guard let cls, let connection, let socketContext else { return }
+    let daemon = Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue()
+    if code.rawValue == vd_mhd_notify_started() {
+        let record = ConnectionRecord(fd: vd_mhd_connection_fd(connection), now: monotonicMilliseconds())
+        socketContext.pointee = Unmanaged.passRetained(record).toOpaque()
+        daemon.guardian.add(record)
+    } else if let stored = socketContext.pointee {
+        socketContext.pointee = nil
+        daemon.guardian.remove(Unmanaged<ConnectionRecord>.fromOpaque(stored).takeRetainedValue())
     }
 }

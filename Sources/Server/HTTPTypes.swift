@@ -7,11 +7,14 @@
 /// `RecordStore` (RecordStore.swift); a file's content is
 /// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
 /// Storage `BlobStore` (the block store), partial uploads in its staging folder.
-/// Thread safety: libmicrohttpd runs one thread per connection and calls the router
-/// on it. Shared state is behind `Synchronization.Mutex` (the SQLite connection, the
-/// table of uploads being written) or a pool (PostgreSQL connections, one borrowed
-/// per record operation); a request body sink belongs to its connection's thread. No
-/// handler waits on Swift concurrency.
+/// Thread safety: libmicrohttpd's few epoll threads read and write the sockets and call
+/// the router; a body's `finish` (hashing, fsync, rows, the object store) runs on a
+/// bounded worker pool while the connection is suspended, so it never stalls the other
+/// connections of its epoll thread (HTTPDaemon.swift).
+/// Shared state is behind `Synchronization.Mutex` (the SQLite connection, the table of
+/// uploads being written) or a pool (PostgreSQL connections, one borrowed per record
+/// operation); a request body sink is used by one thread at a time. No handler waits
+/// on Swift concurrency.
 /// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (the PostgreSQL files:
 /// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, and ServerError for
 /// its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
@@ -68,7 +71,8 @@ struct HTTPResponse: Sendable {
     }
 }
 
-/// Receives a request body as it arrives. Called on the connection's thread only.
+/// Receives a request body as it arrives: `receive` on the connection's epoll thread,
+/// `finish` on a worker; never two calls at once.
 protocol RequestBody: AnyObject {
     /// One chunk of the body; the buffer is valid only during the call.
     func receive(_ chunk: UnsafeRawBufferPointer)
@@ -92,6 +96,11 @@ protocol BodyReader: AnyObject, Sendable {
 enum Route {
     case respond(HTTPResponse)
     case read(RequestBody)
+    /// Answered later by an event (`HeldRequest.answer`, from any thread): the connection
+    /// is suspended meanwhile and costs no thread. For requests without a body. The
+    /// closure is called on the epoll thread with the held request: it registers it
+    /// where the event will find it, and must not block.
+    case hold(@Sendable (HeldRequest) -> Void)
 }
 
 /// The request handler the daemon calls.

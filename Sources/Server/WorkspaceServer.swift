@@ -27,6 +27,8 @@ public struct ServerConfiguration: Sendable {
     public var database: DatabaseLocation?
     /// What one client can make the server hold (ServerLimits.swift).
     public var limits = ServerLimits()
+    /// Connections per address and in all, and the deadlines of slow ones (ConnectionGuard.swift).
+    public var connectionLimits = ConnectionLimits()
     /// HTTPS with this certificate and key; nil serves plain HTTP.
     public var tls: TLSConfiguration? = nil
     /// The scheme clients reach this server by.
@@ -72,12 +74,15 @@ public final class WorkspaceServer: Sendable {
         self.configuration = configuration
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
-        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, tls: configuration.tls)
+        daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.connectionLimits,
+                                tls: configuration.tls)
         collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace)
         collectorJob.start()
     }
 
     public var port: UInt16 { daemon.port }
+    /// Connections closed for missing a deadline (a header, a body's minimum rate) since the start.
+    public var connectionsCut: Int { daemon.guardian.cut.load(ordering: .relaxed) }
     public var baseURL: String { "\(configuration.scheme)://\(configuration.host):\(port)" }
 
     /// Stops accepting, ends open connections (their partial PATCHes are handled as

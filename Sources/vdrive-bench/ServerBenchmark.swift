@@ -17,7 +17,9 @@ import Glibc
 ///  2. the same client upload with `--sync-every-patch` (the cost of an fdatasync per PATCH),
 ///     and over TLS (`--tls-cert/--tls-key`, a private CA made with openssl: the cost of HTTPS);
 ///  3. server RSS sampled every 20 ms during a larger upload;
-///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones.
+///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones;
+///  5. a device's backup with 2,000 slow connections held, and health latency (LockoutBenchmark.swift).
+///     `--lockout-only` runs this row alone.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -27,6 +29,7 @@ enum ServerBenchmark {
         var dir = "/var/tmp/vdrive-bench"
         var vdrive: String = ""
         var repeats = 3
+        var lockoutOnly = false
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -43,7 +46,7 @@ enum ServerBenchmark {
                 "--dir": { o.dir = $0 },
                 "--vdrive": { o.vdrive = $0 },
                 "--repeat": { o.repeats = try Bench.count($0) },
-            ])
+            ], flags: ["--lockout-only": { o.lockoutOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -61,6 +64,7 @@ enum ServerBenchmark {
         try? FileManager.default.removeItem(atPath: o.dir)
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: o.dir) }
+        if o.lockoutOnly { return LockoutBenchmark.report(try LockoutBenchmark.run(o)) }
         print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let manifest = try makeFile(file, mib: o.sizeMiB)
@@ -138,6 +142,7 @@ enum ServerBenchmark {
                      ours.idleRSS, ours.peakRSS, o.sizeMiB, rss.peakRSS, o.rssSizeMiB))
         print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
                      dedup.median, dedup.max, dedup.count))
+        LockoutBenchmark.report(try LockoutBenchmark.run(o))
     }
 
     struct Figures {

@@ -45,6 +45,11 @@ enum ServeCommand {
     \(ServeTLS.help)
       --sync-every-patch       fdatasync each PATCH before recording its offset (slower; see Docs/protocol.md)
     \(ServeSpaceCommand.help)
+      --max-connections-per-address N
+                               open connections one IP address may hold (default: 64); more
+                               are closed at once. Raise it when many devices share one
+                               address (a NAT). See Docs/operations.md, "Connection limits"
+      --max-connections N      open connections in all (default: 4096)
       --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
                                keep blocks in an S3 bucket (created if missing) instead of
                                DIR/blobs; devices upload to it with presigned URLs. Also
@@ -66,7 +71,8 @@ enum ServeCommand {
         if arguments.first == "snapshot" { return try ServeSnapshotCommand.run(Array(arguments.dropFirst())) }
         if arguments.first == "gc" { return try ServeSpaceCommand.gc(Array(arguments.dropFirst())) }
         if arguments.first == "usage" { return try ServeSpaceCommand.usage(Array(arguments.dropFirst())) }
-        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued).union(["--listen", "--upload-expiry", "--public-url"])
+        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued)
+                                    .union(["--listen", "--upload-expiry", "--public-url", "--max-connections-per-address", "--max-connections"])
                                     .union(ServeSpaceCommand.serveOptions),
                                   flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
@@ -81,6 +87,7 @@ enum ServeCommand {
             configuration.uploadExpiry = seconds
         }
         configuration.publicURL = options.value("--public-url")
+        configuration.connectionLimits = try connectionLimits(options)
         configuration.syncEveryPatch = options.has("--sync-every-patch")
         configuration.tls = try ServeTLS.load(options, serving: true)
         try ServeSpaceCommand.apply(options, to: &configuration)
@@ -104,6 +111,17 @@ enum ServeCommand {
         let bye = "vdrive serve: stopped (\(received == SIGINT ? "SIGINT" : "SIGTERM"))\n"
         bye.withCString { _ = write(1, $0, strlen($0)) }
         return ExitCode.ok
+    }
+
+    static func connectionLimits(_ options: Options) throws -> ConnectionLimits {
+        var limits = ConnectionLimits()
+        for (name, path) in [("--max-connections-per-address", \ConnectionLimits.perAddress), ("--max-connections", \ConnectionLimits.total)] {
+            guard let text = options.value(name) else { continue }
+            guard let n = UInt32(text), n > 0 else { throw CLIError.usage("\(name) must be a whole number > 0, got '\(text)'") }
+            limits[keyPath: path] = n
+        }
+        if let problem = limits.problem { throw CLIError.usage(problem.prefix(1).uppercased() + problem.dropFirst() + "; see 'vdrive serve --help'") }
+        return limits
     }
 
     static func parseListen(_ text: String) throws -> (String, UInt16) {

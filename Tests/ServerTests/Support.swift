@@ -20,14 +20,15 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
     let database: DatabaseLocation?
 
     init(dataDirectory: String? = nil, uploadExpiry: Int64 = 7 * 86400, store: BlockStoreChoice = .folder, records: Records = .sqlite,
-         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits(), tls: TLSConfiguration? = nil, caFile: String? = nil,
-         configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
+         cluster: PostgresCluster? = nil, limits: ServerLimits = ServerLimits(), connectionLimits: ConnectionLimits = ConnectionLimits(),
+         tls: TLSConfiguration? = nil, caFile: String? = nil, configure: (inout ServerConfiguration) -> Void = { _ in }) throws {
         dir = TemporaryDirectory()
         let data = dataDirectory ?? dir.path + "/data"
         database = try records.freshLocation(in: cluster)
         token = try DeviceRegistry(dataDirectory: data, database: database).add("test-device")
         var configuration = ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: uploadExpiry, store: store, database: database)
         configuration.limits = limits
+        configuration.connectionLimits = connectionLimits
         configuration.tls = tls
         configure(&configuration)
         server = try WorkspaceServer(configuration)
