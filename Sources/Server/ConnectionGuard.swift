@@ -83,8 +83,13 @@ final class ConnectionRecord: @unchecked Sendable {
     /// new edge), and would keep the connection, and the upload it claims, until a
     /// timeout. The body is incomplete, so the request cannot be answered anyway.
     func closeIfClientLeft() {
+        if clientLeft { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
+    /// True when the client closed and nothing is left to read (a peek, nothing consumed).
+    var clientLeft: Bool {
         var byte: UInt8 = 0
-        if recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0 { shutdown(fd, Int32(SHUT_RDWR)) }
+        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
     }
 }
 
@@ -144,6 +149,13 @@ final class ConnectionGuard: Sendable {
                     record.state.withLock { $0.phase = .busy }
                     shutdown(record.fd, Int32(SHUT_RDWR))
                     cut.add(1, ordering: .relaxed)
+                } else if record.state.withLock({ $0.phase != .busy }), record.clientLeft {
+                    // The same end of input libmicrohttpd's epoll misses mid-body, missed
+                    // while waiting for a header: a client that sent part of one and left
+                    // would hold its place under the per-address limit until the header
+                    // deadline (a fuzzer, or a phone losing its network, refused for 15 s).
+                    record.state.withLock { $0.phase = .busy }
+                    shutdown(record.fd, Int32(SHUT_RDWR))
                 }
             }
         }
