@@ -8,15 +8,27 @@
 
 /* MHD_start_daemon is variadic; this wrapper fixes the options the server uses.
    The listening socket is made by the caller (so it can report EADDRINUSE itself).
-   `flags` should include MHD_USE_EPOLL_INTERNAL_THREAD and MHD_ALLOW_SUSPEND_RESUME. */
+   `flags` should include MHD_USE_EPOLL_INTERNAL_THREAD and MHD_ALLOW_SUSPEND_RESUME.
+   With a certificate (NULL: plain HTTP) the daemon speaks HTTPS through libmicrohttpd's
+   TLS (GnuTLS): a PEM certificate (its chain may follow) and an unencrypted PEM key,
+   both NUL-terminated; they are added as an option array, so one list of options
+   serves both. */
 static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
                                               MHD_AccessHandlerCallback handler, void *handler_cls,
                                               MHD_RequestCompletedCallback completed, void *completed_cls,
                                               MHD_NotifyConnectionCallback notify, void *notify_cls,
                                               size_t memory_limit, unsigned int connection_limit,
                                               unsigned int per_address_limit, unsigned int thread_pool_size,
-                                              unsigned int timeout_seconds) {
-    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_cls,
+                                              unsigned int timeout_seconds,
+                                              const char *certificate_pem, const char *key_pem) {
+    struct MHD_OptionItem tls[] = {
+        { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)certificate_pem },
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key_pem },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    struct MHD_OptionItem none[] = { { MHD_OPTION_END, 0, NULL } };
+    int secure = certificate_pem != NULL && key_pem != NULL;
+    return MHD_start_daemon(flags | (secure ? MHD_USE_TLS : 0), 0, NULL, NULL, handler, handler_cls,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
@@ -25,30 +37,7 @@ static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
                             MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
                             MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
-                            MHD_OPTION_END);
-}
-
-/* The same daemon speaking HTTPS: libmicrohttpd's TLS (GnuTLS) with a PEM certificate
-   (its chain may follow) and an unencrypted PEM key, both NUL-terminated. */
-static inline struct MHD_Daemon *vd_mhd_start_tls(unsigned int flags, int listen_fd,
-                                                  MHD_AccessHandlerCallback handler, void *handler_cls,
-                                                  MHD_RequestCompletedCallback completed, void *completed_cls,
-                                                  MHD_NotifyConnectionCallback notify, void *notify_cls,
-                                                  size_t memory_limit, unsigned int connection_limit,
-                                                  unsigned int per_address_limit, unsigned int thread_pool_size,
-                                                  unsigned int timeout_seconds,
-                                                  const char *certificate_pem, const char *key_pem) {
-    return MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL, handler, handler_cls,
-                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
-                            MHD_OPTION_NOTIFY_CONNECTION, notify, notify_cls,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, memory_limit,
-                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
-                            MHD_OPTION_THREAD_POOL_SIZE, thread_pool_size,
-                            MHD_OPTION_CONNECTION_TIMEOUT, timeout_seconds,
-                            MHD_OPTION_HTTPS_MEM_CERT, certificate_pem,
-                            MHD_OPTION_HTTPS_MEM_KEY, key_pem,
+                            MHD_OPTION_ARRAY, secure ? tls : none,
                             MHD_OPTION_END);
 }
 

@@ -10,13 +10,22 @@ extension HTTPDaemon {
                       _ notify: MHD_NotifyConnectionCallback, _ notifyCls: UnsafeMutableRawPointer,
                       _ memoryLimit: Int, _ connectionLimit: UInt32, _ perAddress: UInt32, _ threads: UInt32,
                       _ idleTimeout: UInt32) -> OpaquePointer? {
-        guard let tls else {
-            return vd_mhd_start(flags, fd, handler, handlerCls, completed, completedCls, notify, notifyCls, memoryLimit, connectionLimit,
-                                perAddress, threads, idleTimeout)
+        // The PEM texts as C strings for the length of the call (nil: plain HTTP).
+        let certificate = tls.map { Array($0.certificatePEM) + [0] }
+        let key = tls.map { Array($0.keyPEM) + [0] }
+        return withOptionalCString(certificate) { certificatePEM in
+            withOptionalCString(key) { keyPEM in
+                vd_mhd_start(flags, fd, handler, handlerCls, completed, completedCls, notify, notifyCls, memoryLimit, connectionLimit,
+                             perAddress, threads, idleTimeout, certificatePEM, keyPEM)
+            }
         }
-        let certificate = String(decoding: tls.certificatePEM, as: UTF8.self)
-        let key = String(decoding: tls.keyPEM, as: UTF8.self)
-        return vd_mhd_start_tls(flags, fd, handler, handlerCls, completed, completedCls, notify, notifyCls, memoryLimit, connectionLimit,
-                                perAddress, threads, idleTimeout, certificate, key)
+    }
+}
+
+/// `bytes` (NUL-terminated) as a C string for `body`, or NULL.
+private func withOptionalCString<T>(_ bytes: [UInt8]?, _ body: (UnsafePointer<CChar>?) -> T) -> T {
+    guard let bytes else { return body(nil) }
+    return bytes.withUnsafeBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) { body($0) }
     }
 }

@@ -276,7 +276,10 @@ import CLinux
         for i in 0..<20 { try writeFile(fresh.path("Camera Roll/p\(i).jpg"), try Self.photo(i)) }
         try Self.waitForBackup(fresh, done: 20)
         let sent = server.bytesWritten() - before
-        #expect(sent < 256 * 1024, "photo bytes were sent again: \(sent) bytes written by the server")
+        // The 20 photos are about 1 MB; what the server writes for 20 records (WAL pages of
+        // the versions, the feed, their indexes) is a dozen KB each. Each item saying
+        // "linked" below is the exact check.
+        #expect(sent < 512 * 1024, "photo bytes were sent again: \(sent) bytes written by the server")
         let linked = try Self.list(fresh.path(".backup/done")).filter {
             try String(contentsOfFile: fresh.path(".backup/done/" + $0), encoding: .utf8).contains("linked")
         }
