@@ -15,13 +15,8 @@ public final class SlowSocket {
     public init(port: UInt16, from source: String) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SlowSocketError(description: "socket: \(String(cString: strerror(errno)))") }
-        var local = sockaddr_in()
-        local.sin_family = sa_family_t(AF_INET)
-        local.sin_addr.s_addr = inet_addr(source)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = port.bigEndian
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var local = ipv4Address(source, port: 0)
+        var addr = ipv4Address("127.0.0.1", port: port)
         let ok = withUnsafePointer(to: &local) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         } == 0 && withUnsafePointer(to: &addr) {
@@ -100,4 +95,13 @@ public final class SlowCrowd: @unchecked Sendable { // used by one thread at a t
         }
         return left
     }
+}
+
+/// An IPv4 socket address (`host` in dotted form) for bind(2) and connect(2).
+public func ipv4Address(_ host: String, port: UInt16) -> sockaddr_in {
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = port.bigEndian
+    addr.sin_addr.s_addr = inet_addr(host)
+    return addr
 }
