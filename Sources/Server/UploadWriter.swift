@@ -137,7 +137,8 @@ extension ServerContext {
                 return .error(Tus.checksumMismatchStatus, "block_checksum_mismatch",
                               "the uploaded bytes hash to \(actual.hex), not \(digest.hex); nothing was stored and the upload starts again at offset 0")
             }
-            let adding = try metadata.blockSize(digest.hex) == nil ? length : 0
+            // A block the workspace already has costs no quota; asked only when there is one.
+            let adding = try configuration.quota == nil || metadata.blockSize(digest.hex) != nil ? 0 : length
             do {
                 try recordingWithinQuota(adding) {
                     try FileIO.fdatasync(fd)
