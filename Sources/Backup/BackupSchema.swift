@@ -36,7 +36,7 @@ public enum BackupSchema {
         CREATE INDEX backup_items_by_inode ON backup_items(inode, change_sequence);
         CREATE TABLE backup_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
         """),
-        // Content in blocks (issue 7) and settled versions (issue 8 §2). `hash` holds the
+        // Content in blocks, and versions that settle when their last writer goes. `hash` holds the
         // content hash from here on; `blocks` is its block list as a JSON array of hex
         // digests (the drive's triggers pin each block through `json_each`). Existing rows
         // get an empty list and count as settled: the drive's own migration, which runs

@@ -4,7 +4,8 @@ import Storage
 /// Sends one block of a file: reads the bytes the server lacks from the local block
 /// store into its own buffer, once, and PATCHes them.
 ///
-/// No hashing of bytes the drive already hashed (issue 8 §5): a whole block sent from
+/// No hashing of bytes the drive already hashed (it cost the backup a second pass over
+/// every byte in the mount's profile): a whole block sent from
 /// offset 0 carries the block's own digest as its `Upload-Checksum`: it IS the SHA-256 of
 /// exactly these bytes when the local block is intact, and the server checks it. Only a
 /// block resumed at offset k > 0 is hashed here, over the chunk [k, length) sent, since

@@ -27,7 +27,8 @@ public struct UploaderConfiguration: Sendable {
     /// An upload plan whose URLs expire sooner than this is renewed before the next block.
     public var urlRenewMargin: Double = 60
     public var retry = RetryPolicy()
-    /// Block PATCHes in flight at once (issue 8 §6), each on its own sender thread with
+    /// Block PATCHes in flight at once (a link with a long round trip stays busy), each
+    /// on its own sender thread with
     /// its own 4 MiB buffer; as many items may be in flight. 1: one at a time, on the
     /// engine thread itself.
     public var blocksInFlight = 4

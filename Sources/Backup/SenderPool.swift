@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-/// Keeps several block PATCHes in flight (issue 8 §6: on a link with a round trip of
+/// Keeps several block PATCHes in flight (on a link with a round trip of
 /// 50 ms, one request at a time leaves the pipe idle between requests). A fixed set of
 /// threads, each with its own `BlockSender` (its own 4 MiB buffer) and its own blocking
 /// transport call; the engine thread submits jobs and collects results.

@@ -227,7 +227,7 @@ public final class HTTPConnection: Sendable {
 
     /// Sends `bytes` as the request body straight from the caller's buffer (valid for the
     /// call): no copy into an array, so a 4 MiB PATCH costs no allocation and no page
-    /// faults (issue 8 §5: they showed in the mount's profile).
+    /// faults (they showed in the mount's profile while it backed up photos).
     public func perform(method: String, url: String, headers: [String] = [], bytes: UnsafeRawBufferPointer,
                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: .none, raw: bytes, responseLimit: 16 << 20,

@@ -18,8 +18,8 @@ enum BackupBenchmark {
     struct Options {
         var dir = "/var/tmp/vdrive-bench-backup"
         var photos = 1000, photoMB = 3, idleSeconds = 600, killMiB = 500, rssGiB = 4, entries = 100_000
-        /// `cpu` (issue 8 §5: the drive against cp + curl, all processes' CPU) and
-        /// `classic` (the five measurements of issue 4).
+        /// `cpu` (the drive against cp + curl, all processes' CPU) and
+        /// `classic` (the drive against curl, bytes re-sent after a kill, idle CPU, RSS).
         var sections: Set<String> = ["cpu", "classic"]
         var cpuPhotos = 300, rounds = 3
         /// `perf record` of the mount during one extra drive run of the cpu section.

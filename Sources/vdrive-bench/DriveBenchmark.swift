@@ -6,7 +6,7 @@ import Foundation
 /// before the next row starts): a plain folder; FUSE passthroughs as references
 /// (bindfs `-o big_writes` from Debian; libfuse's `passthrough_hp` and `passthrough_ll`
 /// examples, built by scripts/build-libfuse-examples.sh); and the drive (release build,
-/// hashing included). The rows are issue 7's targets: small changes to a 1 GiB file,
+/// hashing included). The rows are what a drive of blocks must do well: small changes to a 1 GiB file,
 /// a sparse 2 GiB file, sequential copies, `tar x` of many small files, and xfstests'
 /// fsstress. Every command has a deadline: a row that stalls prints "timeout after N s"
 /// and the run goes on; every mount is unmounted on every path.
@@ -120,7 +120,7 @@ enum DriveBenchmark {
             try startTargets()
             say("Targets: " + targets.map(\.name).joined(separator: ", "))
 
-            // In the order the rows are run; printed in issue 7's order below.
+            // In the order the rows are run; printed in the order of the doc comment below.
             func want(_ row: String) -> Bool { o.rows.map { $0.contains(row) } ?? true }
             if want("copy") || want("small") { bigCopy() }   // the small changes are made to the copied file
             if want("copy") { coldRead() }

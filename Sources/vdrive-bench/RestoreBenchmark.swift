@@ -6,7 +6,7 @@ import Server
 import Synchronization
 
 /// `vdrive-bench restore`: `vdrive restore` against `curl` downloading the same
-/// contents from the same loopback `vdrive serve`, in one run (issue 9's benchmark):
+/// contents from the same loopback `vdrive serve`, in one run:
 ///
 ///  1. photos: N photos of 2–8 MB (sizes spread evenly, random bytes) backed up by
 ///     device "phone", restored by a new device;

@@ -98,7 +98,7 @@ struct ClientTransport: BackupTransport {
 enum CaptureDateText {
     /// "YYYY-MM-DDTHH:MM:SS" read as UTC, nil when it is not that. Parsed by hand: a
     /// `DateFormatter` made per record showed in the mount's profile (ICU setup on the
-    /// engine thread for every photo, issue 8 §5).
+    /// engine thread for every photo).
     /// A trailing "Z" (the queue writes mtime-derived dates so) is accepted: it says UTC.
     static func seconds(_ text: String) -> Int64? {
         var b = Array(text.utf8)

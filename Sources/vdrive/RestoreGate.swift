@@ -4,7 +4,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// The policies for bulk downloads (issue 9 §9): a restore is held by the holds that
+/// The policies for bulk downloads, which a restore obeys as backup does: it is held by the holds that
 /// hold backup (`vdrive pause`, a metered network unless `allow-metered`, a low battery
 /// off external power), except "camera backup is off", which is about uploads. Held,
 /// the transfer threads wait before their next block or file (a block in flight is

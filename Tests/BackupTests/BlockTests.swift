@@ -4,7 +4,7 @@ import Crypto
 import Storage
 @testable import Backup
 
-/// Transfers by block (issue 7 §5): only the blocks the server lacks are sent, zero
+/// Transfers by block: only the blocks the server lacks are sent, zero
 /// blocks never, and progress counts the blocks the server already has as done.
 @Suite struct BlockTests {
     @Test func aSecondItemSharingBlocksSendsOnlyItsNewBlocks() throws {

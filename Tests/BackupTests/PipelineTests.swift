@@ -4,7 +4,7 @@ import Crypto
 import Storage
 @testable import Backup
 
-/// Several blocks and items in flight (issue 8 §6): the same outcomes as one at a time.
+/// Several blocks and items in flight: the same outcomes as one at a time.
 @Suite struct PipelineTests {
     @Test func severalPhotosInFlightAreEachSentOnce() throws {
         let h = try Harness(); defer { h.remove() }

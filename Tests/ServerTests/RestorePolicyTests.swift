@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 
-/// Policies hold bulk downloads (issue 9 §9): `vdrive restore` waits while backup is
+/// Policies hold bulk downloads: `vdrive restore` waits while backup is
 /// paused or the network is metered, says so on stderr, goes on when the hold is
 /// lifted, and `--now` goes ahead regardless. A real server and `vdrive` processes.
 @Suite(.serialized) struct RestorePolicyTests {
