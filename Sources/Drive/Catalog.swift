@@ -64,6 +64,10 @@ final class Catalog: @unchecked Sendable {
     /// counts only what is here (see `heldHere`). Loaded on first use; eviction adds.
     var onlineInodes: Set<UInt64>?
     var observer: CameraRollObserver?
+    /// The follower of every change (ChangeJournal.swift), and whether the change being
+    /// made is one made on its behalf (not told back).
+    var journal: ChangeJournal?
+    var applyingExternal = false
     /// Whether a writable handle is open on an inode (set by the file system; takes only
     /// its leaf lock, so it may be called under the catalog lock).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
@@ -324,7 +328,7 @@ final class Catalog: @unchecked Sendable {
         if name.isEmpty || name.contains(0x2f) { throw Errno.invalidArgument }
     }
 
-    private func insertNode(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64, target: [UInt8]?, now: Int64) throws -> NodeAttributes {
+    func insertNode(parent: UInt64, name: [UInt8], mode: UInt32, uid: UInt32, gid: UInt32, rdev: UInt64, target: [UInt8]?, now: Int64) throws -> NodeAttributes {
         let isDir = mode & S_IFMT == S_IFDIR
         let size = Int64(target?.count ?? 0)
         let ino = nextIno
@@ -337,7 +341,7 @@ final class Catalog: @unchecked Sendable {
                               atime: now, mtime: now, ctime: now, rdev: rdev, content: nil, stored: size)
     }
 
-    private func touchDirectory(_ ino: UInt64, now: Int64, linkDelta: Int = 0) throws {
+    func touchDirectory(_ ino: UInt64, now: Int64, linkDelta: Int = 0) throws {
         try db.run("UPDATE inodes SET mtime_ns = ?, ctime_ns = ?, nlink = nlink + ? WHERE ino = ?", now, now, linkDelta, ino)
     }
 
@@ -357,7 +361,9 @@ final class Catalog: @unchecked Sendable {
                     gid = dir.gid
                     if mode & S_IFMT == S_IFDIR { mode |= UInt32(S_ISGID) }
                 }
-                return try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
+                let a = try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
+                try journal(.created, a.ino)
+                return a
             }
             attributeCache[a.ino] = a   // the row just written: the kernel asks for it next
             return a
@@ -376,6 +382,7 @@ final class Catalog: @unchecked Sendable {
                 try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", newParent, newName, ino)
                 try db.run("UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", now, ino)
                 try touchDirectory(newParent, now: now)
+                try journal(.created, ino)
             }
             return try node(ino)
         }
@@ -401,12 +408,13 @@ final class Catalog: @unchecked Sendable {
             let now = nowNanoseconds()
             try db.transaction {
                 try unlinkEntry(parent: parent, name: name, victim: victim, now: now)
+                try journal(.removed, victim.ino)
             }
             return victim.ino
         }
     }
 
-    private func unlinkEntry(parent: UInt64, name: [UInt8], victim: NodeAttributes, now: Int64) throws {
+    func unlinkEntry(parent: UInt64, name: [UInt8], victim: NodeAttributes, now: Int64) throws {
         try db.run("DELETE FROM entries WHERE parent = ? AND name = ?", parent, name)
         if victim.isDirectory {
             cameraRollFolders.removeAll()
@@ -479,6 +487,8 @@ final class Catalog: @unchecked Sendable {
                     try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", now, source.ino, target.ino)
                     try recordCameraRollRename(source.ino)
                     try recordCameraRollRename(target.ino)
+                    try journal(.renamed, source.ino)
+                    try journal(.renamed, target.ino)
                 }
                 return nil
             }
@@ -499,6 +509,7 @@ final class Catalog: @unchecked Sendable {
             try write {
                 if let target {
                     try unlinkEntry(parent: newParent, name: newName, victim: target, now: now)
+                    try journal(.removed, target.ino)
                     replaced = target.ino
                 }
                 try db.run("UPDATE entries SET parent = ?, name = ? WHERE parent = ? AND name = ?", newParent, newName, parent, name)
@@ -511,12 +522,13 @@ final class Catalog: @unchecked Sendable {
                 }
                 try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino = ?", now, source.ino)
                 if !source.isDirectory { try recordCameraRollRename(source.ino) }
+                try journal(.renamed, source.ino)
             }
             return replaced
         }
     }
 
-    private func isAncestor(_ ancestor: UInt64, of ino: UInt64) throws -> Bool {
+    func isAncestor(_ ancestor: UInt64, of ino: UInt64) throws -> Bool {
         var current = ino
         var steps = 0
         while true {
@@ -534,11 +546,17 @@ final class Catalog: @unchecked Sendable {
     /// Applies chmod/chown/utimens changes (size changes go through `commit`).
     func setAttributes(_ ino: UInt64, _ changes: AttributeChanges) throws -> NodeAttributes {
         try withDatabase { db in
-            var a = try node(ino)
+            let before = try node(ino)
+            var a = before
             changes.apply(to: &a)
             a.ctime = nowNanoseconds()
-            try db.run("UPDATE inodes SET mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
-                       a.mode, a.uid, a.gid, a.atime, a.mtime, a.ctime, ino)
+            // What a follower keeps (the mode, the modification time) told with the change.
+            let followed = journal != nil && (a.mode != before.mode || a.mtime != before.mtime)
+            try db.transaction {
+                try db.run("UPDATE inodes SET mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                           a.mode, a.uid, a.gid, a.atime, a.mtime, a.ctime, ino)
+                if followed { try journal(.attributes, ino) }
+            }
             return a
         }
     }

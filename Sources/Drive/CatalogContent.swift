@@ -127,6 +127,7 @@ extension Catalog {
                         try recordCameraRollCommit(ino: ino, path: path, content: content, blocks: blocks, size: change.size,
                                                    mtime: a.mtime, settled: change.settled, now: now)
                     }
+                    try journal(.content, ino)
                     return (a, try takeUnreferencedBlocks())
                 }
                 removeBlockFiles(garbage)

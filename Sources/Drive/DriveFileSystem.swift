@@ -66,6 +66,16 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// Called when the kernel's cached pages and size of an inode no longer match the
     /// catalog (a rolled-back write); the FUSE layer tells the kernel to drop them.
     var kernelCacheIsStale: (@Sendable (UInt64) -> Void)?
+    /// Called when a name changed behind the kernel's back (`applyExternal`): the FUSE
+    /// layer tells the kernel to drop its cached entry (and cached absence).
+    var kernelEntryIsStale: (@Sendable (UInt64, [UInt8]) -> Void)?
+
+    /// The follower of every change the kernel makes (ChangeJournal.swift). Set before the
+    /// mount serves.
+    public var changeJournal: ChangeJournal? {
+        get { catalog.journal }
+        set { catalog.journal = newValue }
+    }
 
     public var cameraRollObserver: CameraRollObserver? {
         get { catalog.observer }
@@ -154,7 +164,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         if remaining == 0 { releaseIfUnused(ino) }
     }
 
-    private func releaseIfUnused(_ ino: UInt64) {
+    func releaseIfUnused(_ ino: UInt64) {
         let inUse = tables.withLock { lookups[ino] != nil || openNodes[ino] != nil }
         if !inUse { try? catalog.deleteIfUnlinked(ino) }
     }

@@ -113,6 +113,13 @@ public final class FuseSession {
             // lock until that request is answered.
             DispatchQueue.global().async { _ = fuse_lowlevel_notify_inval_inode(box.session, fuse_ino_t(ino), 0, 0) }
         }
+        context.fs.kernelEntryIsStale = { parent, name in
+            DispatchQueue.global().async {
+                _ = name.withUnsafeBufferPointer { buffer in
+                    buffer.withMemoryRebound(to: CChar.self) { fuse_lowlevel_notify_inval_entry(box.session, fuse_ino_t(parent), $0.baseAddress, buffer.count) }
+                }
+            }
+        }
     }
 
     /// Readahead asked of the kernel for this mount, in KiB, instead of the 128 KiB every
@@ -160,6 +167,7 @@ public final class FuseSession {
         // its reply buffer with it, and the kernel's readahead keeps several busy at once.
         let rc = vd_fuse_session_loop_mt(se, 16)
         context.fs.kernelCacheIsStale = nil
+        context.fs.kernelEntryIsStale = nil
         fuse_session_unmount(se)
         fuse_remove_signal_handlers(se)
         fuse_session_destroy(se)

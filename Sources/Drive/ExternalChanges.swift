@@ -1,0 +1,213 @@
+import Foundation
+import Crypto
+import Storage
+
+/// One name of the workspace as the catalog has committed it: what a follower of the
+/// drive's changes (the mirror) compares with what it last agreed on.
+public struct DriveEntry: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable { case file, folder, symlink, special }
+    public let ino: UInt64
+    public let parent: UInt64
+    public let name: [UInt8]
+    public let kind: Kind
+    /// Permission bits only.
+    public let permissions: UInt32
+    public let size: Int64
+    /// Nanoseconds since 1970.
+    public let mtime: Int64
+    /// A file's content hash; nil for an empty file never written, and for other kinds.
+    public let content: SHA256Digest?
+    public let target: [UInt8]?
+    /// How many names the inode has (a hard-linked file has several).
+    public let names: UInt32
+}
+
+/// Changes made to the catalog by someone other than the kernel: the mirror applying
+/// what other devices did. Valid only inside `DriveFileSystem.applyExternal`, which
+/// runs them in one transaction under the catalog's lock; they are not told to the
+/// change journal (they are its follower's own), and the kernel's caches of every name
+/// and inode they touched are dropped after the commit.
+public final class ExternalEdit {
+    let catalog: Catalog
+    /// The catalog's connection, for the caller's own rows in the same transaction.
+    public let database: Database
+    let owner: (uid: UInt32, gid: UInt32)
+    fileprivate(set) var staleNames: [(UInt64, [UInt8])] = []
+    fileprivate(set) var staleInodes: Set<UInt64> = []
+    fileprivate(set) var removed: [UInt64] = []
+
+    init(catalog: Catalog, owner: (uid: UInt32, gid: UInt32)) {
+        self.catalog = catalog
+        database = catalog.db
+        self.owner = owner
+    }
+
+    public func entry(_ ino: UInt64) throws -> DriveEntry? { try catalog.entry(ino) }
+
+    public func child(_ parent: UInt64, _ name: [UInt8]) throws -> DriveEntry? {
+        guard let ino = try database.queryOne("SELECT ino FROM entries WHERE parent = ? AND name = ?", parent, name, row: { UInt64($0.int64(0)) }) else {
+            return nil
+        }
+        return try catalog.entry(ino)
+    }
+
+    /// Creates a folder, an empty file or a symlink; its content comes with `setContent`.
+    public func create(parent: UInt64, name: [UInt8], kind: DriveEntry.Kind, permissions: UInt32, mtime: Int64, target: [UInt8]?) throws -> UInt64 {
+        try Catalog.checkName(name)
+        let type: UInt32
+        switch kind {
+        case .folder: type = UInt32(S_IFDIR)
+        case .file: type = UInt32(S_IFREG)
+        case .symlink: type = UInt32(S_IFLNK)
+        case .special: throw Errno.invalidArgument
+        }
+        let parentNode = try catalog.node(parent)
+        guard parentNode.isDirectory, parentNode.nlink > 0 else { throw Errno.notDirectory }
+        if try child(parent, name) != nil { throw Errno.fileExists }
+        let a = try catalog.insertNode(parent: parent, name: name, mode: type | (permissions & 0o7777), uid: owner.uid, gid: owner.gid,
+                                       rdev: 0, target: kind == .symlink ? target : nil, now: nowNanoseconds())
+        try database.run("UPDATE inodes SET mtime_ns = ? WHERE ino = ?", mtime, a.ino)
+        staleNames.append((parent, name))
+        return a.ino
+    }
+
+    /// Points a file at a content held by the server: its blocks become rows the drive
+    /// does not hold (fetched on first read, verified), unless the drive already has them.
+    /// `blocks` is the full list (zero blocks included); it must hash to `content`.
+    public func setContent(_ ino: UInt64, content: SHA256Digest, blocks: [SHA256Digest], size: Int64, mtime: Int64) throws {
+        guard size >= 0, blocks.count == Blocks.count(forSize: size), ContentHash.of(blocks: blocks) == content else {
+            throw Errno.invalidArgument
+        }
+        let a = try catalog.node(ino)
+        guard a.isRegularFile else { throw Errno.invalidArgument }
+        try database.run("DELETE FROM file_blocks WHERE ino = ?", ino)
+        var stored: Int64 = 0
+        var online = false
+        for (index, digest) in blocks.enumerated() {
+            let length = Blocks.length(ofBlock: index, fileSize: size)
+            if Blocks.isZero(digest, length: length) { continue }
+            try database.run("INSERT INTO blocks(hash, size, refs, gen, resident) VALUES (?, ?, 0, ?, 0) ON CONFLICT(hash) DO NOTHING",
+                             digest.hex, length, catalog.generation)
+            try database.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?)", ino, index, digest.hex)
+            stored += Int64(length)
+            if !online {
+                online = try database.queryOne("SELECT resident FROM blocks WHERE hash = ?", digest.hex) { $0.int64(0) == 0 } ?? true
+            }
+        }
+        let now = nowNanoseconds()
+        try database.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
+                         size == 0 ? nil : content.hex, size, stored, mtime, now, ino)
+        if online { catalog.onlineInodes?.insert(ino) }
+        staleInodes.insert(ino)
+    }
+
+    /// Sets the permission bits and the modification time.
+    public func setAttributes(_ ino: UInt64, permissions: UInt32?, mtime: Int64?) throws {
+        let a = try catalog.node(ino)
+        let mode = permissions.map { (a.mode & S_IFMT) | ($0 & 0o7777) } ?? a.mode
+        try database.run("UPDATE inodes SET mode = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?", mode, mtime ?? a.mtime, nowNanoseconds(), ino)
+        staleInodes.insert(ino)
+    }
+
+    /// Moves the name `(parent, name)` to `(newParent, newName)`, which must be free.
+    /// A folder is never moved into itself.
+    public func move(parent: UInt64, name: [UInt8], to newParent: UInt64, _ newName: [UInt8]) throws {
+        try Catalog.checkName(newName)
+        guard let source = try child(parent, name) else { throw Errno.noSuchFileOrDirectory }
+        if try child(newParent, newName) != nil { throw Errno.fileExists }
+        let destination = try catalog.node(newParent)
+        guard destination.isDirectory, destination.nlink > 0 else { throw Errno.notDirectory }
+        if source.kind == .folder {
+            if try catalog.isAncestor(source.ino, of: newParent) { throw Errno.invalidArgument }
+            catalog.cameraRollFolders.removeAll()
+        }
+        let now = nowNanoseconds()
+        try database.run("UPDATE entries SET parent = ?, name = ? WHERE parent = ? AND name = ?", newParent, newName, parent, name)
+        let delta = source.kind == .folder && parent != newParent ? 1 : 0
+        try catalog.touchDirectory(parent, now: now, linkDelta: -delta)
+        if newParent != parent { try catalog.touchDirectory(newParent, now: now, linkDelta: delta) }
+        staleNames.append((parent, name))
+        staleNames.append((newParent, newName))
+    }
+
+    /// Removes the name `(parent, name)`; a folder must be empty. The inode goes when
+    /// nothing refers to it any more (as after unlink).
+    public func remove(parent: UInt64, name: [UInt8]) throws {
+        guard let victim = try child(parent, name) else { return }
+        if victim.kind == .folder,
+           try database.queryOne("SELECT 1 FROM entries WHERE parent = ? LIMIT 1", victim.ino, row: { _ in true }) ?? false {
+            throw Errno.notEmpty
+        }
+        try catalog.unlinkEntry(parent: parent, name: name, victim: try catalog.node(victim.ino), now: nowNanoseconds())
+        staleNames.append((parent, name))
+        removed.append(victim.ino)
+    }
+}
+
+extension Catalog {
+    /// The committed entry of an inode with a name (its first name), nil without one.
+    func entry(_ ino: UInt64) throws -> DriveEntry? {
+        guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
+                                                   row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return nil }
+        let a = try node(ino)
+        let kind: DriveEntry.Kind = a.isDirectory ? .folder : a.isRegularFile ? .file : a.isSymlink ? .symlink : .special
+        let target = kind == .symlink ? try db.queryOne("SELECT target FROM inodes WHERE ino = ?", ino) { $0.bytes(0) ?? [] } : nil
+        return DriveEntry(ino: ino, parent: parent, name: name, kind: kind, permissions: a.mode & 0o7777, size: a.size,
+                          mtime: a.mtime, content: kind == .file ? a.content : nil, target: target ?? nil, names: a.nlink)
+    }
+}
+
+extension DriveFileSystem {
+    /// Commits the open group, so that what is read next is what a kill would keep: a
+    /// follower never acts on a change the catalog may still lose.
+    private func committed<T>(_ body: (Database) throws -> T) throws -> T {
+        try catalog.withDatabase { db in
+            try catalog.commitGroup()
+            return try body(db)
+        }
+    }
+
+    /// The committed entry of an inode, nil when it has no name (removed).
+    public func committedEntry(_ ino: UInt64) throws -> DriveEntry? {
+        try committed { _ in try catalog.entry(ino) }
+    }
+
+    /// The committed entries of a folder.
+    public func committedEntries(in folder: UInt64) throws -> [DriveEntry] {
+        try committed { db in
+            try db.query("SELECT ino FROM entries WHERE parent = ? ORDER BY id", folder) { UInt64($0.int64(0)) }
+                .compactMap { try catalog.entry($0) }
+        }
+    }
+
+    /// A file's full block list (zero blocks included), as committed.
+    public func committedBlocks(_ ino: UInt64) throws -> [SHA256Digest] {
+        try committed { _ in
+            let size = try catalog.node(ino).size
+            return Catalog.fullList(try catalog.storedBlocks(ino), size: size)
+        }
+    }
+
+    /// Whether a writable handle is open on the inode (its content is not settled).
+    public func hasWriters(_ ino: UInt64) -> Bool { catalog.hasWriters?(ino) ?? false }
+
+    /// Runs `body` in one transaction under the catalog's lock (see `ExternalEdit`), commits
+    /// it at once, then drops the kernel's caches of what it touched.
+    public func applyExternal<T>(owner: (uid: UInt32, gid: UInt32), _ body: (ExternalEdit) throws -> T) throws -> T {
+        let edit = ExternalEdit(catalog: catalog, owner: owner)
+        let result = try catalog.withDatabase { db in
+            try catalog.commitGroup()
+            catalog.applyingExternal = true
+            defer { catalog.applyingExternal = false }
+            let (value, garbage) = try db.transaction { (try body(edit), try catalog.takeUnreferencedBlocks()) }
+            try catalog.commitGroup()
+            catalog.removeUnnamedBlockFiles(garbage)
+            return value
+        }
+        durability.noteMetadataChanged()
+        for (parent, name) in edit.staleNames { kernelEntryIsStale?(parent, name) }
+        for ino in edit.staleInodes { kernelCacheIsStale?(ino) }
+        for ino in edit.removed { releaseIfUnused(ino) }
+        return result
+    }
+}

@@ -1,0 +1,203 @@
+import Foundation
+import Synchronization
+import Crypto
+import Drive
+import Storage
+
+/// What the mirror is doing, for the status file and `vdrive status`.
+public struct MirrorStatus: Sendable, Equatable {
+    /// Changes made here not on the server yet.
+    public var waitingUp = 0
+    /// Changes of the server not applied here yet.
+    public var waitingDown = 0
+    /// Conflict copies made since the mount started.
+    public var conflicts = 0
+    /// Changes the server refused for good, or that failed, since the mount started.
+    public var failures = 0
+    /// The last failure, in words.
+    public var lastProblem: String?
+    /// The server could not be reached at the last try.
+    public var offline = false
+    /// The workspace is over its quota: nothing new goes up until space is freed.
+    public var serverFull = false
+}
+
+/// Settings of the mirror (Docs/sync.md).
+public struct MirrorSettings: Sendable {
+    /// A change is sent once nothing changed for this long…
+    public var quiet: Double = 0.2
+    /// …or once it waited this long (a file rewritten all the time: about one send per period).
+    public var most: Double = 1.0
+    /// How long the server may hold the feed's request when nothing is new.
+    public var hold: Int = 30
+    /// Names never sent (shell globs), the built-in temporary names and the user's.
+    public var excluded: [String] = MirrorRules.temporaryPatterns
+    public init() {}
+}
+
+/// The mirror of the workspace on a mounted drive: follows the server's tree into the
+/// catalog, and sends the drive's settled changes up (Docs/sync.md, "The device").
+///
+/// Two threads: the feed follower (a held request at a time: idle costs one request per
+/// `hold`), and the worker, which applies what the feed brought and sends what the
+/// journal marked, one pass at a time. State lives in the catalog's tables
+/// (MirrorSchema.swift), so a kill at any point resumes from what was committed.
+public final class MirrorEngine: @unchecked Sendable {   // mutable state under `state`'s lock
+    let drive: DriveFileSystem
+    let server: MirrorServer
+    let device: String
+    let settings: MirrorSettings
+    let owner: (uid: UInt32, gid: UInt32)
+    let blocks: StoredBlocks
+    /// The mirror's own connection to the catalog database: its tables only.
+    let db: Database
+    public let journal = MirrorJournal()
+
+    struct State {
+        var woken = false
+        var stopping = false
+        var status = MirrorStatus()
+        /// Inodes refused for good: not tried again before this time (seconds).
+        var retryAfter: [UInt64: Double] = [:]
+        var fullUntil: Double = 0
+        /// Name clashes of one inode in a row (a swap of two names needs two passes).
+        var clashes: [UInt64: Int] = [:]
+        var contentMissing: Set<UInt64> = []
+    }
+    let state = Mutex(State())
+    private let signal = NSCondition()
+    private var threads: [Thread] = []
+
+    public init(drive: DriveFileSystem, server: MirrorServer, device: String, settings: MirrorSettings = MirrorSettings()) throws {
+        self.drive = drive
+        self.server = server
+        self.device = device
+        self.settings = settings
+        owner = (getuid(), getgid())
+        blocks = StoredBlocks(blobs: drive.blobStore, catalogPath: drive.catalogPath)
+        db = try Database(path: drive.catalogPath)
+        try db.execute("PRAGMA journal_mode = WAL")
+        journal.wake = { [weak self] in self?.wake() }
+        drive.changeJournal = journal
+    }
+
+    public var status: MirrorStatus {
+        var s = state.withLock { $0.status }
+        s.waitingUp = (try? db.queryOne("SELECT count(*) FROM mirror_dirty") { Int($0.int64(0)) }) ?? 0
+        s.waitingDown = (try? db.queryOne("SELECT count(*) FROM mirror_remote") { Int($0.int64(0)) }) ?? 0
+        return s
+    }
+
+    public func start() {
+        do { try scanIfNew() } catch { MirrorLog.error("the first look at the local workspace failed: \(error)") }
+        let feed = Thread { [weak self] in self?.followFeed() }
+        feed.name = "vdrive-mirror-feed"
+        let worker = Thread { [weak self] in self?.work() }
+        worker.name = "vdrive-mirror"
+        threads = [feed, worker]
+        for t in threads { t.start() }
+    }
+
+    public func stop() {
+        state.withLock { $0.stopping = true }
+        signal.lock(); signal.broadcast(); signal.unlock()
+        drive.changeJournal = nil
+        // The feed thread may sit in a held request: it ends with it (bounded by `hold`).
+    }
+
+    var stopping: Bool { state.withLock { $0.stopping } }
+
+    func wake() {
+        signal.lock()
+        state.withLock { $0.woken = true }
+        signal.signal()
+        signal.unlock()
+    }
+
+    /// Waits until woken or `seconds` passed.
+    func pause(_ seconds: Double) {
+        signal.lock()
+        defer { signal.unlock() }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while !state.withLock({ $0.woken || $0.stopping }) {
+            if !signal.wait(until: deadline) { break }
+        }
+        state.withLock { $0.woken = false }
+    }
+
+    private func work() {
+        var failures = 0
+        while !stopping {
+            var next = 1.0
+            do {
+                try applyRemote()
+                next = try sendLocal(force: false)
+                failures = 0
+                state.withLock { $0.status.offline = false }
+            } catch {
+                failures += 1
+                noteProblem(error)
+                next = min(30, 0.5 * Double(1 << min(failures, 6)))
+            }
+            pause(next)
+        }
+    }
+
+    /// Brings the catalog up to date both ways without waiting (the task run without a
+    /// mount, and tests): pages until the feed's end, every change applied and sent, until
+    /// a pass finds nothing to do (at most `passes`).
+    public func runOnce(passes: Int = 20) throws {
+        try scanIfNew()
+        while try pullPage(wait: 0) {}
+        for _ in 0..<passes {
+            try applyRemote()
+            _ = try sendLocal(force: true)
+            while try pullPage(wait: 0) {}
+            let idle = try db.queryOne("SELECT (SELECT count(*) FROM mirror_dirty) + (SELECT count(*) FROM mirror_remote)") { $0.int64(0) } ?? 0
+            if idle == 0 { return }
+        }
+    }
+
+    func noteProblem(_ error: Error) {
+        let text = "\(error)"
+        let first = state.withLock { s -> Bool in
+            let first = s.status.lastProblem != text
+            s.status.lastProblem = text
+            s.status.offline = MirrorLog.isUnreachable(error)
+            return first
+        }
+        if first { MirrorLog.error("the workspace mirror: \(text)") }
+    }
+
+    /// A drive that had files before the mirror existed (or a state folder the mirror
+    /// never saw): every name outside the Camera Roll is marked once, so it is sent. A
+    /// new device with an empty drive marks nothing and deletes nothing: it receives.
+    func scanIfNew() throws {
+        if try MirrorRows.state("scanned", in: db) == "1" { return }
+        var marked: [UInt64] = []
+        var folders: [UInt64] = [1]
+        while let folder = folders.popLast() {
+            for e in try drive.committedEntries(in: folder) {
+                if folder == 1 && e.name == Array(MirrorRules.cameraRoll.utf8) { continue }
+                marked.append(e.ino)
+                if e.kind == .folder { folders.append(e.ino) }
+            }
+        }
+        let now = MirrorClock.nanoseconds()
+        try db.transaction {
+            for ino in marked where try MirrorRows.synced(ino: ino, in: db) == nil { try MirrorRows.markDirty(ino, now: now, in: db) }
+            try MirrorRows.setState("scanned", "1", in: db)
+        }
+    }
+}
+
+enum MirrorLog {
+    static func error(_ text: String) { FileHandle.standardError.write(Data(("vdrive: " + text + "\n").utf8)) }
+    static func isUnreachable(_ error: Error) -> Bool { (error as? MirrorUnreachable) != nil }
+}
+
+/// Thrown by a `MirrorServer` when the server cannot be reached (offline, not a failure of a change).
+public struct MirrorUnreachable: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

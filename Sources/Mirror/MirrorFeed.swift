@@ -1,0 +1,57 @@
+import Foundation
+import Storage
+
+/// The feed follower: the server's tree changes into `mirror_remote`, page by page, each
+/// page with the cursor in one transaction (a kill between pages reads the next again).
+extension MirrorEngine {
+    func followFeed() {
+        var failures = 0
+        while !stopping {
+            let started = MirrorClock.nanoseconds()
+            do {
+                let brought = try pullPage(wait: settings.hold)
+                failures = 0
+                if brought { continue }
+                // An empty answer that came at once: a server that does not hold requests.
+                // Asked again once a second then.
+                let elapsed = Double(MirrorClock.nanoseconds() - started) / 1e9
+                if elapsed < 1 { Thread.sleep(forTimeInterval: 1 - elapsed) }
+            } catch {
+                failures += 1
+                noteProblem(error)
+                Thread.sleep(forTimeInterval: min(30, 0.5 * Double(1 << min(failures, 6))))
+            }
+        }
+    }
+
+    /// Reads one page from the cursor into the remote table. Returns true when it brought
+    /// something (ask again at once: there may be more).
+    @discardableResult
+    func pullPage(wait: Int) throws -> Bool {
+        let cursor = Int64(try MirrorRows.state("cursor", in: db) ?? "0") ?? 0
+        let page = try server.page(since: cursor, wait: wait)
+        let known = try MirrorRows.state("workspace", in: db)
+        if let workspace = page.workspace, let known, workspace != known {
+            throw MirrorRefusal("the server at this address now holds another workspace (\(workspace), this drive mirrors \(known)); nothing is sent or applied: mount it with the right server, or with a new state folder")
+        }
+        if page.latest < cursor {
+            MirrorLog.error("the workspace server's tree ends before what this drive learned (restored from an older copy?): reading it again from the start")
+        }
+        try db.transaction {
+            if known == nil, let workspace = page.workspace { try MirrorRows.setState("workspace", workspace, in: db) }
+            for node in page.nodes {
+                if let s = try MirrorRows.synced(node: node.id, in: db), s.node.version >= node.version, s.node.version > 0 { continue }
+                try MirrorRows.saveRemote(node, in: db)
+            }
+            try MirrorRows.setState("cursor", String(page.latest < cursor ? 0 : page.next), in: db)
+        }
+        if !page.nodes.isEmpty { wake() }
+        return !page.nodes.isEmpty
+    }
+}
+
+/// A problem that needs the user (another workspace at the same address).
+struct MirrorRefusal: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,64 @@
+import Foundation
+
+/// What the workspace holds and how a conflict copy is named (Docs/sync.md, "What is
+/// synced", "Conflicts").
+public enum MirrorRules {
+    /// The camera roll's folder at the root: the backup's, per device, never the workspace's.
+    public static let cameraRoll = "Camera Roll"
+
+    /// Names editors and tools give their temporary files: never sent (a save through a
+    /// temporary name is sent once, under its final name).
+    /// Where a node waits when its place was taken before its own move arrived.
+    public static let movingPrefix = ".vdrive-moving-"
+
+    public static let temporaryPatterns = [".vdrive-moving-*", ".~lock.*#", "*.swp", "*.swx", "*~", ".goutputstream-*", "*.part", ".#*", "*.crdownload", ".nfs*"]
+
+    /// Whether a name is one of `patterns` (shell globs, `fnmatch`).
+    public static func isTemporary(_ name: String, patterns: [String] = temporaryPatterns) -> Bool {
+        patterns.contains { fnmatch($0, name, FNM_PERIOD) == 0 || fnmatch($0, name, 0) == 0 }
+    }
+
+    /// The name as the server takes it: UTF-8 text without NUL; nil when the local name
+    /// cannot be one (such a file stays local, listed as not synced).
+    public static func wireName(_ bytes: [UInt8]) -> String? {
+        guard !bytes.isEmpty, !bytes.contains(0), let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        return text
+    }
+
+    /// `name (conflict from <device> <YYYY-MM-DD HHMM>).ext`, numbered when that is taken
+    /// too (`… 2)`, `… 3)`). `taken` answers whether a name is in use in the folder.
+    public static func conflictName(_ name: String, device: String, at seconds: Int64, taken: (String) -> Bool) -> String {
+        let (stem, ext) = split(name)
+        var t = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        let stamp = String(format: "%04d-%02d-%02d %02d%02d", Int(parts.tm_year) + 1900, Int(parts.tm_mon) + 1, Int(parts.tm_mday),
+                           Int(parts.tm_hour), Int(parts.tm_min))
+        var n = 1
+        while true {
+            let label = "conflict from \(device) \(stamp)" + (n == 1 ? "" : " \(n)")
+            let candidate = fitted(stem, "(\(label))", ext)
+            if !taken(candidate) { return candidate }
+            n += 1
+        }
+    }
+
+    /// `name (restored)`-style names for any label: the same stem and extension rule.
+    static func labelled(_ name: String, _ label: String) -> String {
+        let (stem, ext) = split(name)
+        return fitted(stem, "(\(label))", ext)
+    }
+
+    /// The stem and the extension (with its dot) of a name; a dot-file has no extension.
+    static func split(_ name: String) -> (String, String) {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
+        return (String(name[..<dot]), String(name[dot...]))
+    }
+
+    /// `stem label ext` within 255 bytes, shortening the stem when needed.
+    private static func fitted(_ stem: String, _ label: String, _ ext: String) -> String {
+        var stem = stem
+        while (stem + " " + label + ext).utf8.count > 255, !stem.isEmpty { stem.removeLast() }
+        return stem + " " + label + ext
+    }
+}

@@ -1,0 +1,189 @@
+import Foundation
+import Crypto
+import Drive
+import Storage
+
+/// What the mirror does with the server's answer to one change (Docs/sync.md, "Conflicts").
+extension MirrorEngine {
+    func settle(_ p: Planned, _ outcome: ChangeOutcome, now: Int64) throws {
+        switch outcome {
+        case .applied(let node):
+            try db.transaction {
+                if node.deleted {
+                    try MirrorRows.forget(ino: p.ino, in: db)
+                } else {
+                    try MirrorRows.save(SyncedNode(ino: p.ino, node: node), in: db)
+                }
+                try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
+            }
+            state.withLock { $0.clashes[p.ino] = nil }
+
+        case .conflict(let theirs):
+            try resolveConflict(p, theirs: theirs, now: now)
+
+        case .nameTaken(let occupant):
+            // A swap of two names, or a name freed later in the same batch: tried again next
+            // pass. Taken for good (another device's node): ours is kept under a conflict name.
+            let clashes = state.withLock { s -> Int in s.clashes[p.ino, default: 0] += 1; return s.clashes[p.ino]! }
+            let ownChange = try occupant.map { try MirrorRows.isDirty(try MirrorRows.synced(node: $0.id, in: db)?.ino ?? 0, in: db) } ?? false
+            if clashes < 3 && ownChange { return }
+            try renameToConflictName(p.ino)
+
+        case .cycle(let theirs):
+            // Two devices moved two folders into each other: the first move stands; ours goes
+            // back where the server has the folder.
+            guard let theirs else { return }
+            try takeTheirs(p, theirs, now: now)
+
+        case .notEmpty(let theirs):
+            // A folder deleted here while another device added to it: the folder comes back.
+            guard let theirs else { return }
+            try restoreHere(p, theirs, now: now)
+
+        case .parentMissing:
+            noteFailure(p.ino, "the folder of '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")' is gone from the workspace server for good (purged from its trash); move the file to a folder that exists", retryIn: 300)
+
+        case .contentMissing:
+            state.withLock { _ = $0.contentMissing.insert(p.ino) }
+
+        case .serverFull:
+            state.withLock {
+                $0.status.serverFull = true
+                $0.fullUntil = Date().timeIntervalSince1970 + 60
+            }
+
+        case .refused(let why):
+            noteFailure(p.ino, "the workspace server refused the change of '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")': \(why)", retryIn: 600)
+        }
+    }
+
+    private func resolveConflict(_ p: Planned, theirs: RemoteNode, now: Int64) throws {
+        let base = p.base ?? theirs
+        switch p.change {
+        case .delete:
+            switch MirrorPlanner.resolveDelete(base: base, theirs: theirs) {
+            case .done:
+                try db.transaction {
+                    try MirrorRows.forget(ino: p.ino, in: db)
+                    try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
+                }
+            case .restore:
+                try restoreHere(p, theirs, now: now)
+            case .deleteAgain:
+                var rebased = base
+                rebased.version = theirs.version
+                rebased.parent = theirs.parent; rebased.name = theirs.name
+                try db.transaction { try MirrorRows.save(SyncedNode(ino: p.ino, node: rebased), in: db) }
+            }
+        case .put(let ours, _, _):
+            if p.base == nil && !theirs.deleted && theirs.sameState(as: ours) {
+                // Our create, sent again after a kill: it was applied the first time.
+                try settle(p, .applied(theirs), now: now)
+                return
+            }
+            switch MirrorPlanner.resolvePut(ours: ours, base: base, theirs: theirs) {
+            case .merge(let local, _):
+                // Take their parts here, then our parts go up on their version next pass.
+                let lists = try remoteBlocks(local, unless: ours.hash)
+                try drive.applyExternal(owner: owner) { edit in
+                    try bring(p.ino, to: local, lists, edit)
+                    var agreed = theirs
+                    if theirs.deleted { agreed = base; agreed.version = theirs.version }
+                    try MirrorRows.save(SyncedNode(ino: p.ino, node: agreed), in: edit.database)
+                }
+            case .conflictCopy:
+                try conflictCopy(p, theirs: theirs)
+            }
+        }
+    }
+
+    /// Both changed the content: ours keeps its inode under a conflict name as a new node
+    /// (created next pass); theirs comes here as a new inode under the name.
+    private func conflictCopy(_ p: Planned, theirs: RemoteNode) throws {
+        let lists = try remoteBlocks(theirs, unless: nil)
+        try drive.applyExternal(owner: owner) { edit in
+            let db = edit.database
+            guard let local = try edit.entry(p.ino) else { return }
+            let text = MirrorRules.wireName(local.name) ?? "file"
+            let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
+                (try? edit.child(local.parent, Array($0.utf8))) != nil
+            }
+            try edit.move(parent: local.parent, name: local.name, to: local.parent, Array(newName.utf8))
+            try MirrorRows.forget(ino: p.ino, in: db)
+            try MirrorRows.markDirty(p.ino, now: MirrorClock.nanoseconds(), in: db)
+            guard let parent = try inode(of: theirs.parent, db) else { return }
+            let ino = try edit.create(parent: parent, name: Array(theirs.name.utf8), kind: kind(theirs.kind), permissions: permissions(theirs),
+                                      mtime: theirs.mtime, target: theirs.target.map { Array($0.utf8) })
+            if let hash = theirs.hash, let content = SHA256Digest(hex: hash), theirs.kind == .file {
+                try edit.setContent(ino, content: content, blocks: lists ?? [], size: theirs.size, mtime: theirs.mtime)
+            }
+            try MirrorRows.save(SyncedNode(ino: ino, node: theirs), in: db)
+        }
+        state.withLock { $0.status.conflicts += 1 }
+    }
+
+    /// Ours gives way: the inode takes the server's state, and the mark is cleared.
+    private func takeTheirs(_ p: Planned, _ theirs: RemoteNode, now: Int64) throws {
+        let lists = try remoteBlocks(theirs, unless: nil)
+        try drive.applyExternal(owner: owner) { edit in
+            try bring(p.ino, to: theirs, lists, edit)
+            try MirrorRows.save(SyncedNode(ino: p.ino, node: theirs), in: edit.database)
+        }
+        try db.transaction { try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db) }
+    }
+
+    /// A node deleted here that the server keeps (edited elsewhere, or a folder given a new
+    /// child): made again here from the server's state, as a new inode.
+    private func restoreHere(_ p: Planned, _ theirs: RemoteNode, now: Int64) throws {
+        try db.transaction {
+            try MirrorRows.forget(ino: p.ino, in: db)
+            try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
+            var again = theirs
+            again.version = theirs.version
+            try MirrorRows.saveRemote(again, in: db)
+        }
+        wake()
+    }
+
+    /// Moves, renames and sets the content and attributes of a local inode to `node`.
+    private func bring(_ ino: UInt64, to node: RemoteNode, _ lists: [SHA256Digest]?, _ edit: ExternalEdit) throws {
+        guard let local = try edit.entry(ino), let parent = try inode(of: node.parent, edit.database) else { return }
+        let name = Array(node.name.utf8)
+        if local.parent != parent || local.name != name {
+            if try edit.child(parent, name) == nil {
+                try edit.move(parent: local.parent, name: local.name, to: parent, name)
+            }
+        }
+        if node.kind == .file, let hash = node.hash, hash != local.content?.hex ?? Self.emptyContent, let content = SHA256Digest(hex: hash) {
+            try edit.setContent(ino, content: content, blocks: lists ?? [], size: node.size, mtime: node.mtime)
+        }
+        let executable = local.permissions & 0o100 != 0
+        if node.kind == .file && (executable != node.executable || local.mtime != node.mtime) {
+            let wanted: UInt32? = executable == node.executable ? nil
+                : node.executable ? local.permissions | ((local.permissions & 0o444) >> 2) : local.permissions & ~UInt32(0o111)
+            try edit.setAttributes(ino, permissions: wanted, mtime: node.mtime)
+        }
+    }
+
+    /// The block list of `node`'s content, unless it is `known` (ours) or empty.
+    private func remoteBlocks(_ node: RemoteNode, unless known: String?) throws -> [SHA256Digest]? {
+        guard node.kind == .file, let hash = node.hash, hash != known, node.size > 0 else { return nil }
+        let list = try server.blockList(of: hash).compactMap(SHA256Digest.init(hex:))
+        guard ContentHash.of(blocks: list).hex == hash else { throw MirrorRefusal("the server's block list of \(hash) does not match it") }
+        return list
+    }
+
+    /// Ours keeps its content under a conflict name (its put goes again next pass).
+    private func renameToConflictName(_ ino: UInt64) throws {
+        try drive.applyExternal(owner: owner) { edit in
+            guard let local = try edit.entry(ino) else { return }
+            let text = MirrorRules.wireName(local.name) ?? "file"
+            let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
+                (try? edit.child(local.parent, Array($0.utf8))) != nil
+            }
+            try edit.move(parent: local.parent, name: local.name, to: local.parent, Array(newName.utf8))
+            try MirrorRows.markDirty(ino, now: MirrorClock.nanoseconds(), in: edit.database)
+        }
+        state.withLock { $0.status.conflicts += 1; $0.clashes[ino] = nil }
+    }
+}

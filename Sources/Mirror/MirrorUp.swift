@@ -1,0 +1,208 @@
+import Foundation
+import Crypto
+import Drive
+import Storage
+
+/// Up: the journal's dirty inodes, once settled, compared with what was last agreed and
+/// sent as changes on that base (Docs/sync.md, "The device: up").
+extension MirrorEngine {
+    /// One planned change: the inode, the journal mark it answers, and the change.
+    struct Planned {
+        var ino: UInt64
+        var seq: Int64
+        var change: NodeChange
+        var base: RemoteNode?
+        var depth: Int
+    }
+
+    static let emptyContent = ContentHash.of(blocks: []).hex
+
+    /// Sends what is due; returns how long until the next inode is due (seconds).
+    func sendLocal(force: Bool) throws -> Double {
+        let now = MirrorClock.nanoseconds()
+        let quiet = Int64(settings.quiet * 1e9), most = Int64(settings.most * 1e9)
+        let clock = Date().timeIntervalSince1970
+        let (held, fullUntil) = state.withLock { ($0.retryAfter, $0.fullUntil) }
+        if !force && clock < fullUntil { return fullUntil - clock }
+        var nextDue = Double.infinity
+        var planned: [UInt64: Planned] = [:]
+        var order: [UInt64] = []
+        var dirtyRows = try MirrorRows.dirty(limit: 4096, in: db)
+        dirtyRows.sort { $0.ino < $1.ino }
+        let bySeq = Dictionary(uniqueKeysWithValues: dirtyRows.map { ($0.ino, $0) })
+        var visiting = Set<UInt64>()
+
+        /// Plans one inode (its parent first, when the parent is new too). Returns false when
+        /// it cannot be sent yet.
+        func plan(_ d: MirrorRows.Dirty) throws -> Bool {
+            if planned[d.ino] != nil { return true }
+            if visiting.contains(d.ino) { return false }
+            visiting.insert(d.ino); defer { visiting.remove(d.ino) }
+            if let until = held[d.ino], clock < until { return false }
+            if !force {
+                if !MirrorPlanner.isDue(changed: d.changed, since: d.since, now: now, quiet: quiet, most: most) {
+                    let due = Double(min(d.changed + quiet, d.since + most) - now) / 1e9
+                    nextDue = min(nextDue, max(0.01, due))
+                    return false
+                }
+            }
+            if drive.hasWriters(d.ino) { nextDue = min(nextDue, 0.5); return false }
+            let s = try MirrorRows.synced(ino: d.ino, in: db)
+            guard let local = try drive.committedEntry(d.ino), let placement = try place(local) else {
+                // Gone here, or out of the workspace (into the Camera Roll, a temporary name).
+                guard let s, s.node.version > 0 else {
+                    try db.transaction {
+                        try MirrorRows.forget(ino: d.ino, in: db)
+                        try MirrorRows.clearDirty(d.ino, seq: d.seq, now: now, in: db)
+                    }
+                    return true
+                }
+                planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .delete(id: s.node.id, base: s.node.version), base: s.node,
+                                         depth: try depth(of: s.node))
+                order.append(d.ino)
+                return true
+            }
+            // The parent first: a new folder's children name its id.
+            var parentID = RemoteNode.rootID
+            if local.parent != 1 {
+                if let p = try MirrorRows.synced(ino: local.parent, in: db) {
+                    parentID = p.node.id
+                } else if let pd = bySeq[local.parent], try plan(pd), let p = try MirrorRows.synced(ino: local.parent, in: db) {
+                    parentID = p.node.id
+                } else {
+                    return false
+                }
+            }
+            var synced = s
+            if synced == nil { synced = try adoptReplaced(local, parentID: parentID, name: placement) }
+            var desired = RemoteNode(id: synced?.node.id ?? Self.newID(), parent: parentID, name: placement, kind: remoteKind(local.kind),
+                                     hash: nil, size: 0, mtime: local.mtime, executable: false, target: nil)
+            switch local.kind {
+            case .file:
+                desired.hash = local.content?.hex ?? Self.emptyContent
+                desired.size = local.size
+                desired.executable = local.permissions & 0o100 != 0
+            case .symlink:
+                desired.target = local.target.flatMap { String(validating: $0, as: UTF8.self) }
+                desired.size = Int64(local.target?.count ?? 0)
+            case .folder:
+                desired.mtime = 0   // a folder's time is its own business on each device
+            case .special:
+                return false
+            }
+            if let synced, synced.node.version > 0, synced.node.sameState(as: desired) {
+                try db.transaction { try MirrorRows.clearDirty(d.ino, seq: d.seq, now: now, in: db) }
+                return true
+            }
+            if synced == nil {
+                // The id is kept before anything is sent: a create sent again after a kill is the same.
+                var fresh = desired
+                fresh.version = 0
+                try db.transaction { try MirrorRows.save(SyncedNode(ino: d.ino, node: fresh), in: db) }
+            }
+            var manifest: [String]?
+            if local.kind == .file, local.size > 0, desired.hash != synced?.node.hash || state.withLock({ $0.contentMissing.contains(d.ino) }) {
+                let list = try drive.committedBlocks(d.ino)
+                // Committed between the two reads: this pass sends nothing for it.
+                guard ContentHash.of(blocks: list).hex == desired.hash else { nextDue = min(nextDue, 0.1); return false }
+                let hexes = list.map(\.hex)
+                try server.sendContent(desired.hash!, size: desired.size, blocks: hexes) { hex in
+                    guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
+                    return try self.blocks.open(digest)
+                }
+                state.withLock { _ = $0.contentMissing.remove(d.ino) }
+                manifest = hexes
+            }
+            let base = synced?.node.version ?? 0
+            planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .put(desired, base: base, blocks: manifest),
+                                     base: base > 0 ? synced?.node : nil, depth: 0)
+            order.append(d.ino)
+            return true
+        }
+
+        for d in dirtyRows {
+            do { _ = try plan(d) } catch let e as MirrorUnreachable { throw e } catch {
+                noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)")
+            }
+        }
+        if planned.isEmpty { return nextDue.isFinite ? nextDue : 5 }
+
+        // Deletes of files first (they free names), then puts parents first (the order they
+        // were planned in), then deletes of folders deepest first (their children went before).
+        let all = order.compactMap { planned[$0] }
+        let fileDeletes = all.filter { if case .delete = $0.change { return $0.base?.kind != .folder }; return false }
+        let puts = all.filter { if case .put = $0.change { return true }; return false }
+        let folderDeletes = all.filter { if case .delete = $0.change { return $0.base?.kind == .folder }; return false }
+            .sorted { $0.depth > $1.depth }
+        let batch = fileDeletes + puts + folderDeletes
+        for start in stride(from: 0, to: batch.count, by: 1000) {
+            let slice = Array(batch[start..<min(start + 1000, batch.count)])
+            let outcomes = try server.send(slice.map(\.change))
+            for (p, outcome) in zip(slice, outcomes) { try settle(p, outcome, now: now) }
+        }
+        return 0.05
+    }
+
+    /// The wire name of an entry in the workspace, nil when it is not in it: in the Camera
+    /// Roll, a special file, a name the server cannot take, a temporary name.
+    func place(_ e: DriveEntry) throws -> String? {
+        if e.kind == .special { return nil }
+        guard let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return nil }
+        if e.parent == 1 { return name == MirrorRules.cameraRoll ? nil : name }
+        // Inside a folder the mirror knows: in the workspace. Else walk up (a new folder).
+        if try MirrorRows.synced(ino: e.parent, in: db) != nil { return name }
+        guard let parent = try drive.committedEntry(e.parent), try place(parent) != nil else { return nil }
+        return name
+    }
+
+    /// An editor's save: a new file renamed over the old name (or the old one renamed
+    /// away to a backup name). The new inode takes over the node that had that place, so
+    /// the node keeps its id and its versions instead of a delete and a create.
+    private func adoptReplaced(_ local: DriveEntry, parentID: String, name: String) throws -> SyncedNode? {
+        guard let old = try db.queryOne("SELECT ino, \(MirrorRows.nodeColumns) FROM mirror_nodes WHERE parent = ? AND name = ? AND ino != ? AND version > 0",
+                                        parentID, name, local.ino, row: { SyncedNode(ino: UInt64($0.int64(0)), node: MirrorRows.node($0, from: 1)) })
+        else { return nil }
+        guard old.node.kind == remoteKind(local.kind) else { return nil }
+        if let there = try drive.committedEntry(old.ino), try place(there) != nil { return nil }   // it moved elsewhere in the workspace
+        let adopted = SyncedNode(ino: local.ino, node: old.node)
+        try db.transaction {
+            try MirrorRows.forget(ino: old.ino, in: db)
+            try db.run("DELETE FROM mirror_dirty WHERE ino = ?", old.ino)
+            try MirrorRows.save(adopted, in: db)
+        }
+        return adopted
+    }
+
+    func depth(of node: RemoteNode) throws -> Int {
+        var depth = 0
+        var parent = node.parent
+        while parent != RemoteNode.rootID, depth < 4096, let p = try MirrorRows.synced(node: parent, in: db) {
+            depth += 1
+            parent = p.node.parent
+        }
+        return depth
+    }
+
+    func remoteKind(_ k: DriveEntry.Kind) -> RemoteNode.Kind {
+        switch k {
+        case .folder: return .folder
+        case .symlink: return .symlink
+        default: return .file
+        }
+    }
+
+    static func newID() -> String {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255) }
+        return bytes.map { String(format: "%02x", $0) }.joined()
+    }
+
+    func noteFailure(_ ino: UInt64, _ text: String, retryIn seconds: Double = 60) {
+        MirrorLog.error(text)
+        state.withLock {
+            $0.status.failures += 1
+            $0.status.lastProblem = text
+            $0.retryAfter[ino] = Date().timeIntervalSince1970 + seconds
+        }
+    }
+}

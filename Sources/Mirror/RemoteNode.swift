@@ -1,0 +1,98 @@
+/// A node of the workspace tree as the server last described it (Docs/sync.md): the
+/// mirror's own terms, free of the wire's encoding (the wiring translates).
+public struct RemoteNode: Sendable, Equatable {
+    public enum Kind: String, Sendable, Equatable { case file, folder, symlink }
+
+    /// The root folder's id: it always exists and is the drive's root.
+    public static let rootID = String(repeating: "0", count: 32)
+
+    public var id: String
+    public var parent: String
+    public var name: String
+    public var kind: Kind
+    /// A file's content hash (hex), nil for other kinds.
+    public var hash: String?
+    public var size: Int64
+    /// Nanoseconds since 1970.
+    public var mtime: Int64
+    public var executable: Bool
+    public var target: String?
+    public var version: Int64
+    public var deleted: Bool
+    /// The device that made the last change (for conflict names), when the server says.
+    public var device: String?
+
+    public init(id: String, parent: String, name: String, kind: Kind, hash: String? = nil, size: Int64 = 0, mtime: Int64 = 0,
+                executable: Bool = false, target: String? = nil, version: Int64 = 0, deleted: Bool = false, device: String? = nil) {
+        self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.hash = hash; self.size = size
+        self.mtime = mtime; self.executable = executable; self.target = target; self.version = version
+        self.deleted = deleted; self.device = device
+    }
+
+    /// Same place, kind, content and attributes (versions and authors aside).
+    public func sameState(as other: RemoteNode) -> Bool {
+        parent == other.parent && name == other.name && kind == other.kind && hash == other.hash && size == other.size
+            && mtime == other.mtime && executable == other.executable && target == other.target && deleted == other.deleted
+    }
+}
+
+/// One page of the tree's feed.
+public struct RemotePage: Sendable {
+    public var nodes: [RemoteNode]
+    public var next: Int64
+    public var latest: Int64
+    public var workspace: String?
+    public init(nodes: [RemoteNode], next: Int64, latest: Int64, workspace: String?) {
+        self.nodes = nodes; self.next = next; self.latest = latest; self.workspace = workspace
+    }
+}
+
+/// A change the device asks of the server, based on the version it last saw.
+public enum NodeChange: Sendable, Equatable {
+    /// The node's whole new state (`base` 0: a create). `blocks`: the content's block
+    /// list, for a content the server may not have recorded yet.
+    case put(RemoteNode, base: Int64, blocks: [String]?)
+    case delete(id: String, base: Int64)
+
+    public var id: String {
+        switch self {
+        case .put(let node, _, _): return node.id
+        case .delete(let id, _): return id
+        }
+    }
+}
+
+/// What the server answered to one change.
+public enum ChangeOutcome: Sendable, Equatable {
+    case applied(RemoteNode)
+    /// The base was not current: the node as it is now.
+    case conflict(RemoteNode)
+    /// Another node has that name in that folder.
+    case nameTaken(RemoteNode?)
+    /// The move would put a folder inside itself.
+    case cycle(RemoteNode?)
+    /// A folder delete refused: it still has children (someone added one).
+    case notEmpty(RemoteNode?)
+    /// The parent is unknown to the server, purged, or not a folder.
+    case parentMissing
+    /// The content is not on the server yet: send it, then the change again.
+    case contentMissing
+    /// The workspace is over its quota.
+    case serverFull
+    /// Refused for good (a name or value the server does not accept): the reason.
+    case refused(String)
+}
+
+/// The workspace server, as the mirror needs it (implemented by the wiring over the
+/// client; the mirror imports no HTTP).
+public protocol MirrorServer: Sendable {
+    /// The feed from `since`, held up to `wait` seconds when nothing is newer.
+    func page(since: Int64, wait: Int) throws -> RemotePage
+    /// Sends changes in order; one outcome each.
+    func send(_ changes: [NodeChange]) throws -> [ChangeOutcome]
+    /// Makes a content present on the server: sends the blocks it lacks, reading each
+    /// through `open` (a descriptor of the block's bytes alone, closed by the caller's side).
+    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32) throws
+    /// A content's block list (hex), zero blocks included.
+    func blockList(of content: String) throws -> [String]
+}
