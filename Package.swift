@@ -32,8 +32,8 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CPostgres"]),
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
-        .target(name: "Mirror", dependencies: ["Drive", "Storage", "Crypto"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "Mirror", "Client", "Protocol", "Crypto"]),
+        .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "Protocol", "Crypto"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
@@ -42,6 +42,6 @@ let package = Package(
         .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport"], exclude: ["Fixtures"]),
         .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "HTTPClient", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
-        .testTarget(name: "MirrorTests", dependencies: ["Mirror", "Drive", "Storage", "Crypto"]),
+        .testTarget(name: "MirrorTests", dependencies: ["WorkspaceMirror", "Drive", "Storage", "Crypto", "TestSupport"]),
     ]
 )

@@ -44,7 +44,7 @@ extension Catalog {
         }
     }
 
-    private func blockRows(_ ino: UInt64, _ db: Database) throws -> [Int: SHA256Digest] {
+    func blockRows(_ ino: UInt64, _ db: Database) throws -> [Int: SHA256Digest] {
         var out: [Int: SHA256Digest] = [:]
         for (index, hex) in try db.query("SELECT idx, hash FROM file_blocks WHERE ino = ?", ino, row: { (Int($0.int64(0)), $0.string(1) ?? "") }) {
             if let d = SHA256Digest(hex: hex) { out[index] = d }

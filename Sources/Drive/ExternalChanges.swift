@@ -182,9 +182,9 @@ extension DriveFileSystem {
 
     /// A file's full block list (zero blocks included), as committed.
     public func committedBlocks(_ ino: UInt64) throws -> [SHA256Digest] {
-        try committed { _ in
+        try committed { db in
             let size = try catalog.node(ino).size
-            return Catalog.fullList(try catalog.storedBlocks(ino), size: size)
+            return Catalog.fullList(try catalog.blockRows(ino, db), size: size)
         }
     }
 

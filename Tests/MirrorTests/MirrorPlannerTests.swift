@@ -1,5 +1,5 @@
 import Testing
-@testable import Mirror
+@testable import WorkspaceMirror
 
 /// The conflict rules alone, without a drive or a server (Docs/sync.md, "Conflicts").
 @Suite struct MirrorPlannerTests {

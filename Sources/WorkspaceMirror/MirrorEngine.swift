@@ -63,6 +63,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         /// Name clashes of one inode in a row (a swap of two names needs two passes).
         var clashes: [UInt64: Int] = [:]
         var contentMissing: Set<UInt64> = []
+        /// Server changes that could not be applied at their last try, and why.
+        var unapplied: [String: String] = [:]
     }
     let state = Mutex(State())
     private let signal = NSCondition()
@@ -82,7 +84,12 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     }
 
     public var status: MirrorStatus {
-        var s = state.withLock { $0.status }
+        var s = state.withLock { s in
+            var status = s.status
+            status.failures += s.unapplied.count
+            if status.lastProblem == nil { status.lastProblem = s.unapplied.values.first }
+            return status
+        }
         s.waitingUp = (try? db.queryOne("SELECT count(*) FROM mirror_dirty") { Int($0.int64(0)) }) ?? 0
         s.waitingDown = (try? db.queryOne("SELECT count(*) FROM mirror_remote") { Int($0.int64(0)) }) ?? 0
         return s

@@ -21,14 +21,22 @@ extension MirrorEngine {
                 let outcome: Applied
                 do {
                     outcome = try drive.applyExternal(owner: owner) { edit in try apply(r, lists, edit) }
+                } catch let e as MirrorUnreachable {
+                    throw e
                 } catch {
-                    // One node that cannot be applied (a name the local file system refuses)
-                    // must not stop the others: it waits for its next change.
-                    MirrorLog.error("could not apply the workspace's change to '\(r.name)': \(error)")
-                    state.withLock { $0.status.failures += 1; $0.status.lastProblem = "\(error)" }
-                    try db.transaction { try MirrorRows.dropRemote(r.id, upTo: r.version, in: db) }
+                    // One node that cannot be applied yet must not stop the others. It stays,
+                    // and is tried again at the next pass: a move into a folder that is inside
+                    // it here waits until this device's own move of that folder is settled.
+                    let text = "could not apply the workspace's change to '\(r.name)': \(error)"
+                    let first = state.withLock { s -> Bool in
+                        defer { s.unapplied[r.id] = text }
+                        return s.unapplied[r.id] != text
+                    }
+                    if first { MirrorLog.error(text) }
+                    deferred.insert(r.id)
                     continue
                 }
+                state.withLock { _ = $0.unapplied.removeValue(forKey: r.id) }
                 if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
             }
             if !progressed { return }

@@ -1,0 +1,286 @@
+import Testing
+import Foundation
+import TestSupport
+@testable import Drive
+@testable import WorkspaceMirror
+
+/// The mirror of the workspace on drives called directly, against the tree's rules held
+/// in memory (TreeServerModel): each rule of Docs/sync.md, without a kernel or a server
+/// process. The same cases run on real mounts and a real server in the end-to-end tests.
+@Suite(.serialized) struct MirrorEngineTests {
+    let server = TreeServerModel()
+
+    func devices(_ names: String...) throws -> [MirrorDevice] { try names.map { try MirrorDevice($0, server: server) } }
+
+    /// Passes on every device until a whole round changes nothing.
+    func settle(_ devices: [MirrorDevice]) throws {
+        for _ in 0..<6 { for d in devices { try d.sync() } }
+    }
+
+    @Test func aFolderAndAFileMadeOnOneDeviceAppearOnTheOther() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        try a.write("Docs/note.txt", "draft")
+        try a.mkdir("Empty")
+        try a.symlink("link", to: "Docs/note.txt")
+        try settle(ds)
+        let tree = try b.tree()
+        #expect(tree["Docs"] == "folder")
+        #expect(tree["Empty"] == "folder")
+        #expect(tree["Docs/note.txt"] == "file \(contentHash("draft")) 5 xfalse")
+        #expect(tree["link"] == "symlink Docs/note.txt")
+        #expect(try a.tree() == tree)
+        #expect(server.livePaths().keys.sorted() == ["Docs", "Docs/note.txt", "Empty", "link"])
+    }
+
+    @Test func aRenameAndAMoveSendNoContentAndAreOneChangeEach() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        try a.mkdir("Docs/Deep")
+        for i in 0..<20 { try a.write("Docs/Deep/f\(i).txt", "file \(i)") }
+        try settle(ds)
+        let sent = server.contentsSent
+        let changes = server.changesReceived
+        try a.rename("Docs", "Papers")
+        try settle(ds)
+        #expect(server.contentsSent == sent)
+        #expect(server.changesReceived == changes + 1)
+        #expect(try b.tree()["Papers/Deep/f7.txt"] == "file \(contentHash("file 7")) 6 xfalse")
+        #expect(try b.tree()["Docs"] == nil)
+    }
+
+    @Test func deletesReachTheOtherDevice() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        try a.write("Docs/a.txt", "a")
+        try a.write("top.txt", "t")
+        try settle(ds)
+        try a.unlink("Docs/a.txt")
+        try a.rmdir("Docs")
+        try a.unlink("top.txt")
+        try settle(ds)
+        #expect(try b.tree().isEmpty)
+        #expect(server.livePaths().isEmpty)
+    }
+
+    @Test func twoEditsOfOneFileKeepBothAsAConflictCopy() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "base")
+        try settle(ds)
+        try a.write("doc.txt", "from a")
+        try b.write("doc.txt", "from b!")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        let tree = try a.tree()
+        #expect(tree == (try b.tree()))
+        #expect(tree["doc.txt"] == "file \(contentHash("from a")) 6 xfalse")
+        let copies = tree.filter { $0.key.hasPrefix("doc (conflict from b ") && $0.key.hasSuffix(").txt") }
+        #expect(copies.count == 1)
+        #expect(copies.first?.value == "file \(contentHash("from b!")) 7 xfalse")
+    }
+
+    @Test func anEditAgainstADeleteWinsAndTheFileComesBack() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "base")
+        try settle(ds)
+        try a.unlink("doc.txt")
+        try b.write("doc.txt", "edited")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        #expect(try a.tree()["doc.txt"] == "file \(contentHash("edited")) 6 xfalse")
+        #expect(try b.tree() == (try a.tree()))
+    }
+
+    @Test func aDeleteAfterTheEditArrivedDeletesTheEditedFile() throws {
+        // Not a conflict: the delete is made knowing the edit.
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "base")
+        try settle(ds)
+        try b.write("doc.txt", "edited")
+        try settle(ds)
+        try a.unlink("doc.txt")
+        try settle(ds)
+        #expect(try b.tree()["doc.txt"] == nil)
+    }
+
+    @Test func aRenameAndAnEditBothApply() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "base")
+        try settle(ds)
+        try a.rename("doc.txt", "renamed.txt")
+        try b.write("doc.txt", "edited on b")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        let tree = try a.tree()
+        #expect(tree == ["renamed.txt": "file \(contentHash("edited on b")) 11 xfalse"])
+        #expect(try b.tree() == tree)
+    }
+
+    @Test func twoDevicesCreatingOnePathKeepBoth() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("same.txt", "from a")
+        try b.write("same.txt", "from b")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        let tree = try a.tree()
+        #expect(tree == (try b.tree()))
+        #expect(tree.count == 2)
+        #expect(Set(tree.values) == ["file \(contentHash("from a")) 6 xfalse", "file \(contentHash("from b")) 6 xfalse"])
+    }
+
+    @Test func twoFoldersOfOneNameBecomeOne() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Shared")
+        try a.write("Shared/from-a.txt", "a")
+        try b.mkdir("Shared")
+        try b.write("Shared/from-b.txt", "b")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        #expect(try a.tree().keys.sorted() == ["Shared", "Shared/from-a.txt", "Shared/from-b.txt"])
+        #expect(try b.tree() == (try a.tree()))
+    }
+
+    @Test func aFileAddedToAFolderDeletedElsewhereSurvivesWithItsFolder() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        try a.write("Docs/old.txt", "old")
+        try settle(ds)
+        try a.unlink("Docs/old.txt")
+        try a.rmdir("Docs")
+        try b.write("Docs/new.txt", "new")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        #expect(try a.tree() == ["Docs": "folder", "Docs/new.txt": "file \(contentHash("new")) 3 xfalse"])
+        #expect(try b.tree() == (try a.tree()))
+    }
+
+    @Test func foldersMovedIntoEachOtherEndWithoutACycle() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("A")
+        try a.mkdir("B")
+        try a.write("A/a.txt", "a")
+        try a.write("B/b.txt", "b")
+        try settle(ds)
+        try a.rename("A", "B/A")
+        try b.rename("B", "A/B")
+        try a.sync()
+        try b.sync()
+        try settle(ds)
+        let tree = try a.tree()
+        #expect(tree == (try b.tree()))
+        #expect(tree == ["B": "folder", "B/A": "folder", "B/b.txt": "file \(contentHash("b")) 1 xfalse",
+                         "B/A/a.txt": "file \(contentHash("a")) 1 xfalse"])
+    }
+
+    @Test func aNewDeviceDownloadsTheTreeAndDeletesNothing() throws {
+        let ds = try devices("a"); defer { ds.forEach { $0.remove() } }
+        let a = ds[0]
+        try a.mkdir("Docs")
+        try a.write("Docs/x.txt", "x")
+        try settle(ds)
+        let fresh = try MirrorDevice("fresh", server: server); defer { fresh.remove() }
+        try settle([a, fresh])
+        #expect(try fresh.tree() == (try a.tree()))
+        #expect(server.livePaths().count == 2)
+    }
+
+    @Test func aDeviceBackAfterADeleteDoesNotBringTheFileBack() throws {
+        let ds = try devices("a", "b", "c"); defer { ds.forEach { $0.remove() } }
+        let (a, b, c) = (ds[0], ds[1], ds[2])
+        try a.write("gone.txt", "g")
+        try a.write("kept.txt", "k")
+        try settle(ds)
+        try a.unlink("gone.txt")
+        try a.unlink("kept.txt")
+        try settle([a, b])
+        try c.write("kept.txt", "changed on c while away")
+        try settle(ds)
+        #expect(try a.tree() == ["kept.txt": "file \(contentHash("changed on c while away")) 23 xfalse"])
+        #expect(try b.tree() == (try a.tree()))
+        #expect(try c.tree() == (try a.tree()))
+    }
+
+    @Test func anEditorsSaveThroughATemporaryNameKeepsTheNode() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "v1")
+        try settle(ds)
+        let id = try #require(server.livePaths()["doc.txt"]?.id)
+        try a.write(".goutputstream-XYZ", "v2 saved")
+        try a.rename(".goutputstream-XYZ", "doc.txt")
+        try settle(ds)
+        #expect(server.livePaths()["doc.txt"]?.id == id)
+        #expect(server.livePaths().count == 1)
+        #expect(try b.tree() == ["doc.txt": "file \(contentHash("v2 saved")) 8 xfalse"])
+    }
+
+    @Test func temporaryFilesAndTheCameraRollStayLocal() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("notes.txt.swp", "swap")
+        try a.write(".~lock.report.odt#", "lock")
+        try a.write("Camera Roll/IMG_1.jpg", "photo")
+        try a.write("real.txt", "real")
+        try settle(ds)
+        #expect(server.livePaths().keys.sorted() == ["real.txt"])
+        #expect(try b.tree() == ["real.txt": "file \(contentHash("real")) 4 xfalse"])
+    }
+
+    @Test func theExecutableBitAndEmptyFilesSync() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("run.sh", "#!/bin/sh\n")
+        try a.write("empty", [UInt8]())
+        try settle(ds)
+        try a.chmod("run.sh", 0o755)
+        try settle(ds)
+        #expect(try b.tree()["run.sh"] == "file \(contentHash("#!/bin/sh\n")) 10 xtrue")
+        #expect(try b.tree()["empty"] == "file \(MirrorEngine.emptyContent) 0 xfalse")
+    }
+
+    @Test func aRestartedDeviceSendsNothingTwice() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("one.txt", "1")
+        try settle(ds)
+        let changes = server.changesReceived
+        try a.reopen()
+        try b.reopen()
+        try settle(ds)
+        #expect(server.changesReceived == changes)
+        #expect(try b.tree() == (try a.tree()))
+    }
+
+    @Test func anOfflineServerLosesNothingAndEditsOnBothSidesMergeLater() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("x.txt", "x")
+        try settle(ds)
+        server.offline = true
+        try a.write("a-offline.txt", "made offline on a")
+        try b.write("b-offline.txt", "made offline on b")
+        try b.unlink("x.txt")
+        #expect(throws: MirrorUnreachable.self) { try a.sync() }
+        server.offline = false
+        try settle(ds)
+        #expect(try a.tree().keys.sorted() == ["a-offline.txt", "b-offline.txt"])
+        #expect(try b.tree() == (try a.tree()))
+    }
+}
