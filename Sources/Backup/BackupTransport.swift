@@ -40,7 +40,7 @@ public protocol BackupTransport: Sendable {
     /// the record's block list against its hash and that every non-zero block is stored,
     /// then makes the content and the record visible together; a block missing throws
     /// `.missingBlocks`. Idempotent by `changeSequence`.
-    func recordFile(_ record: FileRecord) throws
+    func recordFile(_ record: BackupRecord) throws
 
     /// This device's backup watermark as the server knows it; nil when it has none.
     func watermark() throws -> BackupWatermark?
@@ -101,8 +101,10 @@ public enum UploadPlan: Sendable, Equatable {
     case blocks([BlockUpload], expiresAt: Double)
 }
 
-/// One file record pushed to the server once its content is there (or to make it so).
-public struct FileRecord: Sendable, Equatable {
+/// One backed-up version of a camera-roll file, as the engine records it on the server once
+/// its content is there (or to make it so). The client turns it into the wire's `FileRecord`
+/// (Protocol), which carries the hashes as hex and the server's own fields.
+public struct BackupRecord: Sendable, Equatable {
     public var path: String
     /// The content hash (Crypto's `ContentHash`), not a SHA-256 of the bytes.
     public var hash: SHA256Digest

@@ -57,7 +57,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         var uploads: [SHA256Digest: Upload] = [:]
         /// URL → (block digest, expiry).
         var urls: [String: (block: SHA256Digest, expiresAt: Double)] = [:]
-        var records: [Int64: FileRecord] = [:]
+        var records: [Int64: BackupRecord] = [:]
         var watermark: BackupWatermark?
         var faults: [(operation: Operation?, fault: Fault)] = []
         var stats = Stats()
@@ -107,7 +107,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
 
     public var stats: Stats { state.withLock { $0.stats } }
     public var storedBlocks: [SHA256Digest: [UInt8]] { state.withLock { $0.blocks } }
-    public var records: [Int64: FileRecord] { state.withLock { $0.records } }
+    public var records: [Int64: BackupRecord] { state.withLock { $0.records } }
     public var storedWatermark: BackupWatermark? { state.withLock { $0.watermark } }
 
     /// A recorded content's bytes, assembled from its blocks (zeros for zero blocks), or
@@ -233,7 +233,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         return newOffset
     }
 
-    public func recordFile(_ record: FileRecord) throws {
+    public func recordFile(_ record: BackupRecord) throws {
         try state.withLock { s in
             try Self.takeFault(&s, .recordFile)
             s.stats.records += 1
