@@ -1,7 +1,7 @@
 import Crypto
 
-/// What the uploader needs from the workspace server. The lead maps the libcurl client
-/// onto it; tests use `InMemoryTransport`. Every call blocks its calling thread, and may
+/// What the uploader needs from the workspace server. The command line maps the libcurl
+/// client onto it (`ClientTransport`); the tests use a server in memory. Every call blocks its calling thread, and may
 /// throw `BackupTransportError`; any other error thrown is treated as transient.
 ///
 /// Content travels in blocks (Crypto's `Blocks`): the server is asked which contents it
