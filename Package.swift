@@ -1,7 +1,9 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Each C module is imported by exactly one Swift target (see Docs/architecture.md).
+// Every target declares each module it imports, none reached through another target.
+// Each Debian C library's system-library target is imported by one Swift target only;
+// CLinux (Linux calls Glibc hides) by Storage, Drive and DriveTests (Docs/architecture.md).
 let package = Package(
     name: "VirtualDrive",
     platforms: [.macOS(.v14)],
@@ -24,7 +26,7 @@ let package = Package(
 
         .target(name: "Crypto", dependencies: ["CCrypto"]),
         .target(name: "Storage", dependencies: ["CSQLite", "Crypto", "CLinux"]),
-        .target(name: "Drive", dependencies: ["CFuse3", "CFuseIO", "Storage"]),
+        .target(name: "Drive", dependencies: ["CFuse3", "CFuseIO", "CLinux", "Crypto", "Storage"]),
         .target(name: "Protocol", dependencies: ["Crypto"]),
         .target(name: "HTTPClient", dependencies: ["CCurl", "Crypto"]),
         .target(name: "Client", dependencies: ["HTTPClient", "Protocol", "Crypto"]),
@@ -33,7 +35,7 @@ let package = Package(
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "Protocol", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),

@@ -1,7 +1,7 @@
 import Crypto
 
-/// What the uploader needs from the workspace server. The lead maps the libcurl client
-/// onto it; tests use `InMemoryTransport`. Every call blocks its calling thread, and may
+/// What the uploader needs from the workspace server. The command line maps the libcurl
+/// client onto it (`ClientTransport`); the tests use a server in memory. Every call blocks its calling thread, and may
 /// throw `BackupTransportError`; any other error thrown is treated as transient.
 ///
 /// Content travels in blocks (Crypto's `Blocks`): the server is asked which contents it
@@ -40,7 +40,7 @@ public protocol BackupTransport: Sendable {
     /// the record's block list against its hash and that every non-zero block is stored,
     /// then makes the content and the record visible together; a block missing throws
     /// `.missingBlocks`. Idempotent by `changeSequence`.
-    func recordFile(_ record: FileRecord) throws
+    func recordFile(_ record: BackupRecord) throws
 
     /// This device's backup watermark as the server knows it; nil when it has none.
     func watermark() throws -> BackupWatermark?
@@ -101,8 +101,10 @@ public enum UploadPlan: Sendable, Equatable {
     case blocks([BlockUpload], expiresAt: Double)
 }
 
-/// One file record pushed to the server once its content is there (or to make it so).
-public struct FileRecord: Sendable, Equatable {
+/// One backed-up version of a camera-roll file, as the engine records it on the server once
+/// its content is there (or to make it so). The client turns it into the wire's `FileRecord`
+/// (Protocol), which carries the hashes as hex and the server's own fields.
+public struct BackupRecord: Sendable, Equatable {
     public var path: String
     /// The content hash (Crypto's `ContentHash`), not a SHA-256 of the bytes.
     public var hash: SHA256Digest

@@ -199,7 +199,7 @@ final class BackupWorker {
             let batch = try queue.unrecorded(limit: 200)
             if batch.isEmpty { return count }
             for item in batch {
-                try transport.recordFile(FileRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks,
+                try transport.recordFile(BackupRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks,
                                                     captureDate: item.captureDate, mtime: item.mtime,
                                                     changeSequence: item.changeSequence))
                 try queue.markRecorded(item.id)

@@ -362,7 +362,7 @@ final class ItemUploader {
     private func record(_ t: Transfer, report: (BackupItem, UploadOutcome) throws -> Void) throws {
         if t.captureDate == nil { t.captureDate = try readCaptureDate(t.item).value }
         do {
-            try transport.recordFile(fileRecord(t.item, captureDate: t.captureDate))
+            try transport.recordFile(backupRecord(t.item, captureDate: t.captureDate))
         } catch let error as BackupTransportError where error.kind == .missingBlocks {
             t.recordRounds += 1
             if t.recordRounds >= Self.maxRecordRounds {
@@ -442,8 +442,8 @@ final class ItemUploader {
         return .retry(at: at, error: message)
     }
 
-    private func fileRecord(_ item: BackupItem, captureDate: String?) -> FileRecord {
-        FileRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks, captureDate: captureDate,
+    private func backupRecord(_ item: BackupItem, captureDate: String?) -> BackupRecord {
+        BackupRecord(path: item.path, hash: item.hash, size: item.size, blocks: item.blocks, captureDate: captureDate,
                    mtime: item.mtime, changeSequence: item.changeSequence)
     }
 
@@ -453,7 +453,7 @@ final class ItemUploader {
         if t.captureDate == nil { t.captureDate = try readCaptureDate(t.item).value }
         // The content is on the server: the item is done whatever happens to the record,
         // which the sync task retries when this call fails.
-        let recorded = (try? transport.recordFile(fileRecord(t.item, captureDate: t.captureDate))) != nil
+        let recorded = (try? transport.recordFile(backupRecord(t.item, captureDate: t.captureDate))) != nil
         try queue.markDone(t.item.id, linked: true, recorded: recorded, now: clock())
         return .linked
     }

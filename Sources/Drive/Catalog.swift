@@ -528,17 +528,23 @@ final class Catalog: @unchecked Sendable {
         }
     }
 
+    /// Walks from `ino` up to the root, however deep: a bounded walk would let a rename
+    /// in a deeper tree move a folder into its own subtree. A folder has one name, so
+    /// the walk is one path and ends at the root; a folder met twice means the catalog
+    /// is damaged, and the rename fails with EIO rather than guess.
     func isAncestor(_ ancestor: UInt64, of ino: UInt64) throws -> Bool {
         var current = ino
-        var steps = 0
-        while true {
-            if current == ancestor { return true }
+        var seen: Set<UInt64> = []
+        while current != ancestor {
             if current == Self.rootIno { return false }
+            guard seen.insert(current).inserted else {
+                DriveLog.error("the catalog is damaged: folder \(current) is its own ancestor, so a rename under it fails with EIO")
+                throw Errno.ioError
+            }
             guard let parent = try db.queryOne("SELECT parent FROM entries WHERE ino = ? LIMIT 1", current, row: { UInt64($0.int64(0)) }) else { return false }
             current = parent
-            steps += 1
-            if steps > 4096 { return false }
         }
+        return true
     }
 
     // MARK: Attributes

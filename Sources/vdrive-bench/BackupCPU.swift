@@ -1,6 +1,6 @@
 import Foundation
 
-/// Issue 8 §5, CPU per gigabyte backed up, against the honest peer. Every round, side by
+/// CPU per gigabyte backed up, against the honest peer (target: at most 1.5x). Every round, side by
 /// side on the same files (N photos of `--photo-mb` MB, distinct, source in page cache):
 ///
 /// - peer: `cp` of the photos into a plain folder, then `curl` uploading the same files to

@@ -3,7 +3,7 @@ import TestSupport
 
 /// `vdrive-bench link [--dir DIR] [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video] [--skip-photos] [--baseline-vdrive PATH]`
 ///
-/// Issue 8 §6, backup over a real link. A `LinkProxy` (TestSupport: one-way delay each way,
+/// Backup over a real link, against the link's own rate (target: at least 0.9x). A `LinkProxy` (TestSupport: one-way delay each way,
 /// one rate cap shared by all connections) sits between the uploader and a real
 /// `vdrive serve` on loopback; the presigned URLs the server hands out name the proxy
 /// (they follow the request's Host), so every byte crosses it. Per workload, side by side:
@@ -15,8 +15,8 @@ import TestSupport
 ///   mount's `--server` being the proxy. Timed from the start of `cp` and from its end
 ///   (a file is sent once it is closed).
 ///
-/// Workloads: `--photos` photos of `--photo-bytes` bytes (40 of 3,000,000: the issue's
-/// case), and one video of `--video-mb` MB (1000).
+/// Workloads: `--photos` photos of `--photo-bytes` bytes (40 of 3,000,000: a
+/// phone's burst of photos), and one video of `--video-mb` MB (1000).
 enum LinkBenchmark {
     static let usage = "       vdrive-bench link [--photos N] [--photo-bytes N] [--video-mb N] [--delay-ms N] [--mbit N] [--rounds N] [--skip-video] [--skip-photos] [--baseline-vdrive PATH] [--dir DIR]"
 

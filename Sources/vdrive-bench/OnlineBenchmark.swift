@@ -3,7 +3,7 @@ import Client
 
 /// `vdrive-bench online [--dir DIR] [--first-gib N] [--seq-gib N] [--rounds N]`
 ///
-/// Issue 9's online-only figures, through a real mount and a real `vdrive serve` on
+/// Reading online-only content: first byte and cold sequential read, through a real mount and a real `vdrive serve` on
 /// loopback. Two videos are written into the Camera Roll, backed up, then made
 /// online-only (optimize storage, a 1 KiB cache bound, raised to 100 GiB while
 /// measuring); before every measurement they are online-only again and the page

@@ -144,8 +144,8 @@ enum ScaleBenchmark {
                 runs.append(try devicesRun(servers: count, round: serverRun, store: weed.storeURL + "&credentials=" + credentials))
                 serverRun += 1
             }
-            // What the verification read costs with no server at all: the floor of
-            // any design that reads each object back once before it counts.
+            // What the verification read costs with no server at all: the floor of any
+            // design that reads each object back once before its block counts.
             if o.readBack { runs.append(try curlBaseline(readBack: true)) }
             runs.append(try curlBaseline())
         }

@@ -26,7 +26,7 @@ final class BackupWiring {
                               policy: Self.policy())
         fs.cameraRollObserver = hook
         let engine = self.engine
-        fs.virtualTree = try BackupTree(catalogPath: fs.catalogPath, status: { engine.status() })
+        fs.virtualTree = try BackupQueueTree(catalogPath: fs.catalogPath, status: { engine.status() })
     }
 
     static func configuration(catalogPath: String, state: String) -> BackupEngine.Configuration {
@@ -81,7 +81,7 @@ struct UnconfiguredTransport: BackupTransport {
     func createUpload(_ manifest: ContentManifest) throws -> UploadPlan { try fail() }
     func uploadOffset(url: String) throws -> Int64 { try fail() }
     func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest, progress: (Int64) -> Bool) throws -> Int64 { try fail() }
-    func recordFile(_ record: FileRecord) throws { throw BackupTransportError(.transient, Self.reason) }
+    func recordFile(_ record: BackupRecord) throws { throw BackupTransportError(.transient, Self.reason) }
     func watermark() throws -> BackupWatermark? { try fail() }
     func setWatermark(_ watermark: BackupWatermark) throws { throw BackupTransportError(.transient, Self.reason) }
 }

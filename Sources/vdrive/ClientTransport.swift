@@ -50,8 +50,8 @@ struct ClientTransport: BackupTransport {
         }
     }
 
-    func recordFile(_ record: Backup.FileRecord) throws {
-        let wire = Protocol.FileRecord(path: record.path, hash: record.hash.hex, size: record.size, blocks: record.blocks.map(\.hex),
+    func recordFile(_ record: BackupRecord) throws {
+        let wire = FileRecord(path: record.path, hash: record.hash.hex, size: record.size, blocks: record.blocks.map(\.hex),
                                        captureDate: record.captureDate.flatMap(CaptureDateText.seconds),
                                        mtime: record.mtime, deviceSequence: record.changeSequence)
         _ = try mapped { try client.recordFile(wire) }

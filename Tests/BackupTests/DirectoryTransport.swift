@@ -105,7 +105,7 @@ struct DirectoryTransport: BackupTransport {
         return end
     }
 
-    func recordFile(_ record: FileRecord) throws {
+    func recordFile(_ record: BackupRecord) throws {
         if FileIO.exists(contentPath(record.hash)) { return }
         let manifest = ContentManifest(content: record.hash, size: record.size, blocks: record.blocks)
         guard manifest.isConsistent else { throw BackupTransportError(.permanent, "400 blocks") }

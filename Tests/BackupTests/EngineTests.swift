@@ -31,7 +31,7 @@ final class SlowTransport: BackupTransport, Sendable {
             return progress(sent)
         }
     }
-    func recordFile(_ record: FileRecord) throws { try inner.recordFile(record) }
+    func recordFile(_ record: BackupRecord) throws { try inner.recordFile(record) }
     func watermark() throws -> BackupWatermark? { try inner.watermark() }
     func setWatermark(_ watermark: BackupWatermark) throws { try inner.setWatermark(watermark) }
 }

@@ -26,7 +26,7 @@ final class LinkTransport: BackupTransport, Sendable {
     func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> { roundTrip(); return try inner.presentContents(hashes) }
     func createUpload(_ manifest: ContentManifest) throws -> UploadPlan { roundTrip(); return try inner.createUpload(manifest) }
     func uploadOffset(url: String) throws -> Int64 { roundTrip(); return try inner.uploadOffset(url: url) }
-    func recordFile(_ record: FileRecord) throws { roundTrip(); try inner.recordFile(record) }
+    func recordFile(_ record: BackupRecord) throws { roundTrip(); try inner.recordFile(record) }
     func watermark() throws -> BackupWatermark? { roundTrip(); return try inner.watermark() }
     func setWatermark(_ watermark: BackupWatermark) throws { roundTrip(); try inner.setWatermark(watermark) }
 

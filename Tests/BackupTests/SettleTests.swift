@@ -4,7 +4,7 @@ import Crypto
 import Storage
 @testable import Backup
 
-/// Issue 8 §2: a version committed while a writable handle stays open (an importer that
+/// A version committed while a writable handle stays open (an importer that
 /// forks mid-write commits at each child's close) is queued unsettled and never sent;
 /// the last release settles it.
 @Suite struct SettleTests {
@@ -37,7 +37,7 @@ import Storage
         #expect(try worker.status(.resting).state == .idle)
     }
 
-    /// The issue's case: `exec 3> partial.jpg`, five `head -c 2000000 /dev/urandom >&3`
+    /// A shell importer's case: `exec 3> partial.jpg`, five `head -c 2000000 /dev/urandom >&3`
     /// (each child's close commits 2, 4, 6, 8 and 10 MB), `exec 3>&-`. One version, the
     /// last, is sent, its bytes once.
     @Test func fiveIntermediateCommitsThenSettleSendOnlyTheLastVersionOnce() throws {

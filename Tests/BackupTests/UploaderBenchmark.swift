@@ -35,7 +35,7 @@ final class DiscardingTransport: BackupTransport, Sendable {
             return end
         }
     }
-    func recordFile(_ record: FileRecord) throws { _ = state.withLock { $0.complete.insert(record.hash) } }
+    func recordFile(_ record: BackupRecord) throws { _ = state.withLock { $0.complete.insert(record.hash) } }
     func watermark() throws -> BackupWatermark? { nil }
     func setWatermark(_ watermark: BackupWatermark) throws {}
 }

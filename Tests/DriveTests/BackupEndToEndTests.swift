@@ -137,7 +137,7 @@ import CLinux
         #expect(server.contentHashes() == [ContentHash.of(bytes: bytes).hex])
     }
 
-    /// Issue 8 §2: a writer whose children close inherited descriptors commits five
+    /// An importer that forks mid-write: a writer whose children close inherited descriptors commits five
     /// partial versions; only the settled one (no writable handle left) is sent, once.
     @Test func aPhotoWrittenByChildProcessesIsSentOnceWhenSettled() throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
@@ -161,7 +161,7 @@ import CLinux
         #expect(Self.list(drive.path(".backup/done")) == ["partial.jpg"])
     }
 
-    /// Issue 7: a 4 KiB change in a big backed-up file sends only the block it touched.
+    /// Blocks make a small change cheap to back up: a 4 KiB change in a big backed-up file sends only the block it touched.
     @Test func aChangedBigFileSendsOnlyItsChangedBlock() throws {
         let dir = TemporaryDirectory("vdrive-e2e"); defer { dir.remove() }
         let server = try LocalServer(folder: dir.path); defer { server.stop() }

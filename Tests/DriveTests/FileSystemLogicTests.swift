@@ -354,4 +354,27 @@ import Storage
         #expect(throws: Errno.noSuchFileOrDirectory) { try fs.getattr(a.ino) }
         #expect(try fs.blobs.allDigests().isEmpty)
     }
+
+    /// rename(2) refuses to move a folder into its own subtree with EINVAL, at any depth:
+    /// the check walks to the root, so a tree deeper than any fixed bound is no way around it.
+    @Test func aFolderCannotBeMovedIntoItsOwnSubtreeHoweverDeep() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let depth = 5_000
+        let top = try fs.create(parent: 1, name: Array("deep".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        var deepest = top.ino
+        for _ in 1..<depth {
+            deepest = try fs.create(parent: deepest, name: Array("d".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0).ino
+        }
+        #expect(throws: Errno(EINVAL)) {
+            try fs.rename(parent: 1, name: Array("deep".utf8), newParent: deepest, newName: Array("loop".utf8), flags: 0)
+        }
+        // RENAME_EXCHANGE of a file at the bottom with the top folder would move the folder down.
+        _ = try fs.create(parent: deepest, name: Array("f".utf8), mode: UInt32(S_IFREG) | 0o644, uid: 0, gid: 0)
+        #expect(throws: Errno(EINVAL)) {
+            try fs.rename(parent: deepest, name: Array("f".utf8), newParent: 1, newName: Array("deep".utf8), flags: 2)
+        }
+        #expect(try fs.lookup(parent: 1, name: Array("deep".utf8)).ino == top.ino)
+        #expect(try fs.lookup(parent: deepest, name: Array("f".utf8)).mode & UInt32(S_IFMT) == UInt32(S_IFREG))
+    }
 }

@@ -12,10 +12,11 @@ struct StressParameters: Sendable {
     var operations = 3000
     /// Operations per writer in the four-writer run.
     var threadOperations = 400
-    /// The farthest offset a sparse write or a truncate up reaches, in bytes. Kept modest
-    /// by default: the current drive copies and hashes a whole file at every commit, so
-    /// a GiB-sized sparse file costs seconds per close. Raise with VDRIVE_STRESS_SPARSE_MIB
-    /// (e.g. 1024) once the drive stores content in blocks.
+    /// The farthest offset a sparse write or a truncate up reaches, in bytes. 16 MiB still
+    /// spans four 4 MiB blocks, so writes and truncates cross block edges. Not more by
+    /// default only for time: a commit costs the blocks it touched, but the final
+    /// comparisons read every file whole through both sides. Raise with
+    /// VDRIVE_STRESS_SPARSE_MIB (1024: files up to 1 GiB, a run of about 5 minutes).
     var sparseLimit = 16 << 20
     var seed: UInt64
 

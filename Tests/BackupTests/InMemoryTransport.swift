@@ -1,20 +1,20 @@
 import Crypto
 import Synchronization
+@testable import Backup
 
 /// A workspace server in memory, for fast tests of the uploader and the engine, with
-/// fault injection. A test double, public so that the command line's tests can use it
-/// too; production code never constructs one. It behaves like the real one where the
+/// fault injection. A test double of this test target only. It behaves like the real one where the
 /// uploader can tell (Docs/protocol.md): blocks are stored by their digest and checked
 /// against it at their last byte; each missing block is a tus upload keyed by its hash,
 /// whose offset survives a dropped connection and an expired URL; chunks are checked
 /// against their sha256; zero blocks are never asked for; a content is recorded only when
 /// its block list hashes to it and every non-zero block is stored; URLs expire.
-public final class InMemoryTransport: BackupTransport, Sendable {
-    public enum Operation: Sendable, Equatable {
+final class InMemoryTransport: BackupTransport, Sendable {
+    enum Operation: Sendable, Equatable {
         case presentContents, createUpload, uploadOffset, patch, recordFile, watermark, setWatermark
     }
 
-    public enum Fault: Sendable, Equatable {
+    enum Fault: Sendable, Equatable {
         /// Connection refused (transient).
         case refuse
         /// HTTP 500 (transient).
@@ -31,17 +31,17 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         case acknowledgeWrongBytes
     }
 
-    public struct Stats: Sendable, Equatable {
+    struct Stats: Sendable, Equatable {
         /// Every byte received in PATCH bodies, including re-sent ones.
-        public var bytesReceived: Int64 = 0
+        var bytesReceived: Int64 = 0
         /// The same, by block digest.
-        public var bytesReceivedByBlock: [SHA256Digest: Int64] = [:]
-        public var patches = 0
-        public var creates = 0
-        public var heads = 0
-        public var records = 0
+        var bytesReceivedByBlock: [SHA256Digest: Int64] = [:]
+        var patches = 0
+        var creates = 0
+        var heads = 0
+        var records = 0
         /// PATCHes that carried the last byte of a block.
-        public var completions = 0
+        var completions = 0
     }
 
     struct Upload {
@@ -57,7 +57,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         var uploads: [SHA256Digest: Upload] = [:]
         /// URL → (block digest, expiry).
         var urls: [String: (block: SHA256Digest, expiresAt: Double)] = [:]
-        var records: [Int64: FileRecord] = [:]
+        var records: [Int64: BackupRecord] = [:]
         var watermark: BackupWatermark?
         var faults: [(operation: Operation?, fault: Fault)] = []
         var stats = Stats()
@@ -69,27 +69,27 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     /// Called after each accepted PATCH with the block's new offset (tests pause from here).
     private let afterPatch: Mutex<(@Sendable (Int64) -> Void)?> = Mutex(nil)
     /// Bytes per progress callback inside a PATCH.
-    public let progressStep: Int
+    let progressStep: Int
 
-    public init(progressStep: Int = 64 * 1024) { self.progressStep = progressStep }
+    init(progressStep: Int = 64 * 1024) { self.progressStep = progressStep }
 
     // MARK: - Test controls
 
-    public func inject(_ fault: Fault, on operation: Operation? = nil, times: Int = 1) {
+    func inject(_ fault: Fault, on operation: Operation? = nil, times: Int = 1) {
         state.withLock { for _ in 0..<times { $0.faults.append((operation, fault)) } }
     }
 
-    public func setAfterPatch(_ hook: (@Sendable (Int64) -> Void)?) { afterPatch.withLock { $0 = hook } }
+    func setAfterPatch(_ hook: (@Sendable (Int64) -> Void)?) { afterPatch.withLock { $0 = hook } }
 
     /// The server's clock (URL expiry); the uploader's clock is the test's own.
-    public func setNow(_ now: Double) { state.withLock { $0.now = now } }
-    public func setURLLifetime(_ seconds: Double) { state.withLock { $0.urlLifetime = seconds } }
+    func setNow(_ now: Double) { state.withLock { $0.now = now } }
+    func setURLLifetime(_ seconds: Double) { state.withLock { $0.urlLifetime = seconds } }
 
     /// Every URL handed out so far stops working (as after their expiry time).
-    public func expireAllURLs() { state.withLock { s in for key in s.urls.keys { s.urls[key]!.expiresAt = -1 } } }
+    func expireAllURLs() { state.withLock { s in for key in s.urls.keys { s.urls[key]!.expiresAt = -1 } } }
 
     /// Puts a whole content on the server directly (another device uploaded it).
-    public func store(_ bytes: [UInt8]) {
+    func store(_ bytes: [UInt8]) {
         let manifest = Self.manifest(of: bytes)
         state.withLock { s in
             Self.forEachBlock(of: bytes) { digest, block in if !Self.isZero(block) { s.blocks[digest] = block } }
@@ -98,21 +98,21 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     }
 
     /// Puts one block on the server directly (part of another device's file).
-    public func storeBlock(_ bytes: [UInt8]) { state.withLock { $0.blocks[SHA256Hasher.digest(bytes)] = bytes } }
+    func storeBlock(_ bytes: [UInt8]) { state.withLock { $0.blocks[SHA256Hasher.digest(bytes)] = bytes } }
 
     /// Loses a stored block (a server-side collection racing an upload, a lost disk).
-    public func forgetBlock(_ hash: SHA256Digest) { state.withLock { _ = $0.blocks.removeValue(forKey: hash) } }
+    func forgetBlock(_ hash: SHA256Digest) { state.withLock { _ = $0.blocks.removeValue(forKey: hash) } }
 
-    public func setServerWatermark(_ w: BackupWatermark?) { state.withLock { $0.watermark = w } }
+    func setServerWatermark(_ w: BackupWatermark?) { state.withLock { $0.watermark = w } }
 
-    public var stats: Stats { state.withLock { $0.stats } }
-    public var storedBlocks: [SHA256Digest: [UInt8]] { state.withLock { $0.blocks } }
-    public var records: [Int64: FileRecord] { state.withLock { $0.records } }
-    public var storedWatermark: BackupWatermark? { state.withLock { $0.watermark } }
+    var stats: Stats { state.withLock { $0.stats } }
+    var storedBlocks: [SHA256Digest: [UInt8]] { state.withLock { $0.blocks } }
+    var records: [Int64: BackupRecord] { state.withLock { $0.records } }
+    var storedWatermark: BackupWatermark? { state.withLock { $0.watermark } }
 
     /// A recorded content's bytes, assembled from its blocks (zeros for zero blocks), or
     /// nil when the server holds no such content (or lost a block of it).
-    public func content(_ hash: SHA256Digest) -> [UInt8]? {
+    func content(_ hash: SHA256Digest) -> [UInt8]? {
         state.withLock { s in
             guard let manifest = s.contents[hash] else { return nil }
             var out: [UInt8] = []
@@ -130,20 +130,20 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     }
 
     /// The offset the server holds for the incomplete upload of block `hash`, if any.
-    public func pendingOffset(ofBlock hash: SHA256Digest) -> Int64? {
+    func pendingOffset(ofBlock hash: SHA256Digest) -> Int64? {
         state.withLock { s in s.uploads[hash].map { Int64($0.data.count) } }
     }
 
     // MARK: - BackupTransport
 
-    public func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
+    func presentContents(_ hashes: [SHA256Digest]) throws -> Set<SHA256Digest> {
         try state.withLock { s in
             try Self.takeFault(&s, .presentContents)
             return Set(hashes.filter { s.contents[$0] != nil })
         }
     }
 
-    public func createUpload(_ manifest: ContentManifest) throws -> UploadPlan {
+    func createUpload(_ manifest: ContentManifest) throws -> UploadPlan {
         try state.withLock { s in
             try Self.takeFault(&s, .createUpload)
             s.stats.creates += 1
@@ -166,7 +166,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         }
     }
 
-    public func uploadOffset(url: String) throws -> Int64 {
+    func uploadOffset(url: String) throws -> Int64 {
         try state.withLock { s in
             try Self.takeFault(&s, .uploadOffset)
             s.stats.heads += 1
@@ -175,7 +175,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         }
     }
 
-    public func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
+    func patch(url: String, offset: Int64, chunk: UnsafeRawBufferPointer, chunkSHA256: SHA256Digest,
                       progress: (Int64) -> Bool) throws -> Int64 {
         // Faults and checks first, under the lock; the "transfer" with its progress
         // callbacks runs outside it, as a real request would.
@@ -233,7 +233,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         return newOffset
     }
 
-    public func recordFile(_ record: FileRecord) throws {
+    func recordFile(_ record: BackupRecord) throws {
         try state.withLock { s in
             try Self.takeFault(&s, .recordFile)
             s.stats.records += 1
@@ -252,14 +252,14 @@ public final class InMemoryTransport: BackupTransport, Sendable {
         }
     }
 
-    public func watermark() throws -> BackupWatermark? {
+    func watermark() throws -> BackupWatermark? {
         try state.withLock { s in
             try Self.takeFault(&s, .watermark)
             return s.watermark
         }
     }
 
-    public func setWatermark(_ watermark: BackupWatermark) throws {
+    func setWatermark(_ watermark: BackupWatermark) throws {
         try state.withLock { s in
             try Self.takeFault(&s, .setWatermark)
             s.watermark = watermark
@@ -269,7 +269,7 @@ public final class InMemoryTransport: BackupTransport, Sendable {
     // MARK: - Internals
 
     /// The manifest of bytes held in memory.
-    public static func manifest(of bytes: [UInt8]) -> ContentManifest {
+    static func manifest(of bytes: [UInt8]) -> ContentManifest {
         var blocks: [SHA256Digest] = []
         forEachBlock(of: bytes) { digest, _ in blocks.append(digest) }
         return ContentManifest(content: ContentHash.of(blocks: blocks), size: Int64(bytes.count), blocks: blocks)

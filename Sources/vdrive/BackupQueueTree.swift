@@ -16,7 +16,7 @@ import Storage
 /// writer). Listings are cached for a second, so `ls -l` of a large folder costs one
 /// query, not one per entry.
 /// `@unchecked Sendable`: the connection and the cache are used under `lock`.
-final class BackupTree: VirtualTree, @unchecked Sendable {
+final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     let rootName = ".backup"
     let attributePrefix = "user.vdrive."
 
