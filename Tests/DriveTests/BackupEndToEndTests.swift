@@ -6,7 +6,7 @@ import Backup
 import CLinux
 
 /// Tier three: a real `vdrive serve` on loopback and a real mount, end to end.
-@Suite(.serialized) struct BackupEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BackupEndToEndTests {
     static let photoNames = ["IMG_0001.jpg", "IMG_0002.jpg", "DSC_1999.jpg", "screenshot.png"]
 
     /// A distinct, valid photo: a fixture with bytes appended after its end marker.

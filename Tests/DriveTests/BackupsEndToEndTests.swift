@@ -5,7 +5,7 @@ import Storage
 
 /// Tier three: `Backups/` across devices. One real `vdrive serve`, real mounts each with
 /// its own state folder, config and token.
-@Suite(.serialized) struct BackupsEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BackupsEndToEndTests {
     typealias E2E = BackupEndToEndTests
 
     static let july2019: Int64 = 1_563_000_000       // 2019-07-13 06:40 UTC

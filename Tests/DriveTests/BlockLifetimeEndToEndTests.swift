@@ -7,7 +7,7 @@ import Storage
 /// remounts, with camera backup on, and read back the way users read: on this device
 /// after a remount, on another device through `Backups/`, and with `vdrive restore`.
 /// On the embedded server and on PostgreSQL + SeaweedFS.
-@Suite(.serialized) struct BlockLifetimeEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BlockLifetimeEndToEndTests {
     typealias E2E = BackupEndToEndTests
     typealias Backups = BackupsEndToEndTests
 

@@ -6,7 +6,7 @@ import Synchronization
 
 /// Kill points: SIGKILL the mount process while a writer is busy, remount, and check
 /// every file in the writer's manifest (JuiceFS crash_consistency style).
-@Suite(.serialized) struct CrashTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct CrashTests {
     final class Manifest: Sendable {
         /// name → every version whose close returned (digest, when), and the one being
         /// written when the kill came.

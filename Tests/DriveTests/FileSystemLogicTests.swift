@@ -5,7 +5,7 @@ import Storage
 @testable import Drive
 
 /// Tier one: the file system's logic called directly, no kernel involved.
-@Suite struct FileSystemLogicTests {
+@Suite(.tags(.logic)) struct FileSystemLogicTests {
     func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()

@@ -4,7 +4,7 @@ import Crypto
 import Storage
 
 /// Tier two: a real mount in a temporary folder, through the built `vdrive` binary.
-@Suite(.serialized) struct MountBehaviourTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct MountBehaviourTests {
     @Test func behavesLikeAPlainFolder() throws {
         let plain = TemporaryDirectory("vdrive-plain")
         defer { plain.remove() }

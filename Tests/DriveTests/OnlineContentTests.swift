@@ -8,7 +8,7 @@ import TestSupport
 /// Tier three: blocks the drive does not hold, through real mounts and a real
 /// `vdrive serve`: optimize storage, the cache bound, pins, pending items, self-heal,
 /// the server going away and coming back, and how little a partial read transfers.
-@Suite(.serialized) struct OnlineContentTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct OnlineContentTests {
     /// The cache bound is applied every second in these tests (10 s in use).
     static let environment = ["VDRIVE_CACHE_CHECK_SECONDS": "1"]
 

@@ -6,7 +6,7 @@ import Storage
 /// A workspace at its quota: the phone's photos that do not fit wait (never failed),
 /// its status says the server is full, and once the server has room they go up by
 /// themselves and come back whole. On the embedded server and on the scaled one.
-@Suite(.serialized) struct QuotaEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct QuotaEndToEndTests {
     typealias E2E = BackupEndToEndTests
 
     @Test(arguments: Backend.allCases)

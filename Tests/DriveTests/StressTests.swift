@@ -14,7 +14,7 @@ import Synchronization
 /// Other knobs: VDRIVE_STRESS_OPS (3000), VDRIVE_STRESS_THREAD_OPS (400 per writer),
 /// VDRIVE_STRESS_SPARSE_MIB (16: the farthest sparse offset; raise to 1024 once the
 /// drive stores blocks: today every commit copies the whole file).
-@Suite(.serialized) struct StressTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct StressTests {
     @Test func randomOperationsMatchAPlainFolderAndTheModel() throws {
         let p = StressParameters.fromEnvironment()
         print("StressTests: seed \(p.seed), \(p.operations) operations, sparse up to \(p.sparseLimit >> 20) MiB (VDRIVE_STRESS_SEED=\(p.seed) replays it)")

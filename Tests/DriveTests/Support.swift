@@ -3,6 +3,7 @@ import Testing
 import Storage
 import Crypto
 @_exported import TestSupport
+@_exported import TestTraits
 
 /// The built `vdrive` binary: beside the test bundle in .build/<config>/.
 let vdriveBinary: String = {

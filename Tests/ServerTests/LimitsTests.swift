@@ -9,7 +9,7 @@ import Testing
 /// What one client can make the server hold is bounded: open uploads (a hasher thread
 /// and a file each), uploads one request or one device may start, and bytes of bodies
 /// held in memory over all connections.
-@Suite struct LimitsTests {
+@Suite(.tags(.endToEnd)) struct LimitsTests {
     /// Descriptors of this process open on tus staging files (the in-process server's).
     static func openStagingFiles() -> Int {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []

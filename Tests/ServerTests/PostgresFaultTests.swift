@@ -9,7 +9,7 @@ import Testing
 /// The scaled records under faults: PostgreSQL restarted or stopped mid-upload (on a
 /// cluster of the test's own), and two `vdrive serve` processes sharing one PostgreSQL
 /// database and one data folder.
-@Suite(.serialized, .enabled(if: PostgresCluster.isInstalled)) struct PostgresFaultTests {
+@Suite(.tags(.endToEnd), .serialized, .enabled(if: PostgresCluster.isInstalled)) struct PostgresFaultTests {
     /// `pg_ctl restart` mid-upload: the server reconnects and the upload goes on. While
     /// PostgreSQL is down a request gets 503 (with Retry-After), and the same request
     /// succeeds once it is back.

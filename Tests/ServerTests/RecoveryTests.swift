@@ -14,7 +14,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
 }
 
 /// What the server repairs when it starts on a data folder left by an unclean stop.
-@Suite struct RecoveryTests {
+@Suite(.tags(.endToEnd)) struct RecoveryTests {
     func start(_ data: String, _ database: DatabaseLocation?, expiry: Int64 = 7 * 86400) throws -> WorkspaceServer {
         try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: expiry, database: database))
     }
@@ -98,7 +98,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
 }
 
 /// Stopping the server (SIGTERM path) while a PATCH is in flight.
-@Suite struct StopTests {
+@Suite(.tags(.logic)) struct StopTests {
     @Test func stopDuringAPatchKeepsTheBytesReceived() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }

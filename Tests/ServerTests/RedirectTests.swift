@@ -7,7 +7,7 @@ import Testing
 /// bearer token (a store must never see it). The two peers here are one raw loopback
 /// listener that records each request's head: the first answer is the redirect, the
 /// second the block. (The real path, server and SeaweedFS, is in ScaledStoreTests.)
-@Suite struct RedirectTests {
+@Suite(.tags(.logic)) struct RedirectTests {
     /// Answers its replies in order, one per connection, and keeps each request's head.
     final class RecordingPeer: @unchecked Sendable { // `heads` is read after the thread is joined
         let fd: Int32

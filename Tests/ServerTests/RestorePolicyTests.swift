@@ -5,7 +5,7 @@ import Testing
 /// Policies hold bulk downloads: `vdrive restore` waits while backup is
 /// paused or the network is metered, says so on stderr, goes on when the hold is
 /// lifted, and `--now` goes ahead regardless. A real server and `vdrive` processes.
-@Suite(.serialized) struct RestorePolicyTests {
+@Suite(.tags(.endToEnd), .serialized) struct RestorePolicyTests {
     typealias Fixture = RestoreTests.Fixture
 
     /// Collects a process's stderr as it comes, to wait for a line.

@@ -10,7 +10,7 @@ import Testing
 /// A server keeping its blocks in a real SeaweedFS (`--store s3://…`): devices PUT
 /// blocks straight to the store with presigned URLs, the server verifies each before it
 /// is offered for dedup, and any server process can answer any request.
-@Suite(.serialized) struct ScaledStoreTests {
+@Suite(.tags(.endToEnd), .serialized) struct ScaledStoreTests {
     /// A fresh SeaweedFS, and the server's view of it (its store choice and an S3 client
     /// with the same credentials, to look at the bucket as an operator would).
     final class Store {

@@ -10,7 +10,7 @@ import Testing
 /// `vdrive serve snapshot`: a copy taken while a device keeps uploading, from which a new
 /// server starts; the device carries on there with its token, every file recorded before
 /// the snapshot reads back whole, and nothing it sent is asked for again.
-@Suite(.serialized) struct SnapshotTests {
+@Suite(.tags(.endToEnd), .serialized) struct SnapshotTests {
     @Test func aSnapshotOfARunningServerStartsAServerDevicesCarryOnWith() throws {
         let server = try TestServer()
         defer { server.stop() }

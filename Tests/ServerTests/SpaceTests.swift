@@ -11,7 +11,7 @@ import Testing
 /// Space on the server: the garbage collection (`vdrive serve gc`), usage and the quota,
 /// on the embedded back end (SQLite, blocks in the data folder) and the scaled one
 /// (PostgreSQL, blocks in SeaweedFS).
-@Suite(.serialized) struct SpaceTests {
+@Suite(.tags(.endToEnd), .serialized) struct SpaceTests {
     enum Backend: String, CaseIterable, CustomTestStringConvertible {
         case embedded
         case scaled
