@@ -4,6 +4,7 @@ import Testing
 import Crypto
 import Storage
 @testable import Backup
+@_exported import TestSupport
 @_exported import TestTraits
 
 /// A fresh temp folder with a catalog database (backup tables migrated), a blob store,

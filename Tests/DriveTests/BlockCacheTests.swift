@@ -293,7 +293,7 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
         let digests = blocks.map { remote.add($0) }
         for (d, b) in zip(digests, blocks) {
             #expect(try fs.blockCache.read(d, length: b.count, at: 0, count: b.count, interactive: true) == b)
-            usleep(2000)
+            usleep(2000)   // pacing: each block's last use a distinct moment, so the order is known
         }
         #expect(digests.allSatisfy { fs.blobs.contains($0) })
         // The first one read again: the second is now the least recently used.

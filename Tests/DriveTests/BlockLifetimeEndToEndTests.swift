@@ -59,7 +59,7 @@ import Storage
                                       arguments: ["--server", server.url, "--token-file", dir.path + "/laptop.token"])
         defer { laptop.stop() }
         let backups = laptop.path("Backups/phone")
-        try Backups.waitUntil(20, "c.jpg in \(backups)") {
+        try eventually("c.jpg in \(backups)", within: 20) {
             ((try? Backups.tree(backups)) ?? [:]).keys.contains { $0.hasSuffix("/c.jpg") }
         }
         let files = try Backups.tree(backups)

@@ -64,7 +64,7 @@ import Synchronization
             usleep(UInt32(100_000 + round * 70_000))
             let killedAt = Date()
             drive.kill9()
-            while !writer.isFinished { usleep(10_000) }
+            try eventually("the writer stops after the kill") { writer.isFinished }
             let cutoff = killedAt.addingTimeInterval(-Self.surelyCommitted)
 
             try drive.start()

@@ -75,7 +75,11 @@ import Storage
         }
         // The small write holds the node's lock while it waits for its turn: go on once it does.
         let node = try fs.handle(fh).node
-        while node.lock.try() { node.lock.unlock(); usleep(200) }
+        try eventually("the small write holds the node's lock", poll: 0.0002) {
+            guard node.lock.try() else { return true }
+            node.lock.unlock()
+            return false
+        }
         for p in pending.reversed() {
             DispatchQueue.global().async(group: group) { p.run() }
             usleep(2000)   // let each one start (and wait for its turn) before the next

@@ -83,8 +83,7 @@ import CLinux
             if isMounted(mnt) { _ = try? runCommand("/bin/fusermount3", ["-u", mnt]) }
             p.waitUntilExit()
         }
-        for _ in 0..<200 where !isMounted(mnt) { usleep(25_000) }
-        try #require(isMounted(mnt))
+        try eventually("the mount at \(mnt) is ready", within: 5, poll: 0.025) { isMounted(mnt) }
 
         let fd = open(mnt + "/four-writes", O_CREAT | O_WRONLY, 0o644)
         try #require(fd >= 0)

@@ -25,7 +25,7 @@ import Storage
         // status.json read once per look, so what is checked below is one moment's status.
         var json = ""
         do {
-            try BackupsEndToEndTests.waitUntil(90, "the status saying the server is full") {
+            try eventually("the status saying the server is full", within: 90) {
                 json = (try? String(contentsOfFile: phone.state + "/status.json", encoding: .utf8)) ?? ""
                 return json.contains("\"waitingCode\" : \"server-full\"") && E2E.list(phone.path(".backup/done")).count == 2
             }

@@ -140,7 +140,7 @@ extension BlobStore {
             }
         }
         threads.forEach { $0.start() }
-        while results.withLock({ $0.count }) < 2 { usleep(10_000) }
+        try eventually("both uploads return", within: 120) { results.withLock { $0.count } == 2 }
         for r in results.withLock({ $0 }) {
             if case .failure(let e) = r { Issue.record("upload failed: \(e)") }
         }
@@ -162,7 +162,7 @@ extension BlobStore {
                 done.withLock { $0 += 1 }
             }.start()
         }
-        while done.withLock({ $0 }) < 16 { usleep(10_000) }
+        try eventually("all 16 clients finish", within: 60) { done.withLock { $0 } == 16 }
         #expect(failures.withLock { $0 } == 0)
     }
 }

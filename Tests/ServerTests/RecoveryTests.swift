@@ -125,10 +125,10 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
             })
             done.withLock { $0 = true }
         }.start()
-        while !started.withLock({ $0 }) { usleep(5_000) }
+        try eventually("1 MiB of the PATCH is out") { started.withLock { $0 } }
         server.stop()
         stopped = true
-        while !done.withLock({ $0 }) { usleep(5_000) }
+        try eventually("the PATCH returns after the stop") { done.withLock { $0 } }
 
         let again = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
         defer { again.stop() }
