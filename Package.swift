@@ -39,11 +39,12 @@ let package = Package(
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
-        .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport"]),
-        .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport"]),
-        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport"], exclude: ["Fixtures"]),
-        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "HTTPClient", "Protocol", "Crypto", "Storage", "TestSupport", "ObjectStore"]),
-        .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto"], exclude: ["Fixtures"]),
-        .testTarget(name: "MirrorTests", dependencies: ["WorkspaceMirror", "Drive", "Storage", "Crypto", "TestSupport"]),
+        .target(name: "TestTraits", path: "Tests/TestTraits"),
+        .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport", "TestTraits"]),
+        .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport", "TestTraits"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport", "TestTraits"], exclude: ["Fixtures"]),
+        .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "HTTPClient", "Protocol", "Crypto", "Storage", "TestSupport", "TestTraits", "ObjectStore"]),
+        .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto", "TestSupport", "TestTraits"], exclude: ["Fixtures"]),
+        .testTarget(name: "MirrorTests", dependencies: ["WorkspaceMirror", "Drive", "Storage", "Crypto", "TestSupport", "TestTraits"]),
     ]
 )

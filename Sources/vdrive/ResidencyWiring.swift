@@ -34,9 +34,20 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         }
     }
 
+    /// `VDRIVE_CACHE_PASS_LOG` set (the tests): each pass ends with a line in the mount's
+    /// log. A pass that drops nothing says nothing otherwise, and a test that checks what
+    /// the bound must keep has to know that passes ran after its writes.
+    static var logsPasses: Bool { ProcessInfo.processInfo.environment["VDRIVE_CACHE_PASS_LOG"] != nil }
+
     func start() {
+        let logsPasses = Self.logsPasses
         bound.start { [self] in
-            repeat { applyBound() } while !bound.pause(Self.checkInterval)
+            var passes = 0
+            repeat {
+                applyBound()
+                passes += 1
+                if logsPasses { printError("cache bound pass \(passes) done") }
+            } while !bound.pause(Self.checkInterval)
         }
     }
 

@@ -4,7 +4,7 @@ import Crypto
 @testable import Backup
 
 /// The sync's audit: versions the queue counts as done that the server no longer holds.
-@Suite struct AuditTests {
+@Suite(.tags(.logic)) struct AuditTests {
     /// The server is reset (an empty one at the same address): the sync finds the done
     /// versions it lacks and queues them again, and the next drain sends them. A version
     /// whose blocks are gone here (the photo deleted since) has nothing to send: it stays.

@@ -6,7 +6,7 @@ import Storage
 
 /// Transfers by block: only the blocks the server lacks are sent, zero
 /// blocks never, and progress counts the blocks the server already has as done.
-@Suite struct BlockTests {
+@Suite(.tags(.logic)) struct BlockTests {
     @Test func aSecondItemSharingBlocksSendsOnlyItsNewBlocks() throws {
         let h = try Harness(); defer { h.remove() }
         let a = testBytes(10 * MiB, seed: 70)

@@ -3,7 +3,7 @@ import Testing
 @testable import Backup
 
 /// Which files the camera backup takes (Docs/operations.md, "What the camera backup takes").
-@Suite struct CameraRollTypeTests {
+@Suite(.tags(.logic)) struct CameraRollTypeTests {
     @Test(arguments: [
         "Camera Roll/IMG_0001.jpg", "Camera Roll/IMG_0001.JPG", "Camera Roll/2024/07/IMG_0100.HEIC",
         "Camera Roll/DSC_1999.jpeg", "Camera Roll/screenshot.png", "Camera Roll/RAW/_DSC1234.NEF",

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import Backup
 
-@Suite struct CaptureDateTests {
+@Suite(.tags(.logic)) struct CaptureDateTests {
     /// The dates listed in Fixtures/README.md (EXIF DateTimeOriginal).
     @Test(arguments: [
         ("DSC_1999.jpg", "2015-03-01T12:00:00"),

@@ -5,18 +5,6 @@ import Crypto
 import Storage
 @testable import Backup
 
-/// Waits for a condition the engine thread brings about; fails the test after a generous
-/// deadline instead of hanging. (A deadline, not a timing assertion: nothing is measured.)
-func eventually(_ what: String, within seconds: Double = 30, _ condition: () throws -> Bool) throws {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if try condition() { return }
-        usleep(5_000)
-    }
-    Issue.record("never happened: \(what)")
-    throw CancellationError()
-}
-
 /// Slows each progress step so a test can act while a PATCH is in flight.
 final class SlowTransport: BackupTransport, Sendable {
     let inner: InMemoryTransport
@@ -42,7 +30,7 @@ final class SwitchableNetworkProbe: NetworkProbe, Sendable {
     func isMetered() -> Bool { metered.withLock { $0 } }
 }
 
-@Suite struct EngineTests {
+@Suite(.tags(.logic)) struct EngineTests {
     let quietPolicy = noHoldPolicy
 
     @Test func wakesOnEnqueueUploadsAndWritesStatus() throws {

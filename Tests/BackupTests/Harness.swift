@@ -4,6 +4,8 @@ import Testing
 import Crypto
 import Storage
 @testable import Backup
+@_exported import TestSupport
+@_exported import TestTraits
 
 /// A fresh temp folder with a catalog database (backup tables migrated), a blob store,
 /// a settings box and an in-memory server; removed by `remove()`.

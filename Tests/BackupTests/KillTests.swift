@@ -8,7 +8,7 @@ import Storage
 /// to a folder-backed server and is killed with SIGKILL mid-upload; a fresh worker on
 /// the same database and server folder must finish it, re-sending at most the unfinished
 /// rest of one block (in fact nothing: the server keeps the partial PATCH body).
-@Suite struct KillTests {
+@Suite(.tags(.logic)) struct KillTests {
     /// With one block in flight, and with several (each PATCH in flight keeps its own
     /// offset on the server; the next run's plan carries them all).
     @Test(arguments: [1, 4])
@@ -63,7 +63,7 @@ import Storage
 }
 
 /// The child side of the crash test; runs only when the parent starts it.
-@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_KILL_CHILD_ROOT"] != nil))
+@Suite(.tags(.logic), .enabled(if: ProcessInfo.processInfo.environment["VDRIVE_KILL_CHILD_ROOT"] != nil))
 struct KillChild {
     @Test func uploadSlowlyUntilKilled() throws {
         let root = try #require(ProcessInfo.processInfo.environment["VDRIVE_KILL_CHILD_ROOT"])

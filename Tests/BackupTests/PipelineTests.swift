@@ -5,7 +5,7 @@ import Storage
 @testable import Backup
 
 /// Several blocks and items in flight: the same outcomes as one at a time.
-@Suite struct PipelineTests {
+@Suite(.tags(.logic)) struct PipelineTests {
     @Test func severalPhotosInFlightAreEachSentOnce() throws {
         let h = try Harness(); defer { h.remove() }
         let photos = (0..<8).map { testBytes(3_000_000, seed: 300 + UInt64($0)) }

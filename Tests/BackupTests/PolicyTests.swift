@@ -50,7 +50,7 @@ struct FakeSystem {
     }
 }
 
-@Suite struct PolicyTests {
+@Suite(.tags(.logic)) struct PolicyTests {
     let on = BackupSettings(cameraBackup: true)
 
     @Test func offAndPausedComeFromSettings() {

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import Backup
 
-@Suite struct ProgressTests {
+@Suite(.tags(.logic)) struct ProgressTests {
     @Test func rateConvergesToTheSteadyRate() {
         var rate = RateEstimator(timeConstant: 10)
         var t = 0.0

@@ -4,7 +4,7 @@ import Crypto
 import Storage
 @testable import Backup
 
-@Suite struct QueueTests {
+@Suite(.tags(.logic)) struct QueueTests {
     @Test func enqueueInsideCommittedTransactionQueuesPending() throws {
         let h = try Harness(); defer { h.remove() }
         let c = try h.commit(testBytes(1000, seed: 1), path: "Camera Roll/a.jpg")
@@ -172,7 +172,7 @@ import Storage
     }
 }
 
-@Suite struct CameraRollRulesTests {
+@Suite(.tags(.logic)) struct CameraRollRulesTests {
     @Test(arguments: [
         ".IMG_1.jpg.Ab12Cd", ".hidden.jpg", "IMG_1.jpg.part", "IMG_1.JPG.PART", "photo.crdownload", "photo.jpg~",
         "photo.tmp", "~$doc.docx", ".~lock.doc#", "x.partial", ".goutputstream-ABC123", "a.swp", "",

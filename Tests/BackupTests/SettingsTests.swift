@@ -2,7 +2,7 @@ import Foundation
 import Testing
 @testable import Backup
 
-@Suite struct SettingsTests {
+@Suite(.tags(.logic)) struct SettingsTests {
     /// A settings path in a fresh folder, removed when the test ends.
     func withTemporaryPath(_ body: (String) throws -> Void) throws {
         let folder = FileManager.default.temporaryDirectory.path + "/vdrive-settings-\(UUID().uuidString.prefix(8))"

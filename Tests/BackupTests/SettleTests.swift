@@ -7,7 +7,7 @@ import Storage
 /// A version committed while a writable handle stays open (an importer that
 /// forks mid-write commits at each child's close) is queued unsettled and never sent;
 /// the last release settles it.
-@Suite struct SettleTests {
+@Suite(.tags(.logic)) struct SettleTests {
     @Test func anUnsettledVersionWaitsUntilSettled() throws {
         let h = try Harness(); defer { h.remove() }
         let bytes = testBytes(3000, seed: 60)

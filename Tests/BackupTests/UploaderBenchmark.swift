@@ -42,7 +42,7 @@ final class DiscardingTransport: BackupTransport, Sendable {
 
 /// Prints figures; asserts nothing about speed. Run with
 /// `VDRIVE_BENCH=1 swift test -c release --filter UploaderBenchmark`.
-@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+@Suite(.tags(.logic), .enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
 struct UploaderBenchmark {
     @Test func uploaderCostPerGigabyte() throws {
         let h = try Harness(label: "bench"); defer { h.remove() }
@@ -70,7 +70,7 @@ struct UploaderBenchmark {
 
 /// Prints the CPU an idle engine uses (no queue, backup on): it should sleep in the
 /// kernel. Run with `VDRIVE_BENCH=1 swift test --filter IdleEngineBenchmark`.
-@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+@Suite(.tags(.logic), .enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
 struct IdleEngineBenchmark {
     @Test func idleEngineCPU() throws {
         let h = try Harness(label: "idle"); defer { h.remove() }
@@ -102,7 +102,7 @@ func threadCPUSeconds() -> Double {
 /// Throughput over a modelled home uplink (`LinkTransport`: 100 Mbit/s shared, 50 ms
 /// round trip), as a fraction of what the link alone allows, with one block in flight and
 /// with the default. Run with `VDRIVE_BENCH=1 swift test --filter LinkBenchmark`.
-@Suite(.enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
+@Suite(.tags(.logic), .enabled(if: ProcessInfo.processInfo.environment["VDRIVE_BENCH"] == "1"))
 struct LinkBenchmark {
     static let bytesPerSecond = 12.5e6
     static let rtt = 0.05

@@ -4,7 +4,7 @@ import Crypto
 import Storage
 @testable import Backup
 
-@Suite struct UploaderTests {
+@Suite(.tags(.logic)) struct UploaderTests {
     @Test func uploadsBlockByBlockAndIsDoneOnlyOnceRecorded() throws {
         let h = try Harness(); defer { h.remove() }
         let bytes = testBytes(10 * MiB + 1234, seed: 10)  // 3 blocks: 4 + 4 + 2 MiB and a bit

@@ -3,7 +3,7 @@ import Testing
 import Crypto
 @testable import Backup
 
-@Suite struct WatermarkTests {
+@Suite(.tags(.logic)) struct WatermarkTests {
     @Test func oldDatedPhotoCopiedInAfterNewerOnesIsBackedUp() throws {
         let h = try Harness(); defer { h.remove() }
         let worker = h.makeWorker()

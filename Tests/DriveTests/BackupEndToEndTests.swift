@@ -6,7 +6,7 @@ import Backup
 import CLinux
 
 /// Tier three: a real `vdrive serve` on loopback and a real mount, end to end.
-@Suite(.serialized) struct BackupEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BackupEndToEndTests {
     static let photoNames = ["IMG_0001.jpg", "IMG_0002.jpg", "DSC_1999.jpg", "screenshot.png"]
 
     /// A distinct, valid photo: a fixture with bytes appended after its end marker.
@@ -32,6 +32,21 @@ import CLinux
 
     static func status(_ drive: MountedDrive) -> String {
         (try? String(contentsOfFile: drive.path(".backup/status"), encoding: .utf8)) ?? ""
+    }
+
+    /// The status the engine last published (`.backup/status.json`); nil before its first.
+    static func engineStatus(_ drive: MountedDrive) -> BackupStatus? {
+        FileManager.default.contents(atPath: drive.path(".backup/status.json")).flatMap { try? BackupStatus.decode($0) }
+    }
+
+    /// Waits until the engine publishes a status that `holds`. The engine publishes after
+    /// each pass over the queue, so a status counting an item shows a pass that saw it:
+    /// what a test then finds not sent was held back, not merely not reached yet.
+    static func waitForStatus(_ drive: MountedDrive, _ what: String, seconds: Double = 60,
+                              _ holds: (BackupStatus) -> Bool) throws {
+        try eventually("\(what); the status says: \(status(drive))", within: seconds, poll: 0.05) {
+            engineStatus(drive).map(holds) ?? false
+        }
     }
 
     static func xattr(_ path: String, _ name: String) -> String? {
@@ -173,7 +188,7 @@ import CLinux
         let before = server.bytesWritten()
         let patch = [UInt8](repeating: 0x5A, count: 4096)
         let fd = open(drive.path("Camera Roll/clip.mov"), O_WRONLY)
-        #expect(fd >= 0)
+        try #require(fd >= 0, "open clip.mov: errno \(errno)")
         let offset = (100 << 20) + 12_345
         _ = patch.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4096, off_t(offset)) }
         close(fd)
@@ -192,8 +207,10 @@ import CLinux
         let drive = try MountedDrive(label: "vdrive-e2e-pause", arguments: server.mountArguments + ["--camera-backup"])
         defer { drive.stop() }
         #expect(try drive.vdrive(["pause"]).status == 0)
+        // The engine takes the pause (it watches the settings file) before the photo comes.
+        try Self.waitForStatus(drive, "the engine says it is paused") { $0.waitingCode == "paused" }
         try writeFile(drive.path("Camera Roll/a.jpg"), try Self.photo(1))
-        usleep(1_500_000)
+        try Self.waitForStatus(drive, "the engine holds a.jpg while paused") { $0.waitingCode == "paused" && $0.itemsLeft == 1 }
         #expect(Self.status(drive).hasPrefix("Paused"), "status: \(Self.status(drive))")
         #expect(Self.list(drive.path(".backup/pending")) == ["a.jpg"])
         #expect(server.contentHashes().isEmpty, "no byte is sent while paused")
@@ -231,7 +248,9 @@ import CLinux
                                      environment: ["VDRIVE_SYSTEM_ROOT": dir.path + "/system", "PATH": "/nonexistent"])
         defer { drive.stop() }
         try writeFile(drive.path("Camera Roll/held.jpg"), try Self.photo(2))
-        usleep(1_500_000)
+        try Self.waitForStatus(drive, "the engine holds held.jpg: \(reason)") {
+            $0.waitingReason?.hasPrefix(reason) == true && $0.itemsLeft == 1
+        }
         #expect(Self.status(drive).hasPrefix(reason), "status: \(Self.status(drive))")
         #expect(server.contentHashes().isEmpty, "no byte is sent while a policy holds backup")
         // The user lifts the hold from the settings; backup proceeds at once.
@@ -251,7 +270,10 @@ import CLinux
         defer { drive.stop() }
         try writeFile(drive.path("Camera Roll/while-down.jpg"), try Self.photo(3))
         #expect(try readFile(drive.path("Camera Roll/while-down.jpg")) == (try Self.photo(3)), "the drive works without its server")
-        usleep(1_500_000)
+        // The engine has tried to send it, failed, and waits to retry.
+        try Self.waitForStatus(drive, "the engine retries while-down.jpg after an error") {
+            $0.waitingCode == "retrying" && $0.itemsLeft == 1
+        }
         #expect(Self.list(drive.path(".backup/pending")) == ["while-down.jpg"])
         #expect(!Self.status(drive).hasPrefix("Up to date"), "status: \(Self.status(drive))")
         // The server comes back on the same port: the retry with capped backoff finds it.

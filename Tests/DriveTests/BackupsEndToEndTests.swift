@@ -5,7 +5,7 @@ import Storage
 
 /// Tier three: `Backups/` across devices. One real `vdrive serve`, real mounts each with
 /// its own state folder, config and token.
-@Suite(.serialized) struct BackupsEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BackupsEndToEndTests {
     typealias E2E = BackupEndToEndTests
 
     static let july2019: Int64 = 1_563_000_000       // 2019-07-13 06:40 UTC
@@ -57,15 +57,6 @@ import Storage
     /// Every path under `root` (folders and files), for comparing listings.
     static func names(_ root: String) -> [String] {
         ((FileManager.default.enumerator(atPath: root)?.allObjects as? [String]) ?? []).sorted()
-    }
-
-    static func waitUntil(_ seconds: Double, _ what: String, _ condition: () -> Bool) throws {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return }
-            usleep(20_000)
-        }
-        throw TestFailure("\(what): not within \(seconds) s")
     }
 
     /// On both back ends; on the scaled one the phone backs up through one server process
@@ -126,7 +117,7 @@ import Storage
         ]
         for drive in [phone, laptop] {
             let backups = drive.path("Backups")
-            try Self.waitUntil(15, "every record in \(backups)") {
+            try eventually("every record in \(backups)", within: 15) {
                 expected.keys.allSatisfy { FileManager.default.fileExists(atPath: backups + "/" + $0) }
                     && Self.names(backups + "/phone/2026/11/.versions").count == 1
             }
@@ -168,9 +159,9 @@ import Storage
             // land at the same phase of it).
             usleep(UInt32.random(in: 0..<1_000_000))
             try writeFile(phone.path("Camera Roll/" + name), try Self.fixture("IMG_0002.jpg", plus: name))
-            try Self.waitUntil(60, "\(name) recorded on the server") { server.hasRecord("Camera Roll/" + name) }
+            try eventually("\(name) recorded on the server", within: 60) { server.hasRecord("Camera Roll/" + name) }
             let recorded = Date()
-            try Self.waitUntil(30, "\(name) in the laptop's Backups/") {
+            try eventually("\(name) in the laptop's Backups/", within: 30) {
                 FileManager.default.fileExists(atPath: laptop.path("Backups/phone/2026/11/" + name))
             }
             latencies.append(Date().timeIntervalSince(recorded))
@@ -183,14 +174,14 @@ import Storage
         // The administrator deletes a backup: it leaves the laptop's Backups/ too.
         let deleted = try runCommand(vdriveBinary, ["serve", "backup", "delete", "phone", "Camera Roll/late-0.jpg", "--yes", "--data", server.data] + server.databaseArguments)
         #expect(deleted.status == 0, "\(deleted.stderr)")
-        try Self.waitUntil(30, "the deleted backup gone from the laptop's Backups/") {
+        try eventually("the deleted backup gone from the laptop's Backups/", within: 30) {
             !Self.names(laptop.path("Backups/phone/2026/11")).contains("late-0.jpg")
         }
 
         // A third, new device restores the phone's backups with cp -a.
         let fresh = try MountedDrive(label: "vdrive-backups-new", arguments: server.mountArguments(tokenFile: dir.path + "/new.token", process: 1))
         defer { fresh.stop() }
-        try Self.waitUntil(15, "the phone's records on the new device") {
+        try eventually("the phone's records on the new device", within: 15) {
             FileManager.default.fileExists(atPath: fresh.path("Backups/phone/2019/07/clip.mov"))
         }
         // A program that maps the file (an image viewer, a player) reads the same bytes,
@@ -236,7 +227,7 @@ import Storage
         // Without a mount, the sync task learns the records (a systemd timer's run).
         try laptop.unmount()
         try writeFile(phone.path("Camera Roll/by-task.jpg"), try Self.fixture("IMG_0002.jpg", plus: "by-task"))
-        try Self.waitUntil(60, "by-task.jpg recorded on the server") { server.hasRecord("Camera Roll/by-task.jpg") }
+        try eventually("by-task.jpg recorded on the server", within: 60) { server.hasRecord("Camera Roll/by-task.jpg") }
         let task = try laptop.vdrive(["task", "run", "us.virtualdrive.sync", "--state", laptop.state] + laptop.mountArguments.filter { $0 != "--camera-backup" })
         #expect(task.status == 0, "sync task: \(task.stderr)")
         #expect(task.stdout.contains("Backups: "), "\(task.stdout)")

@@ -6,7 +6,7 @@ import Storage
 
 /// Tier one: the records table, the `Backups/` layout and the drive's answers for it,
 /// with a fake feed (no server, no kernel).
-@Suite struct BackupsTreeTests {
+@Suite(.tags(.logic)) struct BackupsTreeTests {
     /// The server's feed as a list: pages of it by sequence, block lists by content.
     final class FakeFeed: RemoteRecords, @unchecked Sendable {
         var entries: [RemoteChange] = []

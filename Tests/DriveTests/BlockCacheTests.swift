@@ -81,7 +81,7 @@ extension FakeRemote {
     }
 }
 
-@Suite struct BlockCacheTests {
+@Suite(.tags(.logic)) struct BlockCacheTests {
     /// A drive holding one file of `size` pseudo-random bytes whose blocks were then
     /// dropped (online-only), and a fake server holding them.
     func onlineOnlyFile(_ dir: TemporaryDirectory, size: Int) throws -> (DriveFileSystem, FakeRemote, UInt64, [UInt8]) {
@@ -276,7 +276,7 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
     func serverLacks(path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
 }
 
-@Suite struct CacheBoundTests {
+@Suite(.tags(.logic)) struct CacheBoundTests {
     func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem { try FileSystemLogicTests().makeFS(dir) }
 
     /// Creates and closes a file; returns its attributes after the close.
@@ -293,7 +293,7 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
         let digests = blocks.map { remote.add($0) }
         for (d, b) in zip(digests, blocks) {
             #expect(try fs.blockCache.read(d, length: b.count, at: 0, count: b.count, interactive: true) == b)
-            usleep(2000)
+            usleep(2000)   // pacing: each block's last use a distinct moment, so the order is known
         }
         #expect(digests.allSatisfy { fs.blobs.contains($0) })
         // The first one read again: the second is now the least recently used.
@@ -412,7 +412,7 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
     }
 }
 
-@Suite struct ResidencyMigrationTests {
+@Suite(.tags(.logic)) struct ResidencyMigrationTests {
     /// A catalog as today's main makes it (drive-001 to drive-003, shipped, never edited),
     /// with one file of two blocks, opened by this version: drive-004 adds residency, the
     /// file reads as before, and its blocks count as local.

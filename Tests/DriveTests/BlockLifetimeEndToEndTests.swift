@@ -7,7 +7,7 @@ import Storage
 /// remounts, with camera backup on, and read back the way users read: on this device
 /// after a remount, on another device through `Backups/`, and with `vdrive restore`.
 /// On the embedded server and on PostgreSQL + SeaweedFS.
-@Suite(.serialized) struct BlockLifetimeEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct BlockLifetimeEndToEndTests {
     typealias E2E = BackupEndToEndTests
     typealias Backups = BackupsEndToEndTests
 
@@ -59,7 +59,7 @@ import Storage
                                       arguments: ["--server", server.url, "--token-file", dir.path + "/laptop.token"])
         defer { laptop.stop() }
         let backups = laptop.path("Backups/phone")
-        try Backups.waitUntil(20, "c.jpg in \(backups)") {
+        try eventually("c.jpg in \(backups)", within: 20) {
             ((try? Backups.tree(backups)) ?? [:]).keys.contains { $0.hasSuffix("/c.jpg") }
         }
         let files = try Backups.tree(backups)

@@ -11,7 +11,7 @@ import Storage
 /// every row's block is here and sound (`BlockAudit`) and every file reads as the model
 /// says; after each garbage pass no block file is kept that no row names.
 /// `VDRIVE_LIFETIME_SEED` replays a run; `VDRIVE_LIFETIME_STEPS` makes it longer.
-@Suite struct BlockLifetimeModelTests {
+@Suite(.tags(.logic)) struct BlockLifetimeModelTests {
     typealias L = BlockLifetimeTests
 
     /// Contents on every block boundary; two share their first block (dedup across

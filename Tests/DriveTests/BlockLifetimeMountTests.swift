@@ -7,7 +7,7 @@ import Storage
 /// `cp` of the same bytes), across a clean remount and a SIGKILL of the mount; then
 /// `vdrive check` on the unmounted state folder. Groups commit every second here, so a
 /// delete and the save after it always share one group.
-@Suite(.serialized) struct BlockLifetimeMountTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct BlockLifetimeMountTests {
     static let sizes = [1, 65_536, 300_000, 4 << 20, (4 << 20) + 1, (8 << 20) + 7]
     static let folders = ["", "Camera Roll/"]
 

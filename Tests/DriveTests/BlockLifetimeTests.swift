@@ -8,7 +8,7 @@ import Storage
 /// (`Catalog.removeUnnamedBlockFiles`), without a kernel: content deleted and saved
 /// again, shared by several files, evicted, across commits of the group and reopenings.
 /// `BlockAudit` (what `vdrive check` and the after-crash check run) is the judge.
-@Suite struct BlockLifetimeTests {
+@Suite(.tags(.logic)) struct BlockLifetimeTests {
     /// Every boundary: one byte, the largest block kept in the catalog and one past it,
     /// a photo, a block less one, one block, one block and a byte, several blocks.
     static let sizes = [1, InlineBlocks.limit, InlineBlocks.limit + 1, 300_000, Blocks.size - 1, Blocks.size, Blocks.size + 1, 2 * Blocks.size + 7]

@@ -6,7 +6,7 @@ import Storage
 
 /// Tier one: content in blocks, called directly (no kernel): which blocks a change
 /// touches, holes, and the migration of a whole-blob catalog made by drive-001.
-@Suite struct BlockTests {
+@Suite(.tags(.logic)) struct BlockTests {
     let mib = 1 << 20
 
     func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem { try FileSystemLogicTests().makeFS(dir) }

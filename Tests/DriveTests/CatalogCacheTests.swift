@@ -7,7 +7,7 @@ import Storage
 /// attribute lookups from a set of the inodes that have one. Both must stay exact:
 /// after every kind of change, what the file system answers equals the row on disk,
 /// read through a connection of its own.
-@Suite struct CatalogCacheTests {
+@Suite(.tags(.logic)) struct CatalogCacheTests {
     let logic = FileSystemLogicTests()
 
     /// The inode row as stored, read by another connection.

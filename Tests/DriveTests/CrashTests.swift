@@ -6,7 +6,7 @@ import Synchronization
 
 /// Kill points: SIGKILL the mount process while a writer is busy, remount, and check
 /// every file in the writer's manifest (JuiceFS crash_consistency style).
-@Suite(.serialized) struct CrashTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct CrashTests {
     final class Manifest: Sendable {
         /// name → every version whose close returned (digest, when), and the one being
         /// written when the kill came.
@@ -64,7 +64,7 @@ import Synchronization
             usleep(UInt32(100_000 + round * 70_000))
             let killedAt = Date()
             drive.kill9()
-            while !writer.isFinished { usleep(10_000) }
+            try eventually("the writer stops after the kill") { writer.isFinished }
             let cutoff = killedAt.addingTimeInterval(-Self.surelyCommitted)
 
             try drive.start()

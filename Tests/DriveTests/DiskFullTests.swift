@@ -3,7 +3,7 @@ import Foundation
 import Storage
 
 /// ENOSPC on a small file system made for the test (a 32 MiB tmpfs holding the state).
-@Suite(.serialized) struct DiskFullTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct DiskFullTests {
     /// A tmpfs of the given size in a temporary folder (the test runs as root).
     func smallDisk(megabytes: Int) throws -> TemporaryDirectory {
         let small = TemporaryDirectory("vdrive-small")

@@ -7,7 +7,7 @@ import Storage
 
 /// Blocks fetched whole for a sequential reader: served from memory once checked, never
 /// before; written to the store all the same; the memory bounded and given back.
-@Suite struct FetchedBlocksTests {
+@Suite(.tags(.logic)) struct FetchedBlocksTests {
     func filled(_ blocks: FetchedBlocks, _ bytes: [UInt8]) -> FetchedBlock {
         let b = blocks.makeBlock(capacity: bytes.count)!
         bytes.withUnsafeBytes { b.append($0) }

@@ -5,7 +5,7 @@ import Storage
 @testable import Drive
 
 /// Tier one: the file system's logic called directly, no kernel involved.
-@Suite struct FileSystemLogicTests {
+@Suite(.tags(.logic)) struct FileSystemLogicTests {
     func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
@@ -75,7 +75,11 @@ import Storage
         }
         // The small write holds the node's lock while it waits for its turn: go on once it does.
         let node = try fs.handle(fh).node
-        while node.lock.try() { node.lock.unlock(); usleep(200) }
+        try eventually("the small write holds the node's lock", poll: 0.0002) {
+            guard node.lock.try() else { return true }
+            node.lock.unlock()
+            return false
+        }
         for p in pending.reversed() {
             DispatchQueue.global().async(group: group) { p.run() }
             usleep(2000)   // let each one start (and wait for its turn) before the next

@@ -8,7 +8,7 @@ import Storage
 /// the drive, reaches the database for other connections when its group commits, undoes
 /// only itself when it fails, and a block file goes only after the commit that dropped
 /// its row. A window of a minute stands for "not yet": nothing here waits for it.
-@Suite struct GroupCommitTests {
+@Suite(.tags(.logic)) struct GroupCommitTests {
     let logic = FileSystemLogicTests()
 
     /// The names in the root folder as another connection reads them (committed only),

@@ -8,7 +8,7 @@ import Storage
 /// block file, the same bytes back, block files again once a file outgrows the limit,
 /// photos always as files, and every reader of blocks (reads, copy-on-write, the
 /// backup's `StoredBlocks`) served from the catalog.
-@Suite struct InlineBlockTests {
+@Suite(.tags(.logic)) struct InlineBlockTests {
     let logic = FileSystemLogicTests()
 
     func contents(_ fs: DriveFileSystem, _ ino: UInt64) throws -> [UInt8] {
@@ -196,7 +196,7 @@ import Storage
 
 /// The same through a real mount: what `cp`, `>>`, `truncate`, `ln` and a remount do to
 /// a small file, with its bytes in the catalog and block files only once it is large.
-@Suite(.serialized) struct InlineBlockMountTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct InlineBlockMountTests {
     @Test func smallFilesThroughTheMount() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }

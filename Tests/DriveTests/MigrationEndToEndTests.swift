@@ -10,7 +10,7 @@ import CLinux
 /// left it, with photos queued and one already backed up, mounted by this version with
 /// a real server: the catalog moves to blocks, the queue to content hashes and block
 /// pins, and the queued photos are backed up with the right bytes.
-@Suite(.serialized) struct MigrationEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct MigrationEndToEndTests {
     /// wiring-1, exactly as it shipped (it lives in the vdrive executable, which tests
     /// cannot import; a shipped migration is never edited, so this copy cannot drift).
     static let wiring1 = Migration("wiring-1-backup-pins-blobs", """

@@ -4,7 +4,7 @@ import Crypto
 import Storage
 
 /// Tier two: a real mount in a temporary folder, through the built `vdrive` binary.
-@Suite(.serialized) struct MountBehaviourTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct MountBehaviourTests {
     @Test func behavesLikeAPlainFolder() throws {
         let plain = TemporaryDirectory("vdrive-plain")
         defer { plain.remove() }
@@ -77,7 +77,7 @@ import Storage
         let count = 100_000
         for i in 0..<count {
             let fd = open(dir + "/f\(i)", O_CREAT | O_WRONLY, 0o644)
-            #expect(fd >= 0)
+            try #require(fd >= 0, "create f\(i): errno \(errno)")
             close(fd)
         }
         // List while another thread removes and adds names: every name that exists
@@ -91,13 +91,13 @@ import Storage
         }
         churn.start()
         var seen: [String: Int] = [:]
-        let d = opendir(dir)!
+        let d = try #require(opendir(dir), "opendir: errno \(errno)")
         while let e = readdir(d) {
             let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
             seen[name, default: 0] += 1
         }
         closedir(d)
-        while !churn.isFinished { usleep(10_000) }
+        try eventually("the churn thread finishes", within: 120) { churn.isFinished }
         #expect(stable.allSatisfy { seen[$0] == 1 })
         #expect(seen.values.allSatisfy { $0 == 1 })
         let final = try FileManager.default.contentsOfDirectory(atPath: dir)
@@ -134,13 +134,13 @@ import Storage
         try writeFile(path, original)
 
         let reader = open(path, O_RDONLY)
-        #expect(reader >= 0)
+        try #require(reader >= 0, "open for reading: errno \(errno)")
         var head = [UInt8](repeating: 0, count: original.count)
         #expect(pread(reader, &head, head.count, 0) == original.count)   // now in the page cache
         #expect(head == original)
 
         let writer = open(path, O_WRONLY)
-        #expect(writer >= 0)
+        try #require(writer >= 0, "open for writing: errno \(errno)")
         let patch = [UInt8](repeating: 0xAB, count: 5000)
         #expect(pwrite(writer, patch, patch.count, 65536 - 100) == patch.count)
         var expected = original
@@ -151,7 +151,7 @@ import Storage
         #expect(close(writer) == 0)
 
         let appender = open(path, O_WRONLY | O_APPEND)
-        #expect(appender >= 0)
+        try #require(appender >= 0, "open for appending: errno \(errno)")
         let tail = Array("one more line\n".utf8)
         #expect(Glibc.write(appender, tail, tail.count) == tail.count)
         #expect(close(appender) == 0)
@@ -179,14 +179,14 @@ import Storage
         let path = drive.path("mixed.bin")
         var expected = pseudoRandomBytes(6 << 20, seed: 11)   // a block and a half
         let writer = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        #expect(writer >= 0)
+        try #require(writer >= 0, "create: errno \(errno)")
         let chunk = 1 << 20
         for start in stride(from: 0, to: expected.count, by: chunk) {   // 1 MiB, aligned: direct
             let n = expected[start..<(start + chunk)].withUnsafeBytes { pwrite(writer, $0.baseAddress, chunk, off_t(start)) }
             #expect(n == chunk)
         }
         let other = open(path, O_RDWR)
-        #expect(other >= 0)
+        try #require(other >= 0, "open read-write: errno \(errno)")
         var seen = [UInt8](repeating: 0, count: expected.count)
         #expect(pread(other, &seen, seen.count, 0) == expected.count)
         #expect(seen == expected, "read back while open")

@@ -3,7 +3,7 @@ import Foundation
 import Storage
 
 /// Bad input at mount time: one clear line naming the path, a sysexits code, nothing overwritten.
-@Suite struct MountErrorTests {
+@Suite(.tags(.mount), .needsMount) struct MountErrorTests {
     func mount(_ args: [String], in dir: TemporaryDirectory) throws -> CommandResult {
         try runCommand(vdriveBinary, ["mount"] + args, environment: ["XDG_DATA_HOME": dir.path + "/xdg", "XDG_RUNTIME_DIR": dir.path + "/run"])
     }

@@ -8,9 +8,10 @@ import TestSupport
 /// Tier three: blocks the drive does not hold, through real mounts and a real
 /// `vdrive serve`: optimize storage, the cache bound, pins, pending items, self-heal,
 /// the server going away and coming back, and how little a partial read transfers.
-@Suite(.serialized) struct OnlineContentTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct OnlineContentTests {
     /// The cache bound is applied every second in these tests (10 s in use).
-    static let environment = ["VDRIVE_CACHE_CHECK_SECONDS": "1"]
+    /// Each pass logged (`cache bound pass N done`), so a test can wait for passes.
+    static let environment = ["VDRIVE_CACHE_CHECK_SECONDS": "1", "VDRIVE_CACHE_PASS_LOG": "1"]
 
     static func blockFile(_ drive: MountedDrive, _ bytes: [UInt8]) -> String {
         let d = SHA256Hasher.digest(bytes)
@@ -22,17 +23,16 @@ import TestSupport
         guard r.status == 0 else { throw TestFailure("settings \(key) \(value): \(r.stderr)") }
     }
 
-    static func waitUntil(seconds: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(100_000)
-        }
-        return condition()
-    }
-
     static func log(_ drive: MountedDrive) -> String {
         (try? String(contentsOfFile: drive.root.path + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? ""
+    }
+
+    /// Passes of the cache bound the mount has finished, from its log.
+    static func boundPasses(_ drive: MountedDrive) -> Int {
+        log(drive).split(separator: "\n").reversed().lazy.compactMap { line -> Int? in
+            guard let range = line.range(of: "cache bound pass ") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }.first ?? 0
     }
 
     /// A server and a mount with camera backup on, stopped on every path.
@@ -81,16 +81,15 @@ import TestSupport
 
             try Self.settings(drive, "cache-size", "1K")
             try Self.settings(drive, "optimize-storage", "on")
-            let dropped = Self.waitUntil(seconds: 20) {
+            try eventually("done, unpinned photos become online-only", within: 20) {
                 !FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[0]))
                     && !FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[1]))
                     && !FileManager.default.fileExists(atPath: Self.blockFile(drive, Array(video[0..<Blocks.size])))
             }
-            #expect(dropped, "done, unpinned photos become online-only")
             // du counts what is on this disk: an online-only photo takes none (the kernel's
             // cached attributes expire first), a pinned one all of it.
             func blocks(_ name: String) -> Int { var st = stat(); return stat(drive.path("Camera Roll/" + name), &st) == 0 ? Int(st.st_blocks) : -1 }
-            #expect(Self.waitUntil(seconds: 5) { blocks("P0.jpg") == 0 }, "st_blocks of an online-only photo: \(blocks("P0.jpg"))")
+            try eventually("st_blocks of an online-only photo is 0 (now \(blocks("P0.jpg")))", within: 5) { blocks("P0.jpg") == 0 }
             #expect(blocks("P2.jpg") > 0)
             #expect(FileManager.default.fileExists(atPath: Self.blockFile(drive, photos[2])), "a pinned photo stays")
             let status = try drive.vdrive(["status", "--state", drive.state]).stdout
@@ -144,8 +143,7 @@ import TestSupport
             let (photo, content) = try Self.backUpThenRestoreServerFromBefore(server, drive, seed: 50)
             try Self.settings(drive, "cache-size", "1K")
             try Self.settings(drive, "optimize-storage", "on")
-            let backAgain = Self.waitUntil(seconds: 30) { server.contentHashes().contains(content) }
-            #expect(backAgain, "the photo is backed up again to the restored server")
+            try eventually("the photo is backed up again to the restored server") { server.contentHashes().contains(content) }
             #expect(Self.log(drive).contains("does not hold 1 camera-roll version"), "the mount says why: \(Self.log(drive).suffix(600))")
             #expect(try readFile(drive.path("Camera Roll/R.jpg")) == photo, "read back byte-equal, local or fetched")
             #expect(BackupEndToEndTests.xattr(drive.path("Camera Roll/R.jpg"), "user.vdrive.backup") == "done")
@@ -159,8 +157,7 @@ import TestSupport
             let (photo, content) = try Self.backUpThenRestoreServerFromBefore(server, drive, seed: 51)
             try drive.unmount()
             try drive.start()
-            let backAgain = Self.waitUntil(seconds: 30) { server.contentHashes().contains(content) }
-            #expect(backAgain, "the photo is backed up again to the restored server")
+            try eventually("the photo is backed up again to the restored server") { server.contentHashes().contains(content) }
             #expect(try readFile(drive.path("Camera Roll/R.jpg")) == photo)
         }
     }
@@ -172,7 +169,12 @@ import TestSupport
             try Self.settings(drive, "optimize-storage", "on")
             let photos = try (0..<2).map { try BackupEndToEndTests.photo(30 + $0) }
             for (i, p) in photos.enumerated() { try writeFile(drive.path("Camera Roll/Q\(i).jpg"), p) }
-            usleep(4_000_000)   // four passes of the bound
+            // Two whole passes of the bound after the photos were stored: the last pass the
+            // log counts now may have begun before.
+            let seen = Self.boundPasses(drive)
+            try eventually("two passes of the cache bound after the photos were stored (log: \(Self.log(drive).suffix(300)))") {
+                Self.boundPasses(drive) >= seen + 2
+            }
             for p in photos { #expect(FileManager.default.fileExists(atPath: Self.blockFile(drive, p))) }
             #expect(BackupEndToEndTests.xattr(drive.path("Camera Roll/Q0.jpg"), "user.vdrive.backup") != "done")
             #expect(try readFile(drive.path("Camera Roll/Q1.jpg")) == photos[1])
@@ -258,9 +260,7 @@ import TestSupport
     static func makeOnlineOnly(_ drive: MountedDrive, _ bytes: [UInt8]) throws {
         try settings(drive, "cache-size", "1K")
         try settings(drive, "optimize-storage", "on")
-        guard waitUntil(seconds: 20, { !FileManager.default.fileExists(atPath: blockFile(drive, bytes)) }) else {
-            throw TestFailure("the photo did not become online-only")
-        }
+        try eventually("the photo becomes online-only", within: 20) { !FileManager.default.fileExists(atPath: blockFile(drive, bytes)) }
     }
 
     /// An online-only file is read past the page cache (direct I/O) where the kernel lets
@@ -270,7 +270,7 @@ import TestSupport
         try Self.withServerAndDrive("vdrive-online-mmap", backend: backend) { _, drive in
             let photo = try Self.onlineOnlyPhoto(drive, "M.jpg", 61)
             let fd = open(drive.path("Camera Roll/M.jpg"), O_RDONLY)
-            #expect(fd >= 0)
+            try #require(fd >= 0, "open M.jpg: errno \(errno)")
             let map = mmap(nil, photo.count, PROT_READ, MAP_SHARED, fd, 0)
             #expect(map != MAP_FAILED, "mmap of an online-only photo: errno \(errno)")
             if let map, map != MAP_FAILED {
@@ -309,9 +309,9 @@ import TestSupport
             try BackupEndToEndTests.waitForBackup(drive, done: 1)
             try Self.settings(drive, "cache-size", "1K")
             try Self.settings(drive, "optimize-storage", "on")
-            #expect(Self.waitUntil(seconds: 20) {
+            try eventually("the video becomes online-only (0 B local)", within: 20) {
                 (try? drive.vdrive(["status", "--state", drive.state]).stdout.contains(" 0 B local")) ?? false
-            })
+            }
             try Self.settings(drive, "paused", "on")
             // Prefetch is held; the reader's own fetches are interactive and go.
             #expect(try sha256(ofFile: drive.path("Camera Roll/P.mov")) == SHA256Hasher.digest(video).hex)
@@ -332,9 +332,9 @@ import TestSupport
         try BackupEndToEndTests.waitForBackup(drive, done: 1, seconds: 300)
         try Self.settings(drive, "cache-size", "1K")
         try Self.settings(drive, "optimize-storage", "on")
-        #expect(Self.waitUntil(seconds: 30) {
+        try eventually("the video becomes online-only (0 B local)") {
             (try? drive.vdrive(["status", "--state", drive.state]).stdout.contains("0 B local")) ?? false
-        }, "the video became online-only")
+        }
         let before = proxy.bytesFromTarget
         let offset: Int64 = 100_000_000
         let got = Self.readPart(drive.path("Camera Roll/V.mp4"), count: 64 << 10, at: offset)

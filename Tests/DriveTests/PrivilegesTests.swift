@@ -6,7 +6,7 @@ import CLinux
 /// Setuid, setgid and file capabilities on change (Sources/Drive/Privileges.swift): the
 /// rules alone, then on a real mount where the kernel leaves them to the drive
 /// (FUSE_HANDLE_KILLPRIV_V2), with writers that are and are not root.
-@Suite(.serialized) struct PrivilegesTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct PrivilegesTests {
     @Test func theKernelsRules() {
         // A writer who is not root: setuid goes; setgid goes only with group execute.
         #expect(Privileges.modeAfterChange(0o6755, ownerChanged: false, callerUid: 1000) == 0o0755)
@@ -83,8 +83,7 @@ import CLinux
             if isMounted(mnt) { _ = try? runCommand("/bin/fusermount3", ["-u", mnt]) }
             p.waitUntilExit()
         }
-        for _ in 0..<200 where !isMounted(mnt) { usleep(25_000) }
-        try #require(isMounted(mnt))
+        try eventually("the mount at \(mnt) is ready", within: 5, poll: 0.025) { isMounted(mnt) }
 
         let fd = open(mnt + "/four-writes", O_CREAT | O_WRONLY, 0o644)
         try #require(fd >= 0)

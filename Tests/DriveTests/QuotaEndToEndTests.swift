@@ -6,7 +6,7 @@ import Storage
 /// A workspace at its quota: the phone's photos that do not fit wait (never failed),
 /// its status says the server is full, and once the server has room they go up by
 /// themselves and come back whole. On the embedded server and on the scaled one.
-@Suite(.serialized) struct QuotaEndToEndTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct QuotaEndToEndTests {
     typealias E2E = BackupEndToEndTests
 
     @Test(arguments: Backend.allCases)
@@ -25,7 +25,7 @@ import Storage
         // status.json read once per look, so what is checked below is one moment's status.
         var json = ""
         do {
-            try BackupsEndToEndTests.waitUntil(90, "the status saying the server is full") {
+            try eventually("the status saying the server is full", within: 90) {
                 json = (try? String(contentsOfFile: phone.state + "/status.json", encoding: .utf8)) ?? ""
                 return json.contains("\"waitingCode\" : \"server-full\"") && E2E.list(phone.path(".backup/done")).count == 2
             }

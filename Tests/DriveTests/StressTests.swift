@@ -15,7 +15,7 @@ import Synchronization
 /// VDRIVE_STRESS_SPARSE_MIB (16: the farthest sparse offset; 1024 passes too, but the
 /// final comparisons then read every GiB-sized file through both sides, which takes
 /// minutes: Docs/posix.md).
-@Suite(.serialized) struct StressTests {
+@Suite(.tags(.mount), .needsMount, .serialized) struct StressTests {
     @Test func randomOperationsMatchAPlainFolderAndTheModel() throws {
         let p = StressParameters.fromEnvironment()
         print("StressTests: seed \(p.seed), \(p.operations) operations, sparse up to \(p.sparseLimit >> 20) MiB (VDRIVE_STRESS_SEED=\(p.seed) replays it)")

@@ -3,6 +3,7 @@ import Testing
 import Storage
 import Crypto
 @_exported import TestSupport
+@_exported import TestTraits
 
 /// The built `vdrive` binary: beside the test bundle in .build/<config>/.
 let vdriveBinary: String = {
@@ -78,8 +79,7 @@ final class MountedDrive {
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
         foreground = p
-        for _ in 0..<200 where !isMounted(mountPoint) { usleep(25_000) }
-        guard isMounted(mountPoint) else { throw TestFailure("foreground mount did not become ready") }
+        try eventually("the foreground mount at \(mountPoint) is ready", within: 5, poll: 0.025) { isMounted(mountPoint) }
     }
 
     func kill9() {

@@ -4,7 +4,7 @@ import Storage
 @testable import Drive
 
 /// The generated read-only tree and attributes, through the file system's logic.
-@Suite struct VirtualTreeTests {
+@Suite(.tags(.logic)) struct VirtualTreeTests {
     final class FakeTree: VirtualTree, @unchecked Sendable {
         let rootName = ".backup"
         let attributePrefix = "user.vdrive."

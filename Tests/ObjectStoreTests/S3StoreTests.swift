@@ -3,11 +3,12 @@ import Foundation
 import HTTPClient
 import ObjectStore
 import Testing
+import TestTraits
 import TestSupport
 
 /// The S3 client and presigned URLs against a real SeaweedFS: the server's own calls,
 /// and what the store itself refuses (unsigned, forged, altered, expired, wrong bytes).
-@Suite(.serialized) struct S3StoreTests {
+@Suite(.tags(.endToEnd), .serialized) struct S3StoreTests {
     static func withStore(_ body: (SeaweedFS, S3Store) throws -> Void) throws {
         let dir = TemporaryDirectory("vdrive-s3")
         defer { dir.remove() }

@@ -1,11 +1,12 @@
 import Crypto
 import ObjectStore
 import Testing
+import TestTraits
 
 /// Signature Version 4 against the examples AWS documents for S3 ("Signature
 /// Calculations for the Authorization Header" and "Authenticating Requests: Using Query
 /// Parameters"): the same key pair, date, region and requests, the published signatures.
-@Suite struct SigV4Tests {
+@Suite(.tags(.logic)) struct SigV4Tests {
     static let credentials = S3Credentials(accessKey: "AKIAIOSFODNN7EXAMPLE", secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
     static let date = "20130524T000000Z"
     static let emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

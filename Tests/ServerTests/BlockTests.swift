@@ -7,7 +7,7 @@ import Testing
 
 /// Contents in blocks: block-level dedup, resume per block, the commit of a manifest
 /// with its file, identity checks, zero blocks and ranged reads across blocks.
-@Suite struct BlockTests {
+@Suite(.tags(.endToEnd)) struct BlockTests {
     let size = Blocks.size
 
     /// A second content sharing two of its three blocks with the first sends only the third.
@@ -210,7 +210,7 @@ import Testing
 }
 
 /// The content hash's definition, with the test vector of Docs/protocol.md.
-@Suite struct ContentHashVectorTests {
+@Suite(.tags(.logic)) struct ContentHashVectorTests {
     @Test func vector() {
         let n = Blocks.size + 1
         let bytes = (0..<n).map { UInt8($0 % 251) }

@@ -8,7 +8,7 @@ import Testing
 
 /// `GET /v1/blocks/<hash>/chunks`: a stored block's chunk digests, computed once and
 /// kept; ranges of the block fetched by chunk check against them.
-@Suite struct ChunkListTests {
+@Suite(.tags(.logic)) struct ChunkListTests {
     static func digest(_ bytes: ArraySlice<UInt8>) -> SHA256Digest { SHA256Hasher.digest(Array(bytes)) }
 
     @Test func chunkDigestsOfAFullAndAShortBlockAndTheirRanges() throws {

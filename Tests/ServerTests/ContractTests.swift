@@ -16,7 +16,7 @@ import Testing
 /// The seed and the number of examples are fixed, so a run is repeatable; a failure
 /// prints schemathesis's report with a `curl` line per case. Tests/run installs
 /// schemathesis; without it this test fails (it is part of the suite, not optional).
-@Suite(.serialized) struct ContractTests {
+@Suite(.tags(.endToEnd), .serialized) struct ContractTests {
     /// Examples per operation and phase: enough to reach every parameter's bounds (the
     /// coverage phase tries each boundary regardless), few enough for ~20 s a run.
     static let examples = 25

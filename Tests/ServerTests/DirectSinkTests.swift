@@ -7,7 +7,7 @@ import TestSupport
 /// A download written past the page cache (`DirectSink`): pieces of any size gather
 /// into aligned megabytes, the unaligned tail goes through the ordinary descriptor, and
 /// the file holds exactly the bytes, at their offset.
-@Suite struct DirectSinkTests {
+@Suite(.tags(.logic)) struct DirectSinkTests {
     /// With a real O_DIRECT descriptor where the disk takes one (a misaligned write then
     /// fails with EINVAL), else with an ordinary one (the buffering alone).
     @Test(arguments: [true, false]) func piecesOfAnySizeLandAtTheirPlace(_ useODirect: Bool) throws {

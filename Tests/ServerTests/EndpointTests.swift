@@ -5,7 +5,7 @@ import Protocol
 import Server
 import Testing
 
-@Suite struct HealthAndAuthTests {
+@Suite(.tags(.endToEnd)) struct HealthAndAuthTests {
     @Test(arguments: Records.all) func healthNeedsNoToken(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
@@ -72,7 +72,7 @@ import Testing
     }
 }
 
-@Suite struct DedupTests {
+@Suite(.tags(.endToEnd)) struct DedupTests {
     @Test(arguments: Records.all) func presentReportsOnlyRecordedContents(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
@@ -111,7 +111,7 @@ import Testing
     }
 }
 
-@Suite struct BadInputTests {
+@Suite(.tags(.endToEnd)) struct BadInputTests {
     @Test(arguments: Records.all) func badJSONAndWrongTypesName400Fields(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }

@@ -6,7 +6,7 @@ import Storage
 import Testing
 
 /// Upload of a block with an off-the-shelf tus client (tuspy, from PyPI) through the tus creation endpoint.
-@Suite struct TuspyTests {
+@Suite(.tags(.endToEnd)) struct TuspyTests {
     static func tuspyAvailable() -> Bool {
         if (try? run("/usr/bin/env", ["python3", "-c", "import tusclient"]))?.0 == 0 { return true }
         let install = try? run("/usr/bin/env", ["python3", "-m", "pip", "install", "--quiet", "tuspy"])
@@ -43,7 +43,7 @@ import Testing
 }
 
 /// 507 on a full disk, then the upload resumes once space is freed. Needs root to mount a small tmpfs.
-@Suite struct DiskFullTests {
+@Suite(.tags(.endToEnd)) struct DiskFullTests {
     static func canMount() -> Bool {
         guard getuid() == 0 else { print("DiskFullTests skipped: mounting a small tmpfs needs root"); return false }
         return true

@@ -5,7 +5,7 @@ import Protocol
 import Server
 import Testing
 
-@Suite struct FileTests {
+@Suite(.tags(.endToEnd)) struct FileTests {
     @Test(arguments: Records.all) func recordListAndChangeFeed(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
@@ -98,7 +98,7 @@ import Testing
     }
 }
 
-@Suite struct DownloadTests {
+@Suite(.tags(.endToEnd)) struct DownloadTests {
     @Test(arguments: Records.all) func wholeRangeETagAnd304(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }

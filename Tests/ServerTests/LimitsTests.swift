@@ -9,21 +9,11 @@ import Testing
 /// What one client can make the server hold is bounded: open uploads (a hasher thread
 /// and a file each), uploads one request or one device may start, and bytes of bodies
 /// held in memory over all connections.
-@Suite struct LimitsTests {
+@Suite(.tags(.endToEnd)) struct LimitsTests {
     /// Descriptors of this process open on tus staging files (the in-process server's).
     static func openStagingFiles() -> Int {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
         return fds.filter { ((try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0)) ?? "").contains("/tus-") }.count
-    }
-
-    /// Polls `condition` until it holds or `seconds` pass.
-    static func eventually(_ seconds: Double = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(20_000)
-        }
-        return condition()
     }
 
     @Test(arguments: Records.all) func openUploadsAreBoundedAndReopenedOnDemand(_ records: Records) throws {
@@ -35,13 +25,13 @@ import Testing
         for (f, t) in zip(files, tickets) {
             #expect(try s.patch(t.url, offset: 0, bytes: Array(f.bytes[0..<100_000])).status == 204)
         }
-        #expect(Self.eventually { Self.openStagingFiles() <= 3 }, "\(Self.openStagingFiles()) staging files open with a limit of 3")
+        try eventually("at most 3 staging files open, the limit (\(Self.openStagingFiles()) are)", within: 10) { Self.openStagingFiles() <= 3 }
         // Every upload finishes, and each block is the one its hash names (hashers re-opened, or the commit read the file).
         for (f, t) in zip(files, tickets) {
             #expect(try s.patch(t.url, offset: 100_000, bytes: Array(f.bytes[100_000...])).status == 204)
             #expect(try s.hasBlock(f.digest))
         }
-        #expect(Self.eventually { Self.openStagingFiles() == 0 })
+        try eventually("no staging file open (\(Self.openStagingFiles()) are)", within: 10) { Self.openStagingFiles() == 0 }
     }
 
     @Test(arguments: Records.all) func oneRequestAndOneDeviceStartBoundedUploads(_ records: Records) throws {
@@ -88,11 +78,11 @@ import Testing
         let body = Array(repeating: UInt8(ascii: " "), count: length)
         if let early = holder.reply(timeout: 0.3) { Issue.record("the held request was answered: \(early.status)") }
         var refused: HTTPResult?
-        #expect(Self.eventually {
+        try eventually("a record beyond the share is refused with 503", within: 10) {
             guard let r = try? s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(body)) else { return false }
             refused = r
             return r.status == 503
-        })
+        }
         #expect(refused?.status == 503, "\(refused?.status ?? 0) \(refused?.text ?? "")")
         #expect(refused?.header("Retry-After") == "2")
         #expect(refused?.error?.message.contains("send this again") == true)
@@ -101,6 +91,8 @@ import Testing
         #expect(try s.json("POST", "/v1/contents/present", "{\"hashes\":[]}").status == 200)
         // The holder goes away: its share comes back.
         holder.close()
-        #expect(Self.eventually { (try? s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(body)))?.status == 400 })
+        try eventually("the share comes back: the bad record is answered 400", within: 10) {
+            (try? s.send("POST", "/v1/files", headers: ["Content-Type: application/json", "Expect:"], body: .bytes(body)))?.status == 400
+        }
     }
 }

@@ -9,7 +9,7 @@ import Testing
 /// `server-002-blocks` on a data folder made by the server before blocks: the schema
 /// and rows written with that version's SQL, blobs as it stored them (one file per
 /// file, named by `sha256sum`).
-@Suite struct MigrationTests {
+@Suite(.tags(.logic)) struct MigrationTests {
     /// The schema of `server-001-initial` exactly as it shipped (a fixture: never edit).
     static let oldSchema = """
     CREATE TABLE settings (key TEXT PRIMARY KEY, value BLOB NOT NULL);

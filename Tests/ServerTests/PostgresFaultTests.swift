@@ -9,7 +9,7 @@ import Testing
 /// The scaled records under faults: PostgreSQL restarted or stopped mid-upload (on a
 /// cluster of the test's own), and two `vdrive serve` processes sharing one PostgreSQL
 /// database and one data folder.
-@Suite(.serialized, .enabled(if: PostgresCluster.isInstalled)) struct PostgresFaultTests {
+@Suite(.tags(.endToEnd), .serialized, .enabled(if: PostgresCluster.isInstalled)) struct PostgresFaultTests {
     /// `pg_ctl restart` mid-upload: the server reconnects and the upload goes on. While
     /// PostgreSQL is down a request gets 503 (with Retry-After), and the same request
     /// succeeds once it is back.
@@ -25,7 +25,7 @@ import Testing
         guard case .blocks(let tickets, _) = try s.client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else {
             throw TestFailure("expected an upload plan")
         }
-        #expect(tickets.count == 4)
+        try #require(tickets.count == 4)
         #expect(try s.client.patch(url: tickets[0].url, offset: 0, fd: fd, fileOffset: 0, length: Int64(Blocks.size)) == Int64(Blocks.size))
         #expect(try s.client.patch(url: tickets[1].url, offset: 0, fd: fd, fileOffset: Int64(Blocks.size), length: 1 << 20) == 1 << 20)
 
@@ -84,6 +84,7 @@ import Testing
         guard case .blocks(let tickets, _) = try viaA.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else {
             throw TestFailure("expected an upload plan")
         }
+        try #require(tickets.count == 3)
         let block = Int64(Blocks.size)
         // Block 0 through A, the first half of block 1 through B, the rest of block 1 through A.
         #expect(try viaA.patch(url: tickets[0].url, offset: 0, fd: fd, fileOffset: 0, length: block) == block)
@@ -102,9 +103,11 @@ import Testing
             sent.withLock { $0 = r }
         }
         sender.start()
+        // Pacing, not a check: 1.5 s into a 4 s trickle (4 MiB at 1 MiB/s), so A dies
+        // with part of block 2 received.
         usleep(1_500_000)
         a.kill()
-        while sent.withLock({ $0 == nil }) { usleep(10_000) }
+        try eventually("the PATCH through the killed server returns") { sent.withLock { $0 != nil } }
         if case .success = sent.withLock({ $0! }) { Issue.record("the PATCH through the killed server should have failed") }
 
         // Through B: blocks 0 and 1 are done; block 2 resumes from what A recorded (a PATCH
@@ -112,7 +115,7 @@ import Testing
         guard case .blocks(let rest, _) = try viaB.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else {
             throw TestFailure("expected an upload plan")
         }
-        #expect(rest.map(\.index) == [2])
+        try #require(rest.map(\.index) == [2])
         let resumed = try viaB.uploadOffset(url: through(b.port, rest[0].url))
         #expect(resumed == rest[0].offset)
         #expect(try viaB.patch(url: through(b.port, rest[0].url), offset: resumed, fd: fd, fileOffset: 2 * block + resumed, length: block - resumed) == block)
@@ -154,7 +157,7 @@ import Testing
                 done.withLock { $0 += 1 }
             }.start()
         }
-        while done.withLock({ $0 }) < 2 { usleep(10_000) }
+        try eventually("both servers answer every plan", within: 120) { done.withLock { $0 } == 2 }
         #expect(try cluster.psql(name, "SELECT count(*) FROM uploads") == "24")
         let viaA = WorkspaceClient(baseURL: a.base, token: token)
         for f in files {
@@ -176,7 +179,7 @@ import Testing
                 done.withLock { $0 += 1 }
             }.start()
         }
-        while done.withLock({ $0 }) < 2 { usleep(10_000) }
+        try eventually("both servers record every file", within: 120) { done.withLock { $0 } == 2 }
         #expect(failures.withLock { $0 } == [])
         let client = WorkspaceClient(baseURL: b.base, token: token)
         let listed = try client.listFiles(prefix: "p/")

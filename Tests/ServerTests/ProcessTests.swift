@@ -7,7 +7,7 @@ import Storage
 import Testing
 
 /// End to end with the real `vdrive serve` binary.
-@Suite(.serialized) struct ProcessTests {
+@Suite(.tags(.endToEnd), .serialized) struct ProcessTests {
     /// Three blocks: the first sent whole, the second cut by SIGKILL after 1 MiB was
     /// recorded and more was in flight. After a restart the plan lists only the second
     /// (at exactly 1 MiB: a killed PATCH records nothing) and the third.
@@ -124,7 +124,7 @@ extension BlobStore {
     static func pathFor(root: String, _ d: SHA256Digest) -> String { "\(root)/\(d.hex.prefix(2))/\(d.hex)" }
 }
 
-@Suite struct ConcurrencyTests {
+@Suite(.tags(.endToEnd)) struct ConcurrencyTests {
     @Test(arguments: Records.all) func twoClientsUploadingTheSameFileStoreEachBlockOnce(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
@@ -140,7 +140,7 @@ extension BlobStore {
             }
         }
         threads.forEach { $0.start() }
-        while results.withLock({ $0.count }) < 2 { usleep(10_000) }
+        try eventually("both uploads return", within: 120) { results.withLock { $0.count } == 2 }
         for r in results.withLock({ $0 }) {
             if case .failure(let e) = r { Issue.record("upload failed: \(e)") }
         }
@@ -162,7 +162,7 @@ extension BlobStore {
                 done.withLock { $0 += 1 }
             }.start()
         }
-        while done.withLock({ $0 }) < 16 { usleep(10_000) }
+        try eventually("all 16 clients finish", within: 60) { done.withLock { $0 } == 16 }
         #expect(failures.withLock { $0 } == 0)
     }
 }

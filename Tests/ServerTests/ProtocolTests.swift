@@ -2,7 +2,7 @@ import Crypto
 import Protocol
 import Testing
 
-@Suite struct PresignTests {
+@Suite(.tags(.logic)) struct PresignTests {
     let presigner = Presigner(key: Array(repeating: 7, count: 32))
     let signed = Presigner.Signed(method: "PATCH", path: "/v1/tus/abc", hash: String(repeating: "ab", count: 32), size: 1234, expires: 2_000_000_000)
 
@@ -65,7 +65,7 @@ import Testing
     }
 }
 
-@Suite struct ValidationTests {
+@Suite(.tags(.logic)) struct ValidationTests {
     @Test(arguments: ["Camera Roll/IMG_0001.jpg", "a", "a/b/c", "été/photo.jpg", "a..b/c"])
     func goodPaths(_ p: String) throws {
         #expect(try Validation.path(p) == p)

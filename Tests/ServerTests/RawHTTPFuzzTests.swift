@@ -16,7 +16,7 @@ import Testing
 /// check) or an exit fails the test naming the case. An answer of 5xx fails it too (a
 /// 500 is a bug: Docs/protocol.md). A seeded random part sends random nasty values on
 /// random routes and prints its seed (`VDRIVE_FUZZ_SEED=N` replays one).
-@Suite(.serialized) struct RawHTTPFuzzTests {
+@Suite(.tags(.endToEnd), .serialized) struct RawHTTPFuzzTests {
     /// The two kinds of server: records in SQLite and blocks in its data folder (tus
     /// uploads), or records in PostgreSQL and blocks in SeaweedFS (presigned S3 PUTs).
     enum Backend: String, CaseIterable, Sendable, CustomTestStringConvertible {

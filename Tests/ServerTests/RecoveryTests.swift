@@ -14,7 +14,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
 }
 
 /// What the server repairs when it starts on a data folder left by an unclean stop.
-@Suite struct RecoveryTests {
+@Suite(.tags(.endToEnd)) struct RecoveryTests {
     func start(_ data: String, _ database: DatabaseLocation?, expiry: Int64 = 7 * 86400) throws -> WorkspaceServer {
         try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: expiry, database: database))
     }
@@ -98,7 +98,7 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
 }
 
 /// Stopping the server (SIGTERM path) while a PATCH is in flight.
-@Suite struct StopTests {
+@Suite(.tags(.logic)) struct StopTests {
     @Test func stopDuringAPatchKeepsTheBytesReceived() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }
@@ -125,10 +125,10 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
             })
             done.withLock { $0 = true }
         }.start()
-        while !started.withLock({ $0 }) { usleep(5_000) }
+        try eventually("1 MiB of the PATCH is out") { started.withLock { $0 } }
         server.stop()
         stopped = true
-        while !done.withLock({ $0 }) { usleep(5_000) }
+        try eventually("the PATCH returns after the stop") { done.withLock { $0 } }
 
         let again = try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0))
         defer { again.stop() }

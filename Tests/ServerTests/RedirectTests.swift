@@ -7,7 +7,7 @@ import Testing
 /// bearer token (a store must never see it). The two peers here are one raw loopback
 /// listener that records each request's head: the first answer is the redirect, the
 /// second the block. (The real path, server and SeaweedFS, is in ScaledStoreTests.)
-@Suite struct RedirectTests {
+@Suite(.tags(.logic)) struct RedirectTests {
     /// Answers its replies in order, one per connection, and keeps each request's head.
     final class RecordingPeer: @unchecked Sendable { // `heads` is read after the thread is joined
         let fd: Int32
@@ -45,7 +45,7 @@ import Testing
             thread?.start()
         }
 
-        func wait() { while thread?.isFinished == false { usleep(10_000) } }
+        func wait() throws { try eventually("the peer has answered every request") { thread?.isFinished != false } }
         deinit { close(fd) }
     }
 
@@ -70,7 +70,7 @@ import Testing
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fd = open(dir.path + "/block", O_RDWR | O_CREAT, 0o600); defer { close(fd) }
         #expect(try client.downloadBlock(hash, to: fd) == Int64(block.count))
-        peer.wait()
+        try peer.wait()
         #expect(peer.heads.count == 2)
         #expect(peer.heads.first?.contains("Authorization: Bearer secret-device-token") == true, "the server gets the token")
         #expect(peer.heads.last?.hasPrefix("GET /bucket/blocks/\(hash.hex)?X-Amz-Signature=abc ") == true, "\(peer.heads.last ?? "")")
@@ -88,7 +88,7 @@ import Testing
         ] }
         let client = WorkspaceClient(baseURL: "http://127.0.0.1:\(peer.port)", token: "secret-device-token")
         #expect(try client.blockBytes(hash, offset: 4, length: 6) == Array(block[4...9]))
-        peer.wait()
+        try peer.wait()
         #expect(peer.heads.count == 2)
         #expect(peer.heads.first?.contains("Range: bytes=4-9") == true, "\(peer.heads.first ?? "")")
         #expect(peer.heads.last?.hasPrefix("GET /bucket/blocks/\(hash.hex)?X-Amz-Signature=abc ") == true, "\(peer.heads.last ?? "")")
@@ -116,7 +116,7 @@ import Testing
                 let error = ScaledStoreTests.outcome(call)
                 guard case .invalidResponse? = error else { Issue.record("\(what), redirected to '\(location)': \(String(describing: error))"); continue }
             }
-            peer.wait()
+            try peer.wait()
             #expect(peer.heads.count == 2, "one request per call: \(peer.heads)")
         }
     }

@@ -7,7 +7,7 @@ import Testing
 /// `vdrive restore` killed in the middle of a big file resumes by block, and a damaged
 /// download never reaches its name (a real server, a real `vdrive` process, SIGKILL, a
 /// proxy that flips a byte).
-@Suite(.serialized) struct RestoreIntegrityTests {
+@Suite(.tags(.endToEnd), .serialized) struct RestoreIntegrityTests {
     typealias Fixture = RestoreTests.Fixture
 
     /// The hidden temporary file a restore writes `path` into (RestoreFile.swift).

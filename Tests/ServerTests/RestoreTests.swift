@@ -9,7 +9,7 @@ import Testing
 /// `vdrive restore` against a real `vdrive serve`: two devices with the same names,
 /// byte-equal restores with capture dates as mtimes, the date filters, and a restore
 /// killed with SIGKILL that resumes without fetching finished files again.
-@Suite(.serialized) struct RestoreTests {
+@Suite(.tags(.endToEnd), .serialized) struct RestoreTests {
     /// A real server with two devices that back up, "phone" and "laptop", a third that
     /// restores, "new-laptop", and their token files. Scaled: records in PostgreSQL,
     /// blocks in a real SeaweedFS, and two server processes: the devices back up through

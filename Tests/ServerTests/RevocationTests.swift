@@ -9,7 +9,7 @@ import Testing
 /// Revoking a device stops every credential it holds on the next request: its token,
 /// its presigned tus URLs (also in another server process), and what its presigned S3
 /// PUTs could make present. Other devices carry on.
-@Suite struct RevocationTests {
+@Suite(.tags(.endToEnd)) struct RevocationTests {
     /// A second device on `s`'s records, with its own client.
     static func secondDevice(_ s: TestServer, name: String = "tablet") throws -> (token: String, client: WorkspaceClient) {
         let token = try DeviceRegistry(dataDirectory: s.server.configuration.dataDirectory, database: s.database).add(name)

@@ -10,7 +10,7 @@ import Testing
 /// A server keeping its blocks in a real SeaweedFS (`--store s3://…`): devices PUT
 /// blocks straight to the store with presigned URLs, the server verifies each before it
 /// is offered for dedup, and any server process can answer any request.
-@Suite(.serialized) struct ScaledStoreTests {
+@Suite(.tags(.endToEnd), .serialized) struct ScaledStoreTests {
     /// A fresh SeaweedFS, and the server's view of it (its store choice and an S3 client
     /// with the same credentials, to look at the bucket as an operator would).
     final class Store {
@@ -50,7 +50,7 @@ import Testing
         let server = try TestServer(store: store.choice); defer { server.stop() }
         let f = TestFile(in: server.dir.path, size: 3 * Blocks.size + 1000, seed: 5)
         let tickets = try Self.plan(server.client, f)
-        #expect(tickets.count == 4)
+        try #require(tickets.count == 4)
         for t in tickets {
             guard case .s3(let headers) = t.kind else { Issue.record("block \(t.index) is not an S3 PUT"); continue }
             #expect(t.offset == 0)
@@ -173,6 +173,18 @@ import Testing
         #expect(try server.client.chunkDigests(f.manifest.blocks[1]) == expected(1))
     }
 
+    /// When a presigned URL stops being valid: its X-Amz-Date plus X-Amz-Expires seconds.
+    static func presignedExpiry(_ url: String) -> Date? {
+        guard let query = URLComponents(string: url)?.queryItems,
+              let signed = query.first(where: { $0.name == "X-Amz-Date" })?.value,
+              let seconds = query.first(where: { $0.name == "X-Amz-Expires" })?.value.flatMap(Double.init) else { return nil }
+        let format = DateFormatter()
+        format.locale = Locale(identifier: "en_US_POSIX")
+        format.timeZone = TimeZone(identifier: "UTC")
+        format.dateFormat = "yyyyMMdd'T'HHmmss'Z'"
+        return format.date(from: signed).map { $0.addingTimeInterval(seconds) }
+    }
+
     @Test func expiredAlteredAndForgedURLsAreRefusedByTheStoreAndRenewed() throws {
         let store = try Store(); defer { store.stop() }
         let server = try TestServer(uploadExpiry: 2, store: store.choice); defer { server.stop() }
@@ -187,7 +199,12 @@ import Testing
         #expect(try put(t.url.replacingOccurrences(of: t.hash.hex, with: tickets[1].hash.hex)) == 403, "altered key")
         let signature = t.url.components(separatedBy: "X-Amz-Signature=")[1]
         #expect(try put(t.url.replacingOccurrences(of: signature, with: String(signature.reversed()))) == 403, "forged signature")
-        sleep(3)
+        // Expired by the URL's own terms: past X-Amz-Date + X-Amz-Expires, by the clock the
+        // store reads too (whole seconds: one more makes "past" sure).
+        let expires = try #require(Self.presignedExpiry(t.url), "no X-Amz-Date/X-Amz-Expires in \(t.url)")
+        try eventually("the presigned URL's expiry (\(expires)) passes", within: 30, poll: 0.1) {
+            Date().timeIntervalSince1970 >= expires.timeIntervalSince1970 + 1
+        }
         #expect(try put(t.url) == 403, "expired")
         #expect(throws: ClientError.expired) { try server.client.uploadBlock(t, fd: fd) }
         #expect(try store.object(t.hash) == nil)
@@ -298,7 +315,7 @@ import Testing
 
         // Alternating: plan from A, PUTs to the store, each verification by the other server.
         let tickets = try Self.plan(viaA, f)
-        #expect(tickets.count == 8)
+        try #require(tickets.count == 8)
         for t in tickets.prefix(5) {
             guard case .s3(let headers) = t.kind else { throw TestFailure("not an S3 plan") }
             let put = try HTTPConnection().perform(method: "PUT", url: t.url, headers: headers + ["Expect:"], body: .file(fd: fd, offset: t.fileOffset, length: t.length))

@@ -8,7 +8,7 @@ import Testing
 /// The data folder and the database files are the server's user's alone whatever the
 /// umask, a too-open folder is fixed at start and reported by `vdrive serve check`, and
 /// an internal failure's text never reaches the caller.
-@Suite(.serialized) struct SecretsAtRestTests {
+@Suite(.tags(.endToEnd), .serialized) struct SecretsAtRestTests {
     static func mode(_ path: String) -> mode_t? { (try? FileIO.status(path)).map { $0.st_mode & 0o7777 } }
 
     /// Runs `body` with the umask most systems have (022), then puts the test's back.

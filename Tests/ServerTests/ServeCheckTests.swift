@@ -4,7 +4,7 @@ import Testing
 
 /// `vdrive serve check` and `--database` / `VDRIVE_DATABASE` on the serve verbs, through
 /// the real binary: what it reports and its sysexits code for each kind of problem.
-@Suite struct ServeCheckTests {
+@Suite(.tags(.endToEnd)) struct ServeCheckTests {
     @Test(.enabled(if: PostgresCluster.isInstalled)) func postgresFreshThenMigratedAndEachProblem() throws {
         let cluster = try #require(PostgresCluster.shared)
         let dir = TemporaryDirectory()
@@ -70,7 +70,7 @@ import Testing
 }
 
 /// `vdrive serve check --store`: the object store half, against a real SeaweedFS.
-@Suite(.serialized) struct StoreCheckTests {
+@Suite(.tags(.endToEnd), .serialized) struct StoreCheckTests {
     @Test func aBucketThatAnswersAWrongKeyAndNoStore() throws {
         let dir = TemporaryDirectory()
         defer { dir.remove() }

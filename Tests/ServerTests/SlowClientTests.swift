@@ -10,7 +10,7 @@ import Glibc
 /// No client locks others out: slow connections from one address (127.0.0.2) are held,
 /// limited and cut by the server's deadlines while a device on 127.0.0.1 backs up and
 /// `/v1/health` answers. Deadlines are shortened here so the test stays fast.
-@Suite(.serialized) struct SlowClientTests {
+@Suite(.tags(.endToEnd), .serialized) struct SlowClientTests {
     static let attacker = "127.0.0.2"
 
     /// Many slow connections (headers and bodies trickling, idle keep-alives) do not stop

@@ -10,7 +10,7 @@ import Testing
 /// `vdrive serve snapshot`: a copy taken while a device keeps uploading, from which a new
 /// server starts; the device carries on there with its token, every file recorded before
 /// the snapshot reads back whole, and nothing it sent is asked for again.
-@Suite(.serialized) struct SnapshotTests {
+@Suite(.tags(.endToEnd), .serialized) struct SnapshotTests {
     @Test func aSnapshotOfARunningServerStartsAServerDevicesCarryOnWith() throws {
         let server = try TestServer()
         defer { server.stop() }
@@ -37,15 +37,16 @@ import Testing
             }
         }
         writer.start()
-        defer { stop.store(true, ordering: .relaxed); while !writer.isFinished { usleep(5_000) } }
-        try Self.waitUntil("uploads under way") { during.withLock { $0.count } >= 2 }
+        // On every path: the writer stops within one upload, or the test fails (no hang).
+        defer { stop.store(true, ordering: .relaxed); try? eventually("the writer stops") { writer.isFinished } }
+        try eventually("uploads under way") { during.withLock { $0.count } >= 2 }
 
         let snapshot = server.dir.path + "/snapshot"
         let (status, out, err) = try run(vdriveBinary(), ["serve", "snapshot", snapshot, "--data", data])
         #expect(status == 0, "\(err)")
         #expect(out.contains("Snapshot of \(data) in \(snapshot)"), "\(out)")
         stop.store(true, ordering: .relaxed)
-        while !writer.isFinished { usleep(5_000) }
+        try eventually("the writer stops") { writer.isFinished }
         #expect((try? FileIO.status(snapshot).st_mode).map { $0 & 0o777 } == 0o700)
         #expect((try? FileIO.status(snapshot + "/server.db").st_mode).map { $0 & 0o777 } == 0o600)
         server.server.stop()
@@ -96,14 +97,5 @@ import Testing
         defer { close(fd); unlink(path) }
         _ = try client.download(content: f.content, to: fd)
         return Array(try Data(contentsOf: URL(fileURLWithPath: path)))
-    }
-
-    static func waitUntil(_ what: String, seconds: Double = 30, _ condition: () -> Bool) throws {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return }
-            usleep(10_000)
-        }
-        throw TestFailure("\(what): not within \(seconds) s")
     }
 }

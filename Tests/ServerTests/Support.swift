@@ -2,6 +2,7 @@ import Client
 import Crypto
 import Foundation
 @_exported import TestSupport
+@_exported import TestTraits
 import Protocol
 import Server
 import Testing

@@ -10,7 +10,7 @@ import Testing
 /// HTTPS end to end: `vdrive serve --tls-cert/--tls-key` (and the in-process server with
 /// a `TLSConfiguration`) against clients that verify the certificate, trusting a private
 /// CA given as a file. Certificates are made per test with `openssl` (TestCertificates).
-@Suite(.serialized) struct TLSTests {
+@Suite(.tags(.endToEnd), .serialized) struct TLSTests {
     func tls(_ pair: TestCertificates.Pair, allowExpired: Bool = false) throws -> TLSConfiguration {
         try TLSConfiguration.load(certificateFile: pair.certificate, keyFile: pair.key, allowExpired: allowExpired)
     }

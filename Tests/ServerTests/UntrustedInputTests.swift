@@ -5,7 +5,7 @@ import Testing
 
 /// The checks every client number and header goes through, without a server: they parse
 /// what a client may send and never trap (RawHTTPFuzzTests sends the same over sockets).
-@Suite struct UntrustedInputTests {
+@Suite(.tags(.logic)) struct UntrustedInputTests {
     @Test func decimalNumbersAreDigitsOnlyAndNeverOverflow() {
         #expect(DecimalNumber(parsing: "0") == .value(0))
         #expect(DecimalNumber(parsing: "007") == .value(7))

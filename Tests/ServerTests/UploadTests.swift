@@ -17,7 +17,7 @@ extension TestServer {
 }
 
 /// The tus machinery on one block (files of one block here; BlockTests has many).
-@Suite struct UploadTests {
+@Suite(.tags(.endToEnd)) struct UploadTests {
     @Test(arguments: Records.all) func createIsIdempotentAndReportsTheCurrentOffset(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }

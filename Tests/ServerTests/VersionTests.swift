@@ -7,7 +7,7 @@ import Storage
 import Testing
 
 /// Records keyed by (device, path), every version kept, deletion only by the admin.
-@Suite struct VersionTests {
+@Suite(.tags(.endToEnd)) struct VersionTests {
     /// A record of `f` at `path` with a capture date.
     static func record(_ f: TestFile, _ path: String, sequence: Int64, capture: Int64? = 1_600_000_000, mtime: Int64 = 1_700_000_000) -> FileRecord {
         FileRecord(path: path, hash: f.content.hex, size: f.size, blocks: f.manifest.blocks.map(\.hex), captureDate: capture, mtime: mtime, deviceSequence: sequence)

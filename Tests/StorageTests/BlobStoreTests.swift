@@ -1,10 +1,11 @@
 import Testing
+import TestTraits
 import Foundation
 import TestSupport
 import Crypto
 @testable import Storage
 
-@Suite struct BlobStoreTests {
+@Suite(.tags(.logic)) struct BlobStoreTests {
     func stage(_ store: BlobStore, _ bytes: [UInt8]) throws -> String {
         let (fd, path) = try store.makeStagingFile()
         defer { FileIO.close(fd) }

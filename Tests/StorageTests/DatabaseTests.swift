@@ -1,9 +1,10 @@
 import Testing
+import TestTraits
 import Foundation
 import TestSupport
 @testable import Storage
 
-@Suite struct DatabaseTests {
+@Suite(.tags(.logic)) struct DatabaseTests {
     let migrations = [
         Migration("001-items", "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE)"),
         Migration("002-size", "ALTER TABLE items ADD COLUMN size INTEGER NOT NULL DEFAULT 0"),

@@ -1,4 +1,5 @@
 import Testing
+import TestTraits
 import Foundation
 import TestSupport
 #if canImport(Glibc)
@@ -7,7 +8,7 @@ import Glibc
 
 /// The test support's delaying, rate-capping proxy forwards every byte intact, both ways.
 /// (Its delay and rate are measured by the benchmarks, never asserted here.)
-@Suite struct LinkProxyTests {
+@Suite(.tags(.logic)) struct LinkProxyTests {
     @Test func forwardsBothWaysIntact() throws {
         // An echo server on a free loopback port.
         let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

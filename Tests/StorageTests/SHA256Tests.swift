@@ -1,7 +1,8 @@
 import Testing
+import TestTraits
 import Crypto
 
-@Suite struct SHA256Tests {
+@Suite(.tags(.logic)) struct SHA256Tests {
     // NIST FIPS 180-2 / CAVS known-answer vectors.
     @Test(arguments: [
         ("", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
