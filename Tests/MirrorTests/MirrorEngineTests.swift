@@ -1,4 +1,5 @@
 import Testing
+import TestTraits
 import Foundation
 import TestSupport
 @testable import Drive
@@ -7,7 +8,7 @@ import TestSupport
 /// The mirror of the workspace on drives called directly, against the tree's rules held
 /// in memory (TreeServerModel): each rule of Docs/sync.md, without a kernel or a server
 /// process. The same cases run on real mounts and a real server in the end-to-end tests.
-@Suite(.serialized) struct MirrorEngineTests {
+@Suite(.tags(.logic), .serialized) struct MirrorEngineTests {
     let server = TreeServerModel()
 
     func devices(_ names: String...) throws -> [MirrorDevice] { try names.map { try MirrorDevice($0, server: server) } }

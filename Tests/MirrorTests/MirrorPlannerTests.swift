@@ -1,8 +1,9 @@
 import Testing
+import TestTraits
 @testable import WorkspaceMirror
 
 /// The conflict rules alone, without a drive or a server (Docs/sync.md, "Conflicts").
-@Suite struct MirrorPlannerTests {
+@Suite(.tags(.logic)) struct MirrorPlannerTests {
     static let folder = "11111111111111111111111111111111"
     static let other = "22222222222222222222222222222222"
 
