@@ -1,6 +1,7 @@
 import Client
 import Foundation
 import HTTPClient
+import Protocol
 import Server
 #if canImport(Glibc)
 import Glibc
