@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <sys/types.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <microhttpd.h>
 
 /* MHD_start_daemon is variadic; this wrapper fixes the options the server uses.
@@ -49,6 +51,35 @@ static inline int vd_mhd_connection_fd(struct MHD_Connection *c) {
 static inline void *vd_mhd_socket_context(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return info ? info->socket_context : NULL;
+}
+/* The client's address as text into `out` (NUL-terminated); returns 1 when it is a
+   loopback address (127.0.0.0/8, ::1, ::ffff:127.x), 0 when not, -1 when unknown. */
+static inline int vd_mhd_client_address(struct MHD_Connection *c, char *out, socklen_t size) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!info || !info->client_addr || size == 0) return -1;
+    const struct sockaddr *sa = info->client_addr;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        if (!inet_ntop(AF_INET, &in->sin_addr, out, size)) return -1;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        if (!inet_ntop(AF_INET6, &in6->sin6_addr, out, size)) return -1;
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return 1;
+        return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+    }
+    return -1;
+}
+/* How a request ended: 0 its reply sent, 1 the idle timeout, 2 the daemon stopping,
+   3 anything else (a read or write failed, the client left). */
+static inline int vd_mhd_termination_kind(enum MHD_RequestTerminationCode code) {
+    switch (code) {
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK: return 0;
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return 1;
+    case MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN: return 2;
+    default: return 3;
+    }
 }
 static inline unsigned int vd_mhd_flag_epoll(void) { return MHD_USE_EPOLL_INTERNAL_THREAD; }
 static inline unsigned int vd_mhd_flag_suspend(void) { return MHD_ALLOW_SUSPEND_RESUME; }

@@ -143,12 +143,46 @@ public final class S3Store: Sendable {
 
     /// The keys under `prefix` after `startAfter`, at most 1,000 per page; `more` when the list goes on.
     public func list(prefix: String, startAfter: String? = nil) throws(ObjectStoreError) -> (keys: [String], more: Bool) {
+        let page = try listObjects(prefix: prefix, startAfter: startAfter)
+        return (page.objects.map(\.key), page.more)
+    }
+
+    /// One object of a listing.
+    public struct ListedObject: Sendable, Equatable {
+        public var key: String
+        public var size: Int64
+        /// Unix seconds of its last write; nil when the store did not say.
+        public var modified: Int64?
+    }
+
+    /// The objects under `prefix` after `startAfter` in key order, at most 1,000 per page
+    /// (ListObjectsV2); `more` when the list goes on.
+    public func listObjects(prefix: String, startAfter: String? = nil) throws(ObjectStoreError) -> (objects: [ListedObject], more: Bool) {
         var query = [("list-type", "2"), ("prefix", prefix)]
         if let startAfter { query.append(("start-after", startAfter)) }
         let reply = try call("GET", key: "", query: query)
         guard reply.status == 200 else { throw failure(reply) }
         let text = String(decoding: reply.body, as: UTF8.self)
-        return (Self.elements("Key", in: text), Self.element("IsTruncated", in: text) == "true")
+        let objects = Self.elements("Contents", in: text).compactMap { entry -> ListedObject? in
+            guard let key = Self.element("Key", in: entry) else { return nil }
+            return ListedObject(key: key, size: Self.element("Size", in: entry).flatMap { Int64($0) } ?? 0,
+                                modified: Self.element("LastModified", in: entry).flatMap(Self.unixSeconds))
+        }
+        return (objects, Self.element("IsTruncated", in: text) == "true")
+    }
+
+    /// `2026-11-30T12:15:03.000Z` (S3's LastModified; the fraction optional) as Unix seconds.
+    static func unixSeconds(_ text: String) -> Int64? {
+        let digits = Array(text.utf8)
+        guard digits.count >= 20, digits[4] == 0x2D, digits[7] == 0x2D, digits[10] == 0x54, digits[13] == 0x3A, digits[16] == 0x3A else { return nil }
+        func number(_ from: Int, _ count: Int) -> Int32? { Int32(String(decoding: digits[from..<(from + count)], as: UTF8.self)) }
+        guard let year = number(0, 4), let month = number(5, 2), let day = number(8, 2),
+              let hour = number(11, 2), let minute = number(14, 2), let second = number(17, 2) else { return nil }
+        var parts = tm()
+        parts.tm_year = year - 1900; parts.tm_mon = month - 1; parts.tm_mday = day
+        parts.tm_hour = hour; parts.tm_min = minute; parts.tm_sec = second
+        let seconds = timegm(&parts)
+        return seconds == -1 ? nil : Int64(seconds)
     }
 
     /// A presigned PUT of `key`: the device must send exactly `length` bytes whose SHA-256

@@ -34,6 +34,9 @@ public enum API {
     public static let fileVersions = "/v1/files/versions"
     public static let changes = "/v1/changes"
     public static let watermark = "/v1/watermark"
+    /// `GET /metrics`: the server's counters for Prometheus (outside `/v1`: it is the
+    /// operator's, not the devices').
+    public static let metrics = "/metrics"
 
     /// At most this many hashes per dedup check.
     public static let maxHashesPerCheck = 10_000

@@ -16,9 +16,10 @@ final class CollectorJob: Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let done = DispatchSemaphore(value: 0)
     private let stopped = Mutex(false)
+    private let metrics: ServerMetrics?
 
-    init(collector: SpaceCollector, interval: Int64, grace: Int64) {
-        self.collector = collector; self.interval = interval; self.grace = grace
+    init(collector: SpaceCollector, interval: Int64, grace: Int64, metrics: ServerMetrics? = nil) {
+        self.collector = collector; self.interval = interval; self.grace = grace; self.metrics = metrics
     }
 
     func start() {
@@ -30,9 +31,14 @@ final class CollectorJob: Sendable {
                 if wake.wait(timeout: .now() + .seconds(Int(min(interval, Int64(Int32.max))))) == .success { break }
                 do {
                     let r = try collector.collect(grace: grace)
-                    if r.blocks > 0 || r.contents > 0 { log("garbage collection removed \(r.contents) content(s) and \(r.blocks) block(s), \(r.bytes) bytes") }
+                    metrics?.collected(r)
+                    if r.blocks > 0 || r.contents > 0 || r.objects > 0 {
+                        log("garbage collection removed \(r.contents) content(s), \(r.blocks) block(s) (\(r.bytes) bytes) and \(r.objects) orphan object(s) (\(r.objectBytes) bytes)")
+                    }
                 } catch is SpaceCollector.Busy {
+                    metrics?.collected(SpaceCollector.Report())
                 } catch {
+                    metrics?.collected(nil)
                     log("garbage collection failed: \(error); it runs again in \(interval) s")
                 }
             }

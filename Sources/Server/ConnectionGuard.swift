@@ -49,17 +49,24 @@ final class ConnectionRecord: @unchecked Sendable {
         /// Routing, finishing, held or replying: not the client's turn.
         case busy
     }
+    /// Which deadline closed the connection.
+    enum Cut { case header, body }
     struct State {
         var phase = Phase.header
         var since: Int64
         var bytes: Int64 = 0
         var windowStart: Int64 = 0
+        /// Replies completed on this connection.
+        var requests = 0
+        var cut: Cut?
     }
     let fd: Int32
+    let client: ClientAddress
     let state: Mutex<State>
 
-    init(fd: Int32, now: Int64) {
+    init(fd: Int32, now: Int64, client: ClientAddress = .unknown) {
         self.fd = fd
+        self.client = client
         state = Mutex(State(since: now))
     }
 
@@ -120,6 +127,9 @@ final class ConnectionGuard: Sendable {
 
     func stop() { running.withLock { $0 = false } }
 
+    /// Connections open now.
+    var openCount: Int { records.withLock { $0.count } }
+
     private func sweepLoop() {
         while running.withLock({ $0 }) {
             usleep(500_000)
@@ -135,10 +145,16 @@ final class ConnectionGuard: Sendable {
                 let tooSlow = record.state.withLock { s -> Bool in
                     switch s.phase {
                     case .busy: return false
-                    case .header: return now - s.since >= header
+                    case .header:
+                        guard now - s.since >= header else { return false }
+                        s.cut = .header
+                        return true
                     case .body:
                         guard now - s.since >= window else { return false }
-                        if s.bytes - s.windowStart < limits.minimumBodyBytes { return true }
+                        if s.bytes - s.windowStart < limits.minimumBodyBytes {
+                            s.cut = .body
+                            return true
+                        }
                         s.since = now
                         s.windowStart = s.bytes
                         return false
@@ -162,10 +178,12 @@ final class ConnectionGuard: Sendable {
     }
 }
 
-func monotonicMilliseconds() -> Int64 {
+func monotonicMilliseconds() -> Int64 { monotonicMicroseconds() / 1000 }
+
+func monotonicMicroseconds() -> Int64 {
     var t = timespec()
     clock_gettime(CLOCK_MONOTONIC, &t)
-    return Int64(t.tv_sec) * 1000 + Int64(t.tv_nsec) / 1_000_000
+    return Int64(t.tv_sec) * 1_000_000 + Int64(t.tv_nsec) / 1000
 }
 
 /// Raises this process's open-file limit to fit `needed` descriptors (up to the hard

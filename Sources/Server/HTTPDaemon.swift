@@ -23,6 +23,8 @@ final class HTTPDaemon: Sendable {
     private let daemon: Mutex<UInt>
     let port: UInt16
     let guardian: ConnectionGuard
+    /// Told of each request once it ends (the access log, the metrics); nil: nobody.
+    let observer: (any RequestObserver)?
     private let workers: WorkerPool
     /// Connections suspended and not yet resumed, and whether `stop` began: libmicrohttpd
     /// must not be stopped with a connection suspended, so `stop` waits for the count to
@@ -35,8 +37,9 @@ final class HTTPDaemon: Sendable {
     /// Binds `host:port` (port 0 picks a free one) and starts serving, over TLS with `tls`.
     init(host: String, port: UInt16, handler: HTTPHandler, limits: ConnectionLimits = ConnectionLimits(),
          memoryLimit: Int = 256 * 1024, threads: Int = HTTPDaemon.defaultThreads, workers: Int = 16,
-         tls: TLSConfiguration? = nil) throws(ServerError) {
+         tls: TLSConfiguration? = nil, observer: (any RequestObserver)? = nil) throws(ServerError) {
         self.handler = handler
+        self.observer = observer
         self.daemon = Mutex(0)
         if let problem = limits.problem { throw .cannotStart(problem) }
         raiseDescriptorLimit(to: UInt64(limits.total) + 256)
@@ -194,6 +197,14 @@ final class Handoff<Value>: @unchecked Sendable {
 /// the connection is suspended; never by two at once.
 final class RequestState: @unchecked Sendable {
     let expectsBody: Bool
+    /// For the observer: what was asked, by whom, when (monotonic µs), and what was queued.
+    let method: String
+    let route: RoutePattern
+    let client: ClientAddress
+    let note: RequestNote
+    let started = monotonicMicroseconds()
+    var status = 0
+    var bytesOut: Int64 = 0
     var body: RequestBody?
     var finished = false
     /// A reply decided at the headers of a request without a body, queued on the next
@@ -206,7 +217,24 @@ final class RequestState: @unchecked Sendable {
     var received: Int64 = 0
     /// Answered by a stopping server, which waits for the reply to be sent.
     var draining = false
-    init(expectsBody: Bool) { self.expectsBody = expectsBody }
+    init(_ request: HTTPRequest) {
+        expectsBody = request.expectsBody
+        method = request.method
+        route = RoutePattern(path: request.path)
+        client = request.client
+        note = request.note
+    }
+
+    /// The reply about to be queued: its status, and the body length a HEAD does not send.
+    func queued(_ reply: HTTPResponse) {
+        status = reply.status
+        guard method != "HEAD" else { return }
+        switch reply.body {
+        case .bytes(let bytes): bytesOut = Int64(bytes.count)
+        case .file(_, _, let length): bytesOut = length
+        case .stream(let length, _): bytesOut = length
+        }
+    }
 }
 
 /// A request answered later, by an event: the route returned `.hold`, and the
@@ -276,7 +304,8 @@ private func values(_ connection: OpaquePointer, headers: Bool) -> (values: [Str
     return (collector.values, collector.conflicting)
 }
 
-private func queue(_ connection: OpaquePointer, _ reply: HTTPResponse) -> MHD_Result {
+private func queue(_ connection: OpaquePointer, _ reply: HTTPResponse, _ state: RequestState) -> MHD_Result {
+    state.queued(reply)
     let response: OpaquePointer?
     switch reply.body {
     case .bytes(let bytes):
@@ -335,9 +364,9 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
         let headers = values(connection, headers: true)
         let request = HTTPRequest(method: String(cString: method), path: String(cString: url),
                                   headers: headers.values, query: values(connection, headers: false).values,
-                                  conflicting: headers.conflicting)
+                                  conflicting: headers.conflicting, client: record?.client ?? .unknown)
         record?.enter(.busy)
-        let state = RequestState(expectsBody: request.expectsBody)
+        let state = RequestState(request)
         if request.header("Transfer-Encoding") == nil { state.declaredLength = request.contentLength }
         conCls.pointee = Unmanaged.passRetained(state).toOpaque()
         let route = daemon.handler.route(request)
@@ -363,7 +392,7 @@ private func accessHandler(_ cls: UnsafeMutableRawPointer?, _ connection: Opaque
     if let outcome = state.outcome.take() { return apply(outcome, state, connection, record) }
     if let reply = state.pending {
         state.pending = nil
-        return queue(connection, reply)
+        return queue(connection, reply, state)
     }
     guard state.body != nil, !state.finished else { return vd_mhd_yes() }
     state.finished = true
@@ -380,20 +409,20 @@ private func apply(_ outcome: Resumption, _ state: RequestState, _ connection: O
         state.pending = reply
         return vd_mhd_yes()
     case .reply(let reply):
-        return queue(connection, reply)
+        return queue(connection, reply, state)
     case .route(.respond(let reply)):
         if !state.expectsBody {
             state.pending = reply
             return vd_mhd_yes()
         }
         // Answered before the body: libmicrohttpd then does not read it and closes the connection.
-        return queue(connection, reply)
+        return queue(connection, reply, state)
     case .route(.read(let body)):
         state.body = body
         record?.enter(.body)
         return vd_mhd_yes()
     case .route(.hold):
-        return queue(connection, HeldRequest.stopping)  // handled before apply
+        return queue(connection, HeldRequest.stopping, state)  // handled before apply
     }
 }
 
@@ -401,17 +430,33 @@ private func apply(_ outcome: Resumption, _ state: RequestState, _ connection: O
 /// The connection's next header has its deadline from now.
 private func completedHandler(_ cls: UnsafeMutableRawPointer?, _ connection: OpaquePointer?,
                               _ conCls: UnsafeMutablePointer<UnsafeMutableRawPointer?>?, _ reason: MHD_RequestTerminationCode) {
-    if let connection, let context = vd_mhd_socket_context(connection) {
-        Unmanaged<ConnectionRecord>.fromOpaque(context).takeUnretainedValue().enter(.header)
-    }
+    let record = connection.flatMap { vd_mhd_socket_context($0) }.map { Unmanaged<ConnectionRecord>.fromOpaque($0).takeUnretainedValue() }
+    // Read before `enter` resets the phase: a body cut by its deadline ends here.
+    let cut = record?.state.withLock { s -> ConnectionRecord.Cut? in
+        s.requests += 1
+        return s.cut
+    } ?? nil
+    record?.enter(.header)
     guard let conCls, let stored = conCls.pointee else { return }
     conCls.pointee = nil
     let state = Unmanaged<RequestState>.fromOpaque(stored).takeRetainedValue()
-    if state.draining, let cls { Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue().draining.subtract(1, ordering: .releasing) }
+    let daemon = cls.map { Unmanaged<HTTPDaemon>.fromOpaque($0).takeUnretainedValue() }
+    if state.draining { daemon?.draining.subtract(1, ordering: .releasing) }
     if let body = state.body, !state.finished {
         state.finished = true
         body.abort()
     }
+    guard let observer = daemon?.observer else { return }
+    let end: FinishedRequest.End
+    switch vd_mhd_termination_kind(reason) {
+    case 0: end = .sent
+    case 1: end = .timeout
+    case 2: end = .stopping
+    default: end = cut == .body ? .bodyDeadline : .clientGone
+    }
+    observer.finished(FinishedRequest(method: state.method, route: state.route, status: state.status, bytesIn: state.received,
+                                      bytesOut: state.bytesOut, microseconds: monotonicMicroseconds() - state.started,
+                                      device: state.note.device, client: state.client, end: end))
 }
 
 /// MHD_NotifyConnectionCallback: a connection opened (its record starts the header
@@ -421,11 +466,28 @@ private func connectionNotified(_ cls: UnsafeMutableRawPointer?, _ connection: O
     guard let cls, let connection, let socketContext else { return }
     let daemon = Unmanaged<HTTPDaemon>.fromOpaque(cls).takeUnretainedValue()
     if code.rawValue == vd_mhd_notify_started() {
-        let record = ConnectionRecord(fd: vd_mhd_connection_fd(connection), now: monotonicMilliseconds())
+        let record = ConnectionRecord(fd: vd_mhd_connection_fd(connection), now: monotonicMilliseconds(), client: clientAddress(connection))
         socketContext.pointee = Unmanaged.passRetained(record).toOpaque()
         daemon.guardian.add(record)
     } else if let stored = socketContext.pointee {
         socketContext.pointee = nil
-        daemon.guardian.remove(Unmanaged<ConnectionRecord>.fromOpaque(stored).takeRetainedValue())
+        let record = Unmanaged<ConnectionRecord>.fromOpaque(stored).takeRetainedValue()
+        daemon.guardian.remove(record)
+        // A header deadline leaves no request for completedHandler to report: reported here.
+        let (cut, requests, since) = record.state.withLock { ($0.cut, $0.requests, $0.since) }
+        if cut == .header, let observer = daemon.observer {
+            observer.finished(FinishedRequest(method: nil, route: nil, status: 0, bytesIn: 0, bytesOut: 0,
+                                              microseconds: (monotonicMilliseconds() - since) * 1000, device: nil, client: record.client,
+                                              end: requests == 0 ? .headerDeadline : .keepAliveDeadline))
+        }
     }
+}
+
+/// The connection's peer, read once when it opens (a few dozen bytes per connection).
+private func clientAddress(_ connection: OpaquePointer) -> ClientAddress {
+    var buffer = [CChar](repeating: 0, count: 64)
+    let loopback = vd_mhd_client_address(connection, &buffer, socklen_t(buffer.count))
+    guard loopback >= 0 else { return .unknown }
+    let text = buffer.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    return ClientAddress(text: text, isLoopback: loopback == 1)
 }

@@ -19,6 +19,7 @@
 /// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, and ServerError for
 /// its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
 import Protocol
+import Synchronization
 
 /// A request as the router sees it: headers already received, body still to come.
 struct HTTPRequest: Sendable {
@@ -31,8 +32,30 @@ struct HTTPRequest: Sendable {
     /// Header names (lowercased) sent more than once with different values; `headers`
     /// holds the last. RequestFraming.swift refuses the ones that delimit the body.
     var conflicting: Set<String> = []
+    /// The client's IP address as text, and whether it is a loopback address.
+    var client = ClientAddress.unknown
+    /// What the router learned that the access log reports (the device).
+    var note = RequestNote()
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
+}
+
+/// The peer of a connection, read once when it opens.
+struct ClientAddress: Sendable {
+    /// `192.0.2.7`, `2001:db8::1`; `-` when unknown.
+    let text: String
+    let isLoopback: Bool
+    static let unknown = ClientAddress(text: "-", isLoopback: false)
+}
+
+/// Filled by the router while it routes (on the connection's thread), read by the
+/// daemon once the reply is sent: the authenticated device's name, for the access log.
+final class RequestNote: Sendable {
+    private let value = Mutex<String?>(nil)
+    var device: String? {
+        get { value.withLock { $0 } }
+        set { value.withLock { $0 = newValue } }
+    }
 }
 
 /// A reply. File bodies are handed to libmicrohttpd, which closes the descriptor;
@@ -106,6 +129,48 @@ enum Route {
 /// The request handler the daemon calls.
 protocol HTTPHandler: AnyObject, Sendable {
     func route(_ request: HTTPRequest) -> Route
+}
+
+/// A request the daemon is done with, as the access log and the metrics see it.
+struct FinishedRequest: Sendable {
+    /// How it ended.
+    enum End: String, Sendable {
+        /// The reply was sent whole.
+        case sent
+        /// The client went away, or a read or write failed, before the reply was sent.
+        case clientGone = "client_gone"
+        /// No byte moved either way for the idle timeout.
+        case timeout
+        /// The server stopped under it.
+        case stopping
+        /// Closed by the connection guard: its body brought less than the minimum per window.
+        case bodyDeadline = "body_deadline"
+        /// Closed by the connection guard: no whole header within the deadline on a
+        /// connection that had no request yet (no request: method and route are `-`).
+        case headerDeadline = "header_deadline"
+        /// The same deadline after at least one reply: an idle keep-alive (or a next
+        /// header too slow).
+        case keepAliveDeadline = "keepalive_deadline"
+    }
+    /// nil for a connection closed before a request's header was whole.
+    var method: String?
+    var route: RoutePattern?
+    /// 0 when no reply was queued.
+    var status: Int
+    /// Body bytes received, and the reply body's length as queued (0 for HEAD).
+    var bytesIn: Int64
+    var bytesOut: Int64
+    /// From the header's arrival (or the connection's last reply) to the end.
+    var microseconds: Int64
+    var device: String?
+    var client: ClientAddress
+    var end: End
+}
+
+/// Told of every request once it ends (after the reply is sent), on the connection's
+/// thread: must not block.
+protocol RequestObserver: Sendable {
+    func finished(_ request: FinishedRequest)
 }
 
 /// A body read and dropped, then answered with `reply`: a refusal decided from the

@@ -10,6 +10,7 @@ enum Methods {
         switch path {
         case API.health: return ["GET", "HEAD"]
         case API.openAPI: return ["GET"]
+        case API.metrics: return ["GET"]
         case API.presentContents: return ["POST"]
         case API.uploads: return ["POST"]
         case API.tus: return ["POST", "OPTIONS"]

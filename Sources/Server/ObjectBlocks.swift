@@ -22,7 +22,10 @@ final class ObjectBlocks: Sendable {
 
     init(store: S3Store) { self.store = store }
 
-    static func key(_ digest: SHA256Digest) -> String { "blocks/" + digest.hex }
+    /// Every block object's key begins with it.
+    static let prefix = "blocks/"
+
+    static func key(_ digest: SHA256Digest) -> String { prefix + digest.hex }
 
     /// Checks that the bucket answers to our credentials, and creates it when it does not exist.
     func prepare() throws(ObjectStoreError) {

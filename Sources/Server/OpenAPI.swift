@@ -135,6 +135,7 @@ enum OpenAPI {
 \#(OpenAPI.versionPaths)
 \#(OpenAPI.chunkPaths)
 \#(OpenAPI.storePaths)
+\#(OpenAPI.metricsPaths)
     "/v1/changes": {"get": {"summary": "change feed after a server sequence",
       "parameters": [{"name": "since", "in": "query", "schema": {"type": "integer", "format": "int64", "minimum": 0, "default": 0}}, {"name": "limit", "in": "query", "description": "page size; more than 5000 is 400, not clamped", "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 5000}}],
       "responses": {"200": {"description": "changes in sequence order", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Changes"}}}}, "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"}}}},

@@ -27,7 +27,7 @@ extension ServerContext {
     /// unnamed (a URL from before URLs named their device); nil when the URL may be used.
     /// Device-less URLs are refused rather than trusted: their client renews them (a 403
     /// on an upload URL makes it ask POST /v1/uploads again), which a revoked device cannot.
-    func presignedRefusal(_ signed: Presigner.Signed, headers: [(String, String)]) -> HTTPResponse? {
+    func presignedRefusal(_ signed: Presigner.Signed, headers: [(String, String)], note: RequestNote? = nil) -> HTTPResponse? {
         let renew = "ask for a fresh URL with POST /v1/uploads"
         guard let text = signed.device, let dot = text.firstIndex(of: "."), let id = Int64(text[..<dot]) else {
             return .error(403, "forbidden", "the presigned URL names no device; \(renew)", headers: headers)
@@ -46,6 +46,7 @@ extension ServerContext {
             return .error(403, Revocation.code, "the URL was handed to device '\(state.name)' under a token revoked since; nothing was written; \(renew) with the current token",
                           headers: headers)
         }
+        note?.device = state.name  // the URL's device, for the access log
         return nil
     }
 }

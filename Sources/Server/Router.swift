@@ -22,6 +22,8 @@ final class Router: HTTPHandler {
             return .respond(.json(200, HealthResponse(status: "ok", version: serverVersion, time: ServerContext.now())))
         case ("GET", API.openAPI):
             return .respond(HTTPResponse(status: 200, headers: [("Content-Type", "application/json")], body: .bytes(Array(OpenAPI.document.utf8))))
+        case ("GET", API.metrics):
+            return .respond(context.metrics.answer(request))
         default: break
         }
 
@@ -99,6 +101,7 @@ final class Router: HTTPHandler {
             return .respond(.error(401, "unauthorized", "the device token is unknown or revoked; make a new one with 'vdrive serve device add NAME'", headers: challenge))
         }
         if let refusal = Revocation.refusal(device, challenge: challenge) { return .respond(refusal) }
+        request.note.device = device.name
         return body(device)
     }
 }

@@ -22,6 +22,33 @@ public struct ServerLimits: Sendable {
     public var bufferedBytes: Int = 256 << 20
 
     public init() {}
+
+    /// The ranges an operator may set (`vdrive serve --max-open-hashers` …): each bound
+    /// keeps the server's threads, descriptors and memory what the limit means them to be.
+    public static let openUploadsRange = 1...4096
+    public static let uploadsPerRequestRange = 1...API.maxBlocksPerContent
+    public static let uploadsPerDeviceRange = 1...(1 << 24)
+    public static let bufferedBytesRange = (1 << 20)...(1 << 40)
+
+    /// What is wrong with these limits, for the operator who typed them; nil when usable.
+    public var problem: String? {
+        if !Self.openUploadsRange.contains(openUploads) {
+            return "the open hashers limit must be from \(Self.openUploadsRange.lowerBound) to \(Self.openUploadsRange.upperBound) (each is a thread and an open file), got \(openUploads)"
+        }
+        if !Self.uploadsPerRequestRange.contains(uploadsPerRequest) {
+            return "the uploads per plan limit must be from 1 to \(API.maxBlocksPerContent) (the most blocks a content has), got \(uploadsPerRequest)"
+        }
+        if !Self.uploadsPerDeviceRange.contains(uploadsPerDevice) {
+            return "the uploads per device limit must be from 1 to \(Self.uploadsPerDeviceRange.upperBound), got \(uploadsPerDevice)"
+        }
+        if uploadsPerDevice < uploadsPerRequest {
+            return "the uploads per device limit (\(uploadsPerDevice)) must be at least the uploads per plan limit (\(uploadsPerRequest)), or a plan could never start"
+        }
+        if !Self.bufferedBytesRange.contains(bufferedBytes) {
+            return "the body budget must be from 1M to 1T bytes, got \(bufferedBytes)"
+        }
+        return nil
+    }
 }
 
 /// A byte budget shared by every connection (`ServerLimits.bufferedBytes`).

@@ -21,6 +21,13 @@ import Glibc
 /// without its bytes. Docs/architecture.md, "The server's garbage collection", has the
 /// argument.
 ///
+/// With an object store it also removes *orphan objects*: a block's object a device PUT
+/// with its presigned URL and never verified, so no `blocks` row names it. Each is
+/// decided like a block (its marker is inserted only if no row names it, in a
+/// transaction of its own; then the object goes; then the marker), once its
+/// `LastModified` is older than the grace: a verify arriving meanwhile is refused while
+/// the marker stands, and the device PUTs the block again.
+///
 /// One collection runs at a time per workspace: a PostgreSQL advisory lock held on a
 /// connection of its own (released if the process dies), or with SQLite a lock on
 /// `gc.lock` in the data folder (every process of an SQLite workspace shares the folder).
@@ -30,11 +37,15 @@ public final class SpaceCollector: Sendable {
         public var contents = 0
         public var blocks = 0
         public var bytes: Int64 = 0
+        /// Orphan objects (object store only) and their bytes.
+        public var objects = 0
+        public var objectBytes: Int64 = 0
         /// Removals a killed run left, finished by this one.
         public var finished = 0
         public var dryRun = false
-        public init(contents: Int = 0, blocks: Int = 0, bytes: Int64 = 0, finished: Int = 0, dryRun: Bool = false) {
-            self.contents = contents; self.blocks = blocks; self.bytes = bytes; self.finished = finished; self.dryRun = dryRun
+        public init(contents: Int = 0, blocks: Int = 0, bytes: Int64 = 0, objects: Int = 0, objectBytes: Int64 = 0, finished: Int = 0, dryRun: Bool = false) {
+            self.contents = contents; self.blocks = blocks; self.bytes = bytes; self.objects = objects; self.objectBytes = objectBytes
+            self.finished = finished; self.dryRun = dryRun
         }
     }
 
@@ -69,7 +80,9 @@ public final class SpaceCollector: Sendable {
         let cutoff = Self.cutoff(now: now, grace: grace)
         if dryRun {
             let (count, bytes) = try forecast(cutoff: cutoff)
-            return Report(contents: try collectableContents(cutoff: cutoff).count, blocks: count, bytes: bytes, dryRun: true)
+            var report = Report(contents: try collectableContents(cutoff: cutoff).count, blocks: count, bytes: bytes, dryRun: true)
+            try sweepOrphanObjects(cutoff: cutoff, now: now, dryRun: true, into: &report)
+            return report
         }
         guard let report = try exclusively({ try sweep(cutoff: cutoff, now: now) }) else { throw Busy() }
         return report
@@ -134,7 +147,67 @@ public final class SpaceCollector: Sendable {
             report.blocks += 1
             report.bytes += size
         }
+        try sweepOrphanObjects(cutoff: cutoff, now: now, dryRun: false, into: &report)
         return report
+    }
+
+    /// The bucket's block objects no row names, last written at or before `cutoff`:
+    /// listed a page (1,000 keys) at a time, narrowed by one query per page, then each
+    /// decided in the transaction that inserts its marker (the `INSERT`'s own condition,
+    /// against the rows as they are then); its object is removed, then its marker. An
+    /// object whose age the store does not give is kept. No object store: nothing to do.
+    private func sweepOrphanObjects(cutoff: Int64, now: Int64, dryRun: Bool, into report: inout Report) throws {
+        guard let objects else { return }
+        let pause = Self.pauseForTests
+        var after: String? = nil
+        while true {
+            let page = try objects.store.listObjects(prefix: ObjectBlocks.prefix, startAfter: after)
+            after = page.objects.last?.key
+            var old: [String: Int64] = [:]
+            for object in page.objects {
+                guard let modified = object.modified, modified <= cutoff,
+                      let digest = SHA256Digest(hex: String(object.key.dropFirst(ObjectBlocks.prefix.count))),
+                      ObjectBlocks.key(digest) == object.key else { continue }
+                old[digest.hex] = object.size
+            }
+            let orphans = try unnamedObjects(Array(old.keys))
+            for hash in orphans.sorted() {
+                let size = old[hash] ?? 0
+                if dryRun {
+                    report.objects += 1
+                    report.objectBytes += size
+                    continue
+                }
+                let taken = try metadata.withSession { db in
+                    try db.transaction { () throws -> Bool in
+                        try db.run("""
+                            INSERT INTO block_removals(hash, started_at) SELECT CAST(?1 AS TEXT), CAST(?2 AS BIGINT)
+                            WHERE NOT EXISTS (SELECT 1 FROM blocks ob WHERE ob.hash = ?1) AND NOT \(BlockNames.blockNamed("?1"))
+                            ON CONFLICT DO NOTHING
+                            """, hash, now) == 1
+                    }
+                }
+                guard taken else { continue }
+                if pause > 0 { usleep(pause) }
+                try removeBytes(hash)
+                report.objects += 1
+                report.objectBytes += size
+            }
+            if !page.more || after == nil { return }
+        }
+    }
+
+    /// Of the block hashes `hashes`, those no row names now: no block row, no content
+    /// listing them, no upload in progress of them, no removal under way.
+    private func unnamedObjects(_ hashes: [String]) throws -> [String] {
+        guard !hashes.isEmpty else { return [] }
+        return try metadata.withSession { db in
+            let list = db.hashTable(hashes)
+            return try db.query("""
+                SELECT j.value FROM \(list.sql) WHERE NOT EXISTS (SELECT 1 FROM blocks ob WHERE ob.hash = j.value)
+                AND NOT EXISTS (SELECT 1 FROM block_removals orr WHERE orr.hash = j.value) AND NOT \(BlockNames.blockNamed("j.value"))
+                """, list.argument) { $0.string(0) ?? "" }
+        }
     }
 
     /// A killed run's markers: their rows are gone, their bytes may not be. Removes the

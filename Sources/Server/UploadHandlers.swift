@@ -180,7 +180,7 @@ enum TusHandlers {
         // OPTIONS needs no Tus-Resumable (tus 1.0 core), but the same URL as the other verbs.
         if request.method == "OPTIONS" { return .respond(Tus.options().adding([(Tus.uploadExpires, HTTPDate.format(signed.expires))])) }
         if let version = request.header(Tus.resumable), version != API.tusVersion { return .respond(Tus.unsupportedVersion(version)) }
-        if let refusal = context.presignedRefusal(signed, headers: headers) { return answer(request, refusal) }
+        if let refusal = context.presignedRefusal(signed, headers: headers, note: request.note) { return answer(request, refusal) }
         let notFound = HTTPResponse.error(404, "not_found", "upload \(id) does not exist (terminated or expired); create it again with POST /v1/uploads", headers: headers)
         guard let claim = context.uploads.claim(id) else {
             if request.method == "HEAD", let row = try? context.upload(id: id), row.hash == signed.hash {

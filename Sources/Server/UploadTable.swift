@@ -136,6 +136,9 @@ final class UploadTable: Sendable {
     /// Hashers open now (tests, and the operator's view of the bound).
     var openHashers: Int { state.withLock { $0.live.count } }
 
+    /// Uploads a request is writing now (a scrape's count: one pass over the table).
+    var writing: Int { state.withLock { s in s.slots.values.reduce(0) { $0 + ($1.busy ? 1 : 0) } } }
+
     private func closed(_ key: Int) { _ = state.withLock { $0.live.remove(key) } }
 
     /// Cancels idle hashers, least recently used first, until at most `keeping` run.

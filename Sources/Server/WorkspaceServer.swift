@@ -38,6 +38,10 @@ public struct ServerConfiguration: Sendable {
     public var gcInterval: Int64 = 6 * 3600
     public var gcGrace: Int64 = 24 * 3600
     public var quota: Int64?
+    /// One line per request on stderr (AccessLog.swift).
+    public var accessLog = AccessLogMode.stderr
+    /// The bearer token `GET /metrics` asks for; nil: served to loopback clients only.
+    public var metricsToken: String?
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -72,12 +76,28 @@ public final class WorkspaceServer: Sendable {
     /// Opens the data folder, recovers after an unclean stop, binds and starts serving.
     public init(_ configuration: ServerConfiguration) throws(ServerError) {
         self.configuration = configuration
+        if let problem = configuration.limits.problem { throw .cannotStart(problem) }
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
+        let metrics = context.metrics
+        let observer: any RequestObserver = configuration.accessLog == .off ? metrics : RequestObservers(all: [AccessLog(), metrics])
         daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.connectionLimits,
-                                tls: configuration.tls)
-        collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace)
+                                tls: configuration.tls, observer: observer)
+        collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace,
+                                    metrics: metrics)
+        Self.registerGauges(metrics, daemon: daemon, context: context)
         collectorJob.start()
+    }
+
+    private static func registerGauges(_ metrics: ServerMetrics, daemon: HTTPDaemon, context: ServerContext) {
+        let gauges: [ServerMetrics.Gauge] = [
+            .init(name: "vdrive_http_open_connections", help: "Connections open now.") { [weak daemon] in Int64(daemon?.guardian.openCount ?? 0) },
+            .init(name: "vdrive_http_held_requests", help: "Requests held for an event (long polls) now.") { [weak daemon] in Int64(daemon?.heldCount ?? 0) },
+            .init(name: "vdrive_uploads_in_flight", help: "tus uploads being written by a PATCH now.") { [weak context] in Int64(context?.uploads.writing ?? 0) },
+            .init(name: "vdrive_upload_hashers_open", help: "Trailing hashers kept between PATCHes (at most the open-hashers limit).") { [weak context] in Int64(context?.uploads.openHashers ?? 0) },
+            .init(name: "vdrive_buffered_body_bytes", help: "Request body bytes held in memory now (at most the body budget).") { [weak context] in Int64(context?.memoryBudget.held ?? 0) },
+        ]
+        gauges.forEach(metrics.register)
     }
 
     public var port: UInt16 { daemon.port }
@@ -114,6 +134,7 @@ final class ServerContext: Sendable {
     let usedBytes = Mutex<(bytes: Int64, at: Int64)?>(nil)
     /// Bytes of blocks being recorded right now, held against the quota (Quota.swift).
     let quotaReserved = Mutex<Int64>(0)
+    let metrics: ServerMetrics
     var collector: SpaceCollector {
         SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
     }
@@ -125,6 +146,7 @@ final class ServerContext: Sendable {
         self.uploads = UploadTable(openLimit: configuration.limits.openUploads)
         self.memoryBudget = MemoryBudget(total: configuration.limits.bufferedBytes)
         self.objects = objects
+        self.metrics = ServerMetrics(token: configuration.metricsToken)
     }
 
     static func open(_ configuration: ServerConfiguration) throws(ServerError) -> ServerContext {

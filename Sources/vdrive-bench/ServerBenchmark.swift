@@ -19,7 +19,8 @@ import Glibc
 ///  3. server RSS sampled every 20 ms during a larger upload;
 ///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones;
 ///  5. a device's backup with 2,000 slow connections held, and health latency (LockoutBenchmark.swift).
-///     `--lockout-only` runs this row alone.
+///     `--lockout-only` runs this row alone;
+///  6. the access log's cost (AccessLogBenchmark.swift); `--access-log-only` runs it alone.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -30,6 +31,7 @@ enum ServerBenchmark {
         var vdrive: String = ""
         var repeats = 3
         var lockoutOnly = false
+        var accessLogOnly = false
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -46,7 +48,7 @@ enum ServerBenchmark {
                 "--dir": { o.dir = $0 },
                 "--vdrive": { o.vdrive = $0 },
                 "--repeat": { o.repeats = try Bench.count($0) },
-            ], flags: ["--lockout-only": { o.lockoutOnly = true }])
+            ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -65,6 +67,7 @@ enum ServerBenchmark {
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: o.dir) }
         if o.lockoutOnly { return LockoutBenchmark.report(try LockoutBenchmark.run(o)) }
+        if o.accessLogOnly { return AccessLogBenchmark.report(try AccessLogBenchmark.run(o)) }
         print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let manifest = try makeFile(file, mib: o.sizeMiB)
@@ -143,6 +146,7 @@ enum ServerBenchmark {
         print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
                      dedup.median, dedup.max, dedup.count))
         LockoutBenchmark.report(try LockoutBenchmark.run(o))
+        AccessLogBenchmark.report(try AccessLogBenchmark.run(o))
     }
 
     struct Figures {
@@ -301,11 +305,16 @@ final class RunningServer {
     let base: String
     var pid: Int32 { process.processIdentifier }
 
-    init(vdrive: String, data: String, extra: [String]) throws {
+    /// `errors`: a file for the server's stderr (its access log); else the bench's stderr.
+    init(vdrive: String, data: String, extra: [String], errors: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: vdrive)
         process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
         let out = Pipe()
         process.standardOutput = out
+        if let errors {
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: errors)
+        }
         try process.run()
         var line = [UInt8]()
         while true {

@@ -1,7 +1,9 @@
 import Server
 
-/// `vdrive serve check [--data DIR] [--database URL] [--store URL]`: can a server start with these
-/// back ends? Prints what it found, one fact a line; exits 0 when all is well, else by
+/// `vdrive serve check [--data DIR] [--database URL] [--store URL] [--quota SIZE]`: can a server
+/// start with these back ends? Prints what it found, one fact a line, the space the blocks
+/// take against the quota last; exits 0 when all is well (over the quota included: the
+/// server starts, and says 507 to new bytes), else by
 /// sysexits: 66 TLS file unreadable, 69 unreachable, 77 login or grants refused, 78 bad URL,
 /// newer schema or a TLS certificate and key that do not make a valid pair.
 /// Each back end is one check in `checks`; the object store adds its own beside the records'.
@@ -13,16 +15,21 @@ enum ServeCheckCommand {
     }
 
     static func run(_ arguments: [String]) throws -> Int32 {
-        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued), flags: [])
-        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL] [--tls-cert FILE --tls-key FILE]") }
+        let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued).union(["--quota"]), flags: [])
+        if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; usage: vdrive serve check [--data DIR] [--database URL] [--store URL] [--tls-cert FILE --tls-key FILE] [--quota SIZE]") }
         let backends = try ServeBackends(options)
+        let quota = try ServeSpaceCommand.quota(options)
         let checks: [(ServeBackends) -> Outcome] = [folder, records, store, { _ in ServeTLS.check(options) }]
         var failure: (code: Int32, message: String)?
-        for check in checks {
+        var recordsReached = true
+        for (index, check) in checks.enumerated() {
             let outcome = check(backends)
             outcome.lines.forEach { print($0) }
+            if index == 1, outcome.problem != nil { recordsReached = false }
             if failure == nil { failure = outcome.problem }
         }
+        // Records out of reach have no usage to read.
+        if recordsReached { outcome(SpaceCheck.run(backends.configuration.records, quota: quota)).lines.forEach { print($0) } }
         if let failure { throw CLIError(failure.message, code: failure.code) }
         print("ok")
         return ExitCode.ok

@@ -10,9 +10,10 @@ enum ServeCommand {
 
     static let help = """
     Usage: vdrive serve [--data DIR] [--database URL] [--listen HOST:PORT] [--upload-expiry SECONDS] [--store s3://…]
-                        [--tls-cert FILE --tls-key FILE]
+                        [--tls-cert FILE --tls-key FILE] [--access-log off|stderr] [--metrics-token FILE]
            vdrive serve check                 reach the database and the store: version, schema, permissions, a probe object;
-                                              with --tls-cert/--tls-key, check the certificate and key
+                                              with --tls-cert/--tls-key, check the certificate and key;
+                                              the usage, and with --quota whether it is over
            vdrive serve snapshot DEST         a consistent copy of this embedded server, running or
                                               not (records, and blocks as hard links where it can);
                                               a server started on DEST carries on where it was
@@ -50,6 +51,8 @@ enum ServeCommand {
                                are closed at once. Raise it when many devices share one
                                address (a NAT). See Docs/operations.md, "Connection limits"
       --max-connections N      open connections in all (default: 4096)
+    \(ServeLimits.help)
+    \(ServeMonitoring.help)
       --store s3://BUCKET?endpoint=http://HOST:PORT&region=REGION[&credentials=FILE]
                                keep blocks in an S3 bucket (created if missing) instead of
                                DIR/blobs; devices upload to it with presigned URLs. Also
@@ -73,7 +76,7 @@ enum ServeCommand {
         if arguments.first == "usage" { return try ServeSpaceCommand.usage(Array(arguments.dropFirst())) }
         let options = try Options(arguments, valued: ServeBackends.valued.union(ServeTLS.valued)
                                     .union(["--listen", "--upload-expiry", "--public-url", "--max-connections-per-address", "--max-connections"])
-                                    .union(ServeSpaceCommand.serveOptions),
+                                    .union(ServeSpaceCommand.serveOptions).union(ServeLimits.valued).union(ServeMonitoring.valued),
                                   flags: ["--sync-every-patch"])
         if let extra = options.positionals.first { throw CLIError.usage("unexpected argument '\(extra)'; see 'vdrive serve --help'") }
         var configuration = try ServeBackends(options).configuration
@@ -91,6 +94,8 @@ enum ServeCommand {
         configuration.syncEveryPatch = options.has("--sync-every-patch")
         configuration.tls = try ServeTLS.load(options, serving: true)
         try ServeSpaceCommand.apply(options, to: &configuration)
+        try ServeLimits.apply(options, to: &configuration.limits)
+        try ServeMonitoring.apply(options, to: &configuration)
 
         // Block the stop signals in every thread (libmicrohttpd's inherit the mask); this thread waits for them.
         var stopSignals = sigset_t()

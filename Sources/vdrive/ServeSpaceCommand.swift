@@ -17,14 +17,18 @@ enum ServeSpaceCommand {
 
     /// Applies `--quota`, `--gc-interval` and `--gc-grace` to a server's configuration.
     static func apply(_ options: Options, to configuration: inout ServerConfiguration) throws {
-        if let text = options.value("--quota") {
-            guard let bytes = ResidencySettings.parseSize(text), bytes > 0 else {
-                throw CLIError.usage("--quota must be a size such as 500G or 2T, got '\(text)'")
-            }
-            configuration.quota = bytes
-        }
+        if let quota = try quota(options) { configuration.quota = quota }
         if let text = options.value("--gc-interval") { configuration.gcInterval = try duration(text, option: "--gc-interval") }
         if let text = options.value("--gc-grace") { configuration.gcGrace = try duration(text, option: "--gc-grace") }
+    }
+
+    /// `--quota SIZE`, nil when not given.
+    static func quota(_ options: Options) throws -> Int64? {
+        guard let text = options.value("--quota") else { return nil }
+        guard let bytes = ResidencySettings.parseSize(text), bytes > 0 else {
+            throw CLIError.usage("--quota must be a size such as 500G or 2T, got '\(text)'")
+        }
+        return bytes
     }
 
     /// "24h", "30m", "90s", "7d", or plain seconds.
@@ -54,6 +58,9 @@ enum ServeSpaceCommand {
         }
         let verb = report.dryRun ? "would remove" : "removed"
         print("\(verb) \(report.contents) content(s) no version records and \(report.blocks) block(s) nothing names, \(SpaceUsage.text(report.bytes)) (grace \(grace) s)")
+        if report.objects > 0 {
+            print("\(verb) \(report.objects) object(s) in the bucket no block names (PUT by a device, never verified), \(SpaceUsage.text(report.objectBytes))")
+        }
         if report.finished > 0 { print("finished \(report.finished) removal(s) an interrupted run left") }
         return ExitCode.ok
     }

@@ -11,13 +11,13 @@ import Glibc
 final class RawConnection {
     private var fd: Int32
 
-    init(port: UInt16) throws {
+    init(port: UInt16, host: String = "127.0.0.1") throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw TestFailure("socket: \(String(cString: strerror(errno)))") }
         // A server that stops reading must not block a send for ever.
         var limit = timeval(tv_sec: 2, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
-        var addr = ipv4Address("127.0.0.1", port: port)
+        var addr = ipv4Address(host, port: port)
         let connected = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
         }
@@ -25,7 +25,7 @@ final class RawConnection {
             let e = errno
             Glibc.close(fd)
             fd = -1
-            throw TestFailure("connect to 127.0.0.1:\(port): \(String(cString: strerror(e)))")
+            throw TestFailure("connect to \(host):\(port): \(String(cString: strerror(e)))")
         }
     }
 

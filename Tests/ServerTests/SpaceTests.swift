@@ -3,7 +3,7 @@ import Crypto
 import Foundation
 import ObjectStore
 import Protocol
-import Server
+@testable import Server
 import Storage
 import Synchronization
 import Testing
@@ -262,6 +262,96 @@ import Testing
         // A removed file uploaded again (its block had a marker) comes back whole.
         try space.server.store(files[0], at: "f0.bin")
         #expect(try space.readsBack(files[0]))
+    }
+
+    /// One-block files whose objects a device PUT with the plan's presigned URLs and never
+    /// verified: no block row names them.
+    static func orphans(_ space: Space, count: Int, seed: UInt64) throws -> [TestFile] {
+        let files = (0..<count).map { TestFile(in: space.server.dir.path, size: 40_000 + $0 * 1000, seed: seed + UInt64($0)) }
+        for f in files {
+            let ticket = try #require(try ScaledStoreTests.plan(space.client, f).first)
+            let fd = f.open(); defer { close(fd) }
+            let put = try space.server.raw.perform(method: "PUT", url: ticket.url, headers: ScaledStoreTests.headers(ticket),
+                                                   body: .file(fd: fd, offset: 0, length: ticket.length))
+            #expect(put.status == 200)
+            #expect(try space.holdsBytes(f.digest))
+        }
+        return files
+    }
+
+    /// Removal markers standing now.
+    static func markers(_ space: Space) throws -> Int {
+        try space.collector.metadata.withSession { db in try db.queryOne("SELECT COUNT(*) FROM block_removals") { $0.int(0) } ?? 0 }
+    }
+
+    @Test func orphanObjectsGoAfterTheGraceNamedOnesStay() throws {
+        let space = try Space(.scaled); defer { space.stop() }
+        let kept = TestFile(in: space.server.dir.path, size: Blocks.size + 5000, seed: 90)
+        try space.server.store(kept, at: "kept.bin")
+        let orphans = try Self.orphans(space, count: 2, seed: 91)
+
+        #expect(try space.collector.collect(grace: 3600) == SpaceCollector.Report(), "within the grace an object stays")
+        let dry = try space.collector.collect(grace: 0, dryRun: true)
+        #expect(dry.objects == 2 && dry.objectBytes == orphans[0].size + orphans[1].size && dry.blocks == 0, "\(dry)")
+        for f in orphans { #expect(try space.holdsBytes(f.digest)) }
+
+        let report = try space.collector.collect(grace: 0)
+        #expect(report.objects == 2 && report.objectBytes == orphans[0].size + orphans[1].size && report.blocks == 0, "\(report)")
+        for f in orphans { #expect(try !space.holdsBytes(f.digest)) }
+        for block in kept.manifest.blocks { #expect(try space.holdsBytes(block)) }
+        #expect(try space.readsBack(kept))
+        #expect(try Self.markers(space) == 0)
+        // Its verify now finds nothing; the device sends it again and it reads back.
+        #expect(throws: ClientError.notFound) { try space.client.verifyBlock(orphans[0].digest) }
+        try space.server.store(orphans[0], at: "again.bin")
+        #expect(try space.readsBack(orphans[0]))
+        #expect(try space.collector.collect(grace: 0) == SpaceCollector.Report())
+    }
+
+    /// `vdrive serve gc` killed with SIGKILL between an orphan's marker and the removal of
+    /// its object: a verify of it is refused while the marker stands (the object is still
+    /// there, and would otherwise be recorded and then lost), named blocks are untouched,
+    /// and the next run finishes the removal.
+    @Test func gcKilledMidOrphanSweepLosesNothingAndVerifyWaits() throws {
+        let space = try Space(.scaled); defer { space.stop() }
+        let dir = space.server.dir.path
+        let kept = (0..<3).map { TestFile(in: dir, size: 30_000 + $0, seed: 95 + UInt64($0)) }
+        for (i, f) in kept.enumerated() { try space.server.store(f, at: "k\(i).bin") }
+        let orphans = try Self.orphans(space, count: 4, seed: 100)
+
+        let configuration = space.server.server.configuration
+        let store = try #require(space.store)
+        let arguments = ["serve", "gc", "--grace", "0", "--data", configuration.dataDirectory] + Records.arguments(configuration.database)
+            + ["--store", try store.weed.storeURL(credentialsIn: dir + "/credentials")]
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: vdriveBinary())
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(["VDRIVE_GC_PAUSE_MS": "3000"]) { $1 }
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        let deadline = Date().addingTimeInterval(60)
+        while try Self.markers(space) == 0, process.isRunning, Date() < deadline { usleep(20_000) }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        #expect(process.terminationReason == .uncaughtSignal)
+        let marked = try space.collector.metadata.withSession { db in try db.query("SELECT hash FROM block_removals") { $0.string(0) ?? "" } }
+        #expect(marked.count == 1, "\(marked)")
+        let victim = try #require(orphans.first { marked.contains($0.digest.hex) })
+
+        // Its object may still be there; a verify must not record it while the marker stands.
+        let verify = try space.server.send("POST", "/v1/blocks/\(victim.digest.hex)/verify", headers: ["Expect:"], body: .bytes([]))
+        #expect(verify.status == 503, "\(verify.status) \(verify.text)")
+        #expect(try !space.server.hasBlock(victim.digest))
+        for f in kept { #expect(try space.readsBack(f)) }
+
+        let report = try space.collector.collect(grace: 0)
+        #expect(report.finished == 1 && report.objects == 3, "\(report)")
+        for f in orphans { #expect(try !space.holdsBytes(f.digest)) }
+        for f in kept { #expect(try space.readsBack(f)) }
+        #expect(try Self.markers(space) == 0)
+        #expect(throws: ClientError.notFound) { try space.client.verifyBlock(victim.digest) }
+        try space.server.store(victim, at: "victim.bin")
+        #expect(try space.readsBack(victim))
     }
 
     @Test(arguments: Backend.allCases) func quotaRefusesNewBytesButNotLinksAndFreeingLiftsIt(_ backend: Backend) throws {

@@ -31,6 +31,8 @@ final class TestServer: @unchecked Sendable { // immutable after init; the serve
         configuration.limits = limits
         configuration.connectionLimits = connectionLimits
         configuration.tls = tls
+        // The access log's lines would bury the test's own output; OperationsTests reads them from a process.
+        configuration.accessLog = .off
         configure(&configuration)
         server = try WorkspaceServer(configuration)
         client = WorkspaceClient(baseURL: server.baseURL, token: token, caFile: caFile)
@@ -199,12 +201,18 @@ final class ServerProcess: @unchecked Sendable { // used from one test at a time
     private(set) var port: UInt16 = 0
     let data: String
 
-    init(data: String, extra: [String] = []) throws {
+    /// `errors`: a file that receives the server's stderr (its access log); else the test's stderr.
+    init(data: String, extra: [String] = [], errors: String? = nil) throws {
         self.data = data
         process.executableURL = URL(fileURLWithPath: vdriveBinary())
         process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
         process.standardOutput = output
-        process.standardError = FileHandle.standardError
+        if let errors {
+            _ = FileManager.default.createFile(atPath: errors, contents: nil)
+            process.standardError = FileHandle(forWritingAtPath: errors)
+        } else {
+            process.standardError = FileHandle.standardError
+        }
         try process.run()
         // The first line says where it listens.
         var line = [UInt8]()
