@@ -291,6 +291,11 @@ public final class WorkspaceClient: Sendable {
         try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
     }
 
+    /// The name of the device this client's token belongs to.
+    public func deviceName() throws(ClientError) -> String {
+        try decode(WatermarkResponse.self, call("GET", API.watermark)).device
+    }
+
     /// This device's stored backup cursor, nil before the first `setWatermark`.
     public func watermark() throws(ClientError) -> Watermark? {
         try decode(WatermarkResponse.self, call("GET", API.watermark)).watermark

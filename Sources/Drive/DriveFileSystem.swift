@@ -927,6 +927,8 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public static let contentHashAttribute = "user.vdrive.content-hash"
+    /// Where the file stands with the workspace's mirror (synced, pending, online-only, …).
+    public static let syncAttribute = "user.vdrive.sync"
     public static let backupAttribute = "user.vdrive.backup"
 
     public func getxattr(_ ino: UInt64, name: String) throws -> [UInt8] {

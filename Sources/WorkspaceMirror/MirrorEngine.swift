@@ -45,7 +45,14 @@ public struct MirrorSettings: Sendable {
 public final class MirrorEngine: @unchecked Sendable {   // mutable state under `state`'s lock
     let drive: DriveFileSystem
     let server: MirrorServer
-    let device: String
+    /// This device's name (for conflict copies), asked of `deviceName` once, when first needed.
+    private let deviceName: @Sendable () -> String
+    var device: String {
+        if let known = state.withLock({ $0.device }) { return known }
+        let name = deviceName()
+        state.withLock { $0.device = name }
+        return name
+    }
     let settings: MirrorSettings
     let owner: (uid: UInt32, gid: UInt32)
     let blocks: StoredBlocks
@@ -65,15 +72,17 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         var contentMissing: Set<UInt64> = []
         /// Server changes that could not be applied at their last try, and why.
         var unapplied: [String: String] = [:]
+        var device: String?
     }
     let state = Mutex(State())
     private let signal = NSCondition()
     private var threads: [Thread] = []
 
-    public init(drive: DriveFileSystem, server: MirrorServer, device: String, settings: MirrorSettings = MirrorSettings()) throws {
+    public init(drive: DriveFileSystem, server: MirrorServer, device: @escaping @Sendable () -> String,
+                settings: MirrorSettings = MirrorSettings()) throws {
         self.drive = drive
         self.server = server
-        self.device = device
+        deviceName = device
         self.settings = settings
         owner = (getuid(), getgid())
         blocks = StoredBlocks(blobs: drive.blobStore, catalogPath: drive.catalogPath)
@@ -205,6 +214,19 @@ enum MirrorLog {
 
 /// Thrown by a `MirrorServer` when the server cannot be reached (offline, not a failure of a change).
 public struct MirrorUnreachable: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Thrown by a `MirrorServer` when the workspace is over its quota: nothing new goes up
+/// until space is freed.
+public struct MirrorServerFull: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A problem that needs the user, or a server answer that cannot be used.
+public struct MirrorRefusal: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }

@@ -49,9 +49,3 @@ extension MirrorEngine {
         return !page.nodes.isEmpty
     }
 }
-
-/// A problem that needs the user (another workspace at the same address).
-struct MirrorRefusal: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}

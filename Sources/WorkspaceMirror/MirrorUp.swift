@@ -121,7 +121,14 @@ extension MirrorEngine {
         }
 
         for d in dirtyRows {
-            do { _ = try plan(d) } catch let e as MirrorUnreachable { throw e } catch {
+            do { _ = try plan(d) } catch let e as MirrorUnreachable { throw e } catch let full as MirrorServerFull {
+                state.withLock {
+                    $0.status.serverFull = true
+                    $0.status.lastProblem = full.description
+                    $0.fullUntil = Date().timeIntervalSince1970 + 60
+                }
+                break
+            } catch {
                 noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)")
             }
         }
@@ -140,6 +147,7 @@ extension MirrorEngine {
             let outcomes = try server.send(slice.map(\.change))
             for (p, outcome) in zip(slice, outcomes) { try settle(p, outcome, now: now) }
         }
+        state.withLock { if $0.fullUntil < clock { $0.status.serverFull = false } }
         return 0.05
     }
 

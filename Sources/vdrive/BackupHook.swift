@@ -4,6 +4,7 @@ import Backup
 import Crypto
 import Drive
 import Storage
+import WorkspaceMirror
 
 /// The drive's camera-roll commits, queued for backup in the commit's own transaction
 /// (so a file is never committed without being queued), then the engine woken once
@@ -99,5 +100,5 @@ enum WiringSchema {
     }
 
     /// Every migration of the catalog database, in order: drive (built in), backup, wiring.
-    static var catalogExtras: [Migration] { BackupSchema.migrations + migrations }
+    static var catalogExtras: [Migration] { BackupSchema.migrations + migrations + MirrorSchema.migrations }
 }

@@ -3,6 +3,7 @@ import Backup
 import Crypto
 import Drive
 import Storage
+import WorkspaceMirror
 
 /// The `.backup/` folder on the mount and the `user.vdrive.*` attributes of real files,
 /// generated from the backup queue, so `ls` and `cat` tell what is backed up:
@@ -23,6 +24,8 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     private let lock = NSLock()
     private let db: Database
     private let status: @Sendable () -> BackupStatus
+    /// The workspace mirror's status, when it runs (its line follows the backup's).
+    var mirrorStatus: (@Sendable () -> MirrorStatus)?
     private var cache: [BackupItemState: (at: Double, items: [String: BackupListing], names: [String])] = [:]
 
     init(catalogPath: String, status: @escaping @Sendable () -> BackupStatus) throws {
@@ -44,7 +47,7 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
 
     func content(of path: String) -> [UInt8]? {
         switch path {
-        case "status": return Array((status().line + "\n").utf8)
+        case "status": return Array((status().line + (mirrorStatus.map { "\n" + $0().line } ?? "") + "\n").utf8)
         case "status.json": return Array(status().json()) + [0x0a]
         default: break
         }
@@ -56,11 +59,20 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
 
     func attributes(ofFileAt path: String, ino: UInt64) -> [String: [UInt8]] {
         lock.lock(); defer { lock.unlock() }
+        var sync: [String: [UInt8]] = [:]
+        if mirrorStatus != nil {
+            let name = String(path.split(separator: "/").last ?? "")
+            let excluded = CameraRollRules.isInCameraRoll(path) || path == MirrorRules.cameraRoll || MirrorRules.isTemporary(name)
+            if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, in: db) {
+                sync[DriveFileSystem.syncAttribute] = Array(state.rawValue.utf8)
+            }
+        }
         guard let hex = try? db.queryOne("SELECT content FROM inodes WHERE ino = ?", ino, row: { $0.string(0) }),
-              let hex, let digest = SHA256Digest(hex: hex) else { return [:] }
+              let hex, let digest = SHA256Digest(hex: hex) else { return sync }
         // The content hash (SHA-256 of the 4 MiB block digests, Docs/protocol.md), not
         // sha256sum of the bytes: hence its own name.
-        var out = [DriveFileSystem.contentHashAttribute: Array(digest.hex.utf8)]
+        var out = sync
+        out[DriveFileSystem.contentHashAttribute] = Array(digest.hex.utf8)
         if CameraRollRules.isInCameraRoll(path), let state = try? BackupQueue(db: db).fileState(hash: digest) {
             out[DriveFileSystem.backupAttribute] = Array(state.state.rawValue.utf8)
             if let reason = state.failureReason { out["user.vdrive.backup-error"] = Array(reason.utf8) }

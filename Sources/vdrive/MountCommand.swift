@@ -105,6 +105,8 @@ enum MountCommand {
         if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
         let backup = try BackupWiring(fs: fs, state: state, remote: remote)
         let backups = try BackupsWiring(fs: fs, remote: remote)
+        let mirror = try MirrorWiring(fs: fs, remote: remote)
+        if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree { tree.mirrorStatus = { engine.status } }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }
         let pidFile = MountRegistry.pidFile(for: mountPoint)
@@ -113,9 +115,11 @@ enum MountCommand {
         fs.startBackgroundWork()
         backup.start()
         backups.start()
+        mirror.start()
         notifier.ready()
         _ = session.run()
         // Unmounted: stop uploads quickly (they resume at the next mount), then the drive.
+        mirror.stop()
         backups.stop()
         backup.stop()
         fs.shutdown()

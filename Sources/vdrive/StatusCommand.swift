@@ -1,6 +1,8 @@
 import Backup
 import Drive
 import Foundation
+import Storage
+import WorkspaceMirror
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -29,10 +31,12 @@ enum StatusCommand {
             guard let status = try read(file) else {
                 print("No backup status yet (nothing has run in \(file.stateFolder)).")
                 if let storage = storageLine(stateFolder: file.stateFolder) { print(storage) }
+                if let workspace = workspaceLine(stateFolder: file.stateFolder) { print(workspace) }
                 return ExitCode.ok
             }
             print(options.has("--json") ? String(decoding: status.json(), as: UTF8.self) : status.line + staleness(status))
             if !options.has("--json"), let storage = storageLine(stateFolder: file.stateFolder) { print(storage) }
+            if !options.has("--json"), let workspace = workspaceLine(stateFolder: file.stateFolder) { print(workspace) }
             return ExitCode.ok
         }
         let changed = DispatchSemaphore(value: 1)
@@ -55,6 +59,14 @@ enum StatusCommand {
                 fflush(nil)  // nil: all streams; `stdout` is a C global Swift 6 will not touch
             }
         }
+    }
+
+    /// The workspace mirror's line from the catalog (what waits to go up and to come down),
+    /// nil without a catalog or before the mirror's tables exist.
+    static func workspaceLine(stateFolder: String) -> String? {
+        guard let db = try? Database(path: stateFolder + "/catalog.sqlite", options: .init(readOnly: true, create: false)),
+              let status = try? MirrorStatus.stored(in: db) else { return nil }
+        return status.line
     }
 
     /// A hint when a "backing up" status has not been refreshed for two minutes: the

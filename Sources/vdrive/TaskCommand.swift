@@ -2,6 +2,7 @@ import Foundation
 import Backup
 import Drive
 import Storage
+import WorkspaceMirror
 
 /// `vdrive task run us.virtualdrive.backup|us.virtualdrive.sync`: one task's work
 /// without a mount, for systemd timers. Safe beside a running mount: one process
@@ -15,7 +16,9 @@ enum TaskCommand {
         Tasks:
           us.virtualdrive.backup   upload what the queue holds, then stop
           us.virtualdrive.sync     refresh the watermark and dedup knowledge with the server,
-                                   and learn every device's backups (the records Backups/ shows)
+                                   learn every device's backups (the records Backups/ shows),
+                                   and bring the workspace up to date both ways (unless a
+                                   mount of it runs: the mount keeps it in sync itself)
 
         Respects the policies ('vdrive settings'): paused, metered network, low battery.
         Prints the final status line. Exit 0 when the task ran (even if it had to wait),
@@ -55,12 +58,38 @@ enum TaskCommand {
                                               blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: blobs, catalogPath: catalog)),
                                               policy: BackupWiring.policy())
         print(report.status.line)
-        if task == .sync, let remote { try learnRecords(catalog: catalog, remote: remote) }
+        if task == .sync, let remote {
+            try learnRecords(catalog: catalog, remote: remote)
+            try mirror(state: state, remote: remote)
+        }
         if report.busy {
             printError("another vdrive process is uploading from \(state); it goes on, nothing to do here")
             return ExitCode.tempFail
         }
         return ExitCode.ok
+    }
+
+    /// One mirror pass without a mount: the server's changes applied to the catalog, the
+    /// catalog's unsent changes sent. Skipped while a mount holds the state folder.
+    static func mirror(state: String, remote: RemoteConfig) throws {
+        let lock: StateFolder
+        do { lock = try StateFolder.open(state) } catch let error as CLIError where error.code == ExitCode.tempFail {
+            print("Workspace: mounted; the mount keeps it in sync")
+            return
+        }
+        defer { lock.release() }
+        let fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras)
+        _ = try fs.recover()
+        defer { fs.shutdown() }
+        let wiring = try MirrorWiring(fs: fs, remote: remote)
+        guard let engine = wiring.engine else { return }
+        do {
+            try engine.runOnce()
+        } catch let offline as MirrorUnreachable {
+            throw CLIError("could not reach the workspace server at \(remote.url): \(offline); local changes stay and go at the next run", code: ExitCode.unavailable)
+        }
+        let status = engine.status
+        print("Workspace: \(status.waitingUp) change(s) to send, \(status.waitingDown) to apply, \(status.conflicts) conflict copy(ies), \(status.failures) failure(s)")
     }
 
     /// Follows the change feed into the records table, as a mount does, so the next
@@ -69,7 +98,7 @@ enum TaskCommand {
         let db = try Database(path: catalog)
         let all = DriveFileSystem.catalogMigrations(extra: WiringSchema.catalogExtras)
         let missing = Set(all.map(\.name)).subtracting(try db.appliedMigrations())
-        let recordsOnly = Set(RecordsTable.migrationNames)
+        let recordsOnly = Set(RecordsTable.migrationNames).union(MirrorSchema.migrations.map(\.name))
         guard missing.isSubset(of: recordsOnly) else {
             throw CLIError("the workspace in \((catalog as NSString).deletingLastPathComponent) was made by an older vdrive; mount it once with this version first", code: ExitCode.config)
         }

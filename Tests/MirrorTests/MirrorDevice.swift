@@ -24,7 +24,7 @@ final class MirrorDevice {
     private static func open(_ path: String, _ name: String, _ server: MirrorServer, _ settings: MirrorSettings) throws -> (DriveFileSystem, MirrorEngine) {
         let fs = try DriveFileSystem(statePath: path + "/state", extraMigrations: MirrorSchema.migrations)
         _ = try fs.recover()
-        return (fs, try MirrorEngine(drive: fs, server: server, device: name, settings: settings))
+        return (fs, try MirrorEngine(drive: fs, server: server, device: { name }, settings: settings))
     }
 
     /// Closes the drive and opens it again from its state (a restart).

@@ -1,0 +1,49 @@
+import Storage
+
+extension MirrorStatus {
+    /// One line for the status file and `vdrive status`: never "up to date" while
+    /// something waits or failed.
+    public var line: String {
+        var parts: [String] = []
+        if waitingUp == 0 && waitingDown == 0 && failures == 0 && !serverFull {
+            parts.append("Workspace: up to date")
+        } else {
+            var waits: [String] = []
+            if waitingUp > 0 { waits.append("\(waitingUp) change\(waitingUp == 1 ? "" : "s") to send") }
+            if waitingDown > 0 { waits.append("\(waitingDown) to apply") }
+            parts.append("Workspace: " + (waits.isEmpty ? "not everything is in sync" : waits.joined(separator: ", ")))
+        }
+        if conflicts > 0 { parts.append("\(conflicts) conflict cop\(conflicts == 1 ? "y" : "ies") made") }
+        if serverFull { parts.append("waiting: the workspace server is full (its quota is reached); free space on it") }
+        else if offline { parts.append("waiting for the workspace server") }
+        if failures > 0 { parts.append("\(failures) failed" + (lastProblem.map { ": \($0)" } ?? "")) }
+        return parts.joined(separator: " · ")
+    }
+
+    /// What the catalog says without a running mirror (`vdrive status` from another process).
+    public static func stored(in db: Database) throws -> MirrorStatus {
+        var s = MirrorStatus()
+        s.waitingUp = try db.queryOne("SELECT count(*) FROM mirror_dirty") { Int($0.int64(0)) } ?? 0
+        s.waitingDown = try db.queryOne("SELECT count(*) FROM mirror_remote") { Int($0.int64(0)) } ?? 0
+        return s
+    }
+}
+
+/// The `user.vdrive.sync` attribute of a file: where its mirror stands.
+public enum MirrorFileState: String, Sendable {
+    case synced, pending, uploading, onlineOnly = "online-only", conflict, excluded
+
+    /// From the catalog (any connection): `name` is the file's name, `inCameraRoll` and
+    /// `temporary` what the rules say of its place.
+    public static func of(ino: UInt64, name: String, excluded: Bool, in db: Database) throws -> MirrorFileState {
+        if excluded { return .excluded }
+        if try db.queryOne("SELECT 1 FROM mirror_dirty WHERE ino = ?", ino, row: { _ in true }) ?? false { return .pending }
+        guard let version = try db.queryOne("SELECT version FROM mirror_nodes WHERE ino = ?", ino, row: { $0.int64(0) }) else { return .pending }
+        if version == 0 { return .uploading }
+        if name.contains(" (conflict from ") { return .conflict }
+        let online = try db.queryOne("""
+            SELECT 1 FROM file_blocks f JOIN blocks b ON b.hash = f.hash WHERE f.ino = ? AND b.resident = 0 LIMIT 1
+            """, ino, row: { _ in true }) ?? false
+        return online ? .onlineOnly : .synced
+    }
+}

@@ -1,0 +1,109 @@
+import Foundation
+import Client
+import Crypto
+import HTTPClient
+import Protocol
+import WorkspaceMirror
+
+/// The mirror's `MirrorServer` over `WorkspaceClient`: the tree's calls, and a content's
+/// blocks sent by the same upload plan as the backup's (tus, or presigned PUTs to a
+/// scaled server's store). The one place where the wire's answers become the mirror's
+/// outcomes.
+final class ClientMirrorServer: MirrorServer {
+    private let client: WorkspaceClient
+    /// A second client for the held feed request, so a long poll never waits behind a
+    /// change being sent (one connection each).
+    private let feed: WorkspaceClient
+
+    init(remote: RemoteConfig) throws {
+        client = try remote.client(timeouts: Timeouts(connect: 5, lowSpeedSeconds: 30))
+        feed = try remote.client(timeouts: Timeouts(connect: 5, lowSpeedSeconds: 30))
+    }
+
+    func page(since: Int64, wait: Int) throws -> RemotePage {
+        let page = try mapped { try feed.treePage(since: since, wait: wait) }
+        return RemotePage(nodes: page.nodes.map(Self.node), next: page.next, latest: page.latest, workspace: page.workspace)
+    }
+
+    func send(_ changes: [NodeChange]) throws -> [ChangeOutcome] {
+        let wire: [TreeChange] = changes.map { change in
+            switch change {
+            case .delete(let id, let base):
+                return .delete(id: id, base: base)
+            case .put(let n, let base, let blocks):
+                return .put(TreePut(id: n.id, base: base, parent: n.parent, name: n.name, kind: TreeNodeKind(rawValue: n.kind.rawValue) ?? .file,
+                                    hash: n.kind == .file ? n.hash : nil, size: n.kind == .file ? n.size : nil, blocks: blocks,
+                                    mtime: n.mtime, executable: n.kind == .file ? n.executable : nil,
+                                    target: n.kind == .symlink ? n.target : nil))
+            }
+        }
+        let results = try mapped { try client.applyTreeChanges(wire) }
+        return results.map(Self.outcome)
+    }
+
+    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32) throws {
+        guard let digest = SHA256Digest(hex: content) else { throw MirrorRefusal("not a content hash: \(content)") }
+        let list = blocks.compactMap(SHA256Digest.init(hex:))
+        var renewals = 0
+        while true {
+            guard case .blocks(let tickets, _) = try mapped({ try client.createUpload(content: digest, size: size, blocks: list) }) else { return }
+            do {
+                for ticket in tickets {
+                    let fd = try open(ticket.hash.hex)
+                    defer { close(fd) }
+                    // The block's bytes alone: its own file, from offset 0.
+                    var alone = ticket
+                    alone.index = 0
+                    try client.uploadBlock(alone, fd: fd)
+                }
+                return
+            } catch ClientError.expired where renewals < 3 {
+                renewals += 1
+            } catch let error as ClientError {
+                throw Self.failure(error)
+            }
+        }
+    }
+
+    func blockList(of content: String) throws -> [String] {
+        guard let digest = SHA256Digest(hex: content) else { throw MirrorRefusal("not a content hash: \(content)") }
+        return try mapped { try client.contentBlocks(digest) }.blocks.map(\.hex)
+    }
+
+    /// The device name the token belongs to (for conflict copies' names).
+    func deviceName() throws -> String { try mapped { try client.deviceName() } }
+
+    static func node(_ n: TreeNode) -> RemoteNode {
+        RemoteNode(id: n.id, parent: n.parent, name: n.name, kind: RemoteNode.Kind(rawValue: n.kind.rawValue) ?? .file, hash: n.hash,
+                   size: n.size ?? 0, mtime: n.mtime, executable: n.executable ?? false, target: n.target, version: n.version,
+                   deleted: n.deleted, device: n.device)
+    }
+
+    static func outcome(_ r: TreeResult) -> ChangeOutcome {
+        if r.status == 200 || r.status == 201, let node = r.node { return .applied(node(node)) }
+        let current = r.node.map(node)
+        switch r.error {
+        case TreeResult.conflict: return current.map(ChangeOutcome.conflict) ?? .refused("a conflict without the current node")
+        case TreeResult.nameTaken: return .nameTaken(current)
+        case TreeResult.cycle: return .cycle(current)
+        case TreeResult.notEmpty: return .notEmpty(current)
+        case TreeResult.parentMissing: return .parentMissing
+        case "missing_blocks", "content_missing", "size_conflict": return .contentMissing
+        default:
+            if r.status == 507 { return .serverFull }
+            return .refused([r.error, r.field.map { "field \($0)" }, r.message].compactMap { $0 }.joined(separator: ": "))
+        }
+    }
+
+    private func mapped<T>(_ body: () throws -> T) throws -> T {
+        do { return try body() } catch let error as ClientError { throw Self.failure(error) }
+    }
+
+    static func failure(_ error: ClientError) -> Error {
+        switch error {
+        case .unreachable, .timedOut: return MirrorUnreachable(error.description)
+        case .http(507, _): return MirrorServerFull(error.description)
+        default: return error
+        }
+    }
+}

@@ -1,0 +1,32 @@
+import Foundation
+import Drive
+import WorkspaceMirror
+
+/// Connects the workspace mirror to a mounted drive: the change journal always (so that
+/// changes made while no server is configured are sent once one is), and the engine when
+/// a server is configured.
+final class MirrorWiring {
+    let engine: MirrorEngine?
+
+    init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
+        guard let remote else {
+            fs.changeJournal = MirrorJournal()
+            engine = nil
+            return
+        }
+        let server = try ClientMirrorServer(remote: remote)
+        engine = try MirrorEngine(drive: fs, server: server, device: {
+            (try? server.deviceName()) ?? ProcessInfo.processInfo.hostName
+        }, settings: Self.settings())
+    }
+
+    /// `VDRIVE_MIRROR_HOLD` (seconds a feed request may be held) for tests and benchmarks.
+    static func settings() -> MirrorSettings {
+        var s = MirrorSettings()
+        if let text = ProcessInfo.processInfo.environment["VDRIVE_MIRROR_HOLD"], let hold = Int(text), (0...60).contains(hold) { s.hold = hold }
+        return s
+    }
+
+    func start() { engine?.start() }
+    func stop() { engine?.stop() }
+}

@@ -1,0 +1,178 @@
+import Testing
+import Foundation
+import Crypto
+import Storage
+import TestSupport
+import TestTraits
+
+/// Tier three: the synced workspace. One real `vdrive serve` (embedded, and two processes
+/// on PostgreSQL + SeaweedFS), real mounts each with its own state and token. Every change
+/// goes up from one device and is read back, bytes compared, on another.
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct WorkspaceMirrorEndToEndTests {
+    /// Every name under a mount outside the Camera Roll and the generated trees:
+    /// path → "folder", "file <sha256> <size> x<executable>" or "symlink <target>".
+    static func snapshot(_ root: String) throws -> [String: String] {
+        var out: [String: String] = [:]
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return [:] }
+        while let relative = walker.nextObject() as? String {
+            let top = relative.split(separator: "/").first.map(String.init) ?? relative
+            if ["Camera Roll", "Backups", ".backup"].contains(top) { walker.skipDescendants(); continue }
+            let path = root + "/" + relative
+            var st = stat()
+            guard lstat(path, &st) == 0 else { continue }
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: out[relative] = "folder"
+            case S_IFLNK: out[relative] = "symlink " + ((try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "?")
+            case S_IFREG: out[relative] = "file \(try sha256(ofFile: path)) \(st.st_size) x\(st.st_mode & 0o100 != 0)"
+            default: out[relative] = "special"
+            }
+        }
+        return out
+    }
+
+    static func mkdir(_ path: String) throws { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
+
+    static func devices(_ dir: TemporaryDirectory, _ backend: Backend, _ names: [String]) throws -> (LocalServer, [MountedDrive]) {
+        let server = try LocalServer(folder: dir.path, device: names[0], backend: backend)
+        var drives: [MountedDrive] = []
+        do {
+            drives.append(try MountedDrive(label: "vdrive-mirror-\(names[0])", arguments: server.mountArguments,
+                                           environment: ["VDRIVE_MIRROR_HOLD": "20"]))
+            for (i, name) in names.enumerated().dropFirst() {
+                try server.addDevice(name, tokenFile: dir.path + "/\(name).token")
+                drives.append(try MountedDrive(label: "vdrive-mirror-\(name)",
+                                               arguments: server.mountArguments(tokenFile: dir.path + "/\(name).token", process: i),
+                                               environment: ["VDRIVE_MIRROR_HOLD": "20"]))
+            }
+        } catch {
+            drives.forEach { $0.stop() }
+            server.stop()
+            throw error
+        }
+        return (server, drives)
+    }
+
+    static func waitForSameTree(_ drives: [MountedDrive], within seconds: Double = 60) throws {
+        var last: [[String: String]] = []
+        do {
+            try eventually("the same workspace on every device", within: seconds, poll: 0.1) {
+                last = try drives.map { try snapshot($0.mountPoint) }
+                return last.dropFirst().allSatisfy { $0 == last[0] }
+            }
+        } catch {
+            for (d, tree) in zip(drives, last) { print("\(d.mountPoint): \(tree.sorted { $0.key < $1.key })") }
+            throw error
+        }
+    }
+
+    @Test(arguments: Backend.allCases)
+    func aTreeGoesUpFromOneDeviceAndIsReadBackOnAnother(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-e2e"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+
+        // Folders (an empty one too), a small file, a file of three blocks, a symlink,
+        // an executable, a temporary file that stays local.
+        let big = pseudoRandomBytes(9 << 20, seed: 25)
+        try Self.mkdir(a.path("Docs"))
+        try Self.mkdir(a.path("Docs/Empty"))
+        try writeFile(a.path("Docs/note.txt"), Array("draft".utf8))
+        try writeFile(a.path("Docs/video.mov"), big)
+        try writeFile(a.path("run.sh"), Array("#!/bin/sh\necho hi\n".utf8))
+        #expect(chmod(a.path("run.sh"), 0o755) == 0)
+        #expect(symlink("Docs/note.txt", a.path("note-link")) == 0)
+        try writeFile(a.path("Docs/note.txt.swp"), Array("swap".utf8))
+        try eventually("the tree on the other device", within: 60, poll: 0.1) {
+            FileManager.default.fileExists(atPath: b.path("Docs/video.mov")) && FileManager.default.fileExists(atPath: b.path("run.sh"))
+                && FileManager.default.fileExists(atPath: b.path("Docs/Empty"))
+        }
+        // The way back: bytes read on the other device, fetched from the server.
+        #expect(try readFile(b.path("Docs/video.mov")) == big)
+        #expect(try readFile(b.path("Docs/note.txt")) == Array("draft".utf8))
+        #expect(!FileManager.default.fileExists(atPath: b.path("Docs/note.txt.swp")))
+        var expected = try Self.snapshot(a.mountPoint)
+        expected["Docs/note.txt.swp"] = nil
+        #expect(try Self.snapshot(b.mountPoint) == expected)
+
+        // A rename of the folder goes as one change, with no bytes sent again.
+        let written = server.bytesWritten()
+        #expect(rename(a.path("Docs"), a.path("Papers")) == 0)
+        try eventually("the rename on the other device", within: 30, poll: 0.05) {
+            FileManager.default.fileExists(atPath: b.path("Papers/video.mov")) && !FileManager.default.fileExists(atPath: b.path("Docs"))
+        }
+        // The server writes its records and log lines; no 9 MiB of content again.
+        #expect(server.bytesWritten() - written < 1 << 20)
+
+        // Deleted on one device, saved again with the same bytes on the other: the same
+        // content comes back whole (dedup: the server still has the blocks).
+        try FileManager.default.removeItem(atPath: b.path("Papers/video.mov"))
+        try eventually("the delete on the first device", within: 30, poll: 0.05) { !FileManager.default.fileExists(atPath: a.path("Papers/video.mov")) }
+        try writeFile(b.path("Papers/again.mov"), big)
+        try writeFile(b.path("Papers/copy.mov"), big)
+        try eventually("the saved-again files on the first device", within: 30, poll: 0.05) {
+            FileManager.default.fileExists(atPath: a.path("Papers/again.mov")) && FileManager.default.fileExists(atPath: a.path("Papers/copy.mov"))
+        }
+        #expect(try readFile(a.path("Papers/again.mov")) == big)
+        #expect(try readFile(a.path("Papers/copy.mov")) == big)
+        try Self.waitForSameTree(drives)
+
+        // Across a remount of one and a kill -9 of the other: the same tree, read whole.
+        try b.unmount()
+        try b.start()
+        try a.unmount()
+        try a.startForeground()
+        try writeFile(a.path("Papers/after-kill.txt"), Array("made before the kill".utf8))
+        try eventually("the file made before the kill on the other device", within: 30, poll: 0.05) {
+            FileManager.default.fileExists(atPath: b.path("Papers/after-kill.txt"))
+        }
+        a.kill9()
+        try a.start()
+        try Self.waitForSameTree(drives)
+        #expect(try readFile(a.path("Papers/again.mov")) == big)
+        #expect(try readFile(b.path("Papers/after-kill.txt")) == Array("made before the kill".utf8))
+    }
+
+    @Test(arguments: Backend.allCases)
+    func offlineEditsOnBothSidesMergeKeepingBothVersionsAndADeletedFolderComesBackWithANewFile(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-conflicts"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        try Self.mkdir(a.path("Shared"))
+        try writeFile(a.path("Shared/plan.txt"), Array("base".utf8))
+        try writeFile(a.path("Shared/gone.txt"), Array("to be deleted here, edited there".utf8))
+        try Self.mkdir(a.path("Old"))
+        try writeFile(a.path("Old/a.txt"), Array("a".utf8))
+        try Self.waitForSameTree(drives)
+
+        // The server is down: both devices change the same things.
+        server.stopServer()
+        try writeFile(a.path("Shared/plan.txt"), Array("laptop's plan".utf8))
+        try writeFile(b.path("Shared/plan.txt"), Array("desktop's plan".utf8))
+        try FileManager.default.removeItem(atPath: a.path("Shared/gone.txt"))
+        try writeFile(b.path("Shared/gone.txt"), Array("edited on the desktop".utf8))
+        try FileManager.default.removeItem(atPath: a.path("Old"))
+        try writeFile(b.path("Old/new.txt"), Array("added while it was deleted elsewhere".utf8))
+        try writeFile(a.path("both.txt"), Array("made on the laptop".utf8))
+        try writeFile(b.path("both.txt"), Array("made on the desktop".utf8))
+        try server.start()
+
+        try Self.waitForSameTree(drives, within: 90)
+        let tree = try Self.snapshot(a.mountPoint)
+        func sha(_ text: String) -> String { SHA256Hasher.digest(Array(text.utf8)).hex }
+        // Two edits of one file: one keeps the name, the other is a conflict copy beside it.
+        let plans = tree.filter { $0.key.hasPrefix("Shared/plan") }
+        #expect(plans.count == 2, "\(plans)")
+        #expect(Set(plans.values.map { $0.split(separator: " ")[1] }) == [Substring(sha("laptop's plan")), Substring(sha("desktop's plan"))])
+        #expect(plans.keys.contains("Shared/plan.txt"))
+        #expect(plans.keys.contains { $0.hasPrefix("Shared/plan (conflict from ") && $0.hasSuffix(").txt") })
+        // Edit against delete: the edit wins.
+        #expect(try readFile(a.path("Shared/gone.txt")) == Array("edited on the desktop".utf8))
+        // A folder deleted while a file was added to it: the file survives, its folder with it.
+        #expect(try readFile(a.path("Old/new.txt")) == Array("added while it was deleted elsewhere".utf8))
+        #expect(!FileManager.default.fileExists(atPath: a.path("Old/a.txt")))
+        // One name made on both: both kept.
+        #expect(tree.keys.filter { $0.hasPrefix("both") }.count == 2)
+    }
+}
