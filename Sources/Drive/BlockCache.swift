@@ -11,9 +11,10 @@ import Storage
 /// in the block's partial file (`blobs/partial/<hash>`), recording the chunk as verified
 /// in the catalog only after its bytes were written. When every chunk is there, the
 /// whole file is checked against the block's SHA-256 and adopted into the store: from
-/// then on it is an ordinary block. A sequential reader fetches whole blocks (one request
-/// each, checked against the block's SHA-256) and the next ones ahead of it, as
-/// non-interactive work the policy may hold.
+/// then on it is an ordinary block. Which chunks a read asks for is the reader's window
+/// (ReadaheadWindow.swift); once it has grown to a block, the reader fetches whole blocks
+/// (one request each, checked against the block's SHA-256) and the next ones ahead of
+/// it, as non-interactive work the policy may hold.
 ///
 /// Nothing from the server is trusted: a chunk that fails its digest is fetched once
 /// more, then the read fails with EIO. The server being unreachable fails the read with
@@ -361,7 +362,7 @@ public final class BlockCache: @unchecked Sendable {
         let shared = SharedDescriptor(fd)
         if verified == 0 { try FileIO.ftruncate(fd, Int64(length)) }
         let isHere = { (index: Int) in verified & (1 << UInt64(index)) != 0 }
-        let last = (range.upperBound - 1) / Blocks.chunkSize
+        let last = range.isEmpty ? -1 : (range.upperBound - 1) / Blocks.chunkSize
         var index = range.lowerBound / Blocks.chunkSize
         while index <= last {
             if isHere(index) { index += 1; continue }

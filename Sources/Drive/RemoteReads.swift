@@ -6,8 +6,8 @@ import Storage
 /// Reads of `Backups/` files: the content's block list (kept in the records table once
 /// fetched, checked against the content hash and size), then each block the read
 /// covers: a zero block from no disk, a block this drive holds from its store, any
-/// other from the server through the block cache (only the chunks the read needs,
-/// each verified before a byte is served).
+/// other from the server through the block cache (only the chunks of the read and of
+/// the open file's readahead window, each verified before a byte is served).
 /// `@unchecked Sendable`: immutable after init; the table and remote are thread-safe.
 public final class RemoteReads: @unchecked Sendable {
     let table: RecordsTable
