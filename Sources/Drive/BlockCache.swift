@@ -11,9 +11,10 @@ import Storage
 /// in the block's partial file (`blobs/partial/<hash>`), recording the chunk as verified
 /// in the catalog only after its bytes were written. When every chunk is there, the
 /// whole file is checked against the block's SHA-256 and adopted into the store: from
-/// then on it is an ordinary block. A sequential reader fetches whole blocks (one request
-/// each, checked against the block's SHA-256) and the next ones ahead of it, as
-/// non-interactive work the policy may hold.
+/// then on it is an ordinary block. Which chunks a read asks for is the reader's window
+/// (ReadaheadWindow.swift); once it has grown to a block, the reader fetches whole blocks
+/// (one request each, checked against the block's SHA-256) and the next ones ahead of
+/// it, as non-interactive work the policy may hold.
 ///
 /// Nothing from the server is trusted: a chunk that fails its digest is fetched once
 /// more, then the read fails with EIO. The server being unreachable fails the read with
@@ -148,6 +149,11 @@ public final class BlockCache: @unchecked Sendable {
         var handedOff = false
         defer { if !handedOff { release(hash) } }
         if let fd = openResident(hash) { FileIO.close(fd); return }
+        if (try? catalog.verifiedChunks(hash)) != 0 {
+            // Partly here (as in `descriptor`): the rest of its chunks.
+            _ = try? fetchChunks(hash, length: length, range: 0..<length, interactive: false, remote)
+            return
+        }
         handedOff = (try? fetchWhole(hash, length: length, interactive: false, keepInMemory: true, remote,
                                      storeOn: storeWriters.backlog < Self.storeBacklog ? storeWriters : nil)) ?? false
     }
@@ -183,12 +189,15 @@ public final class BlockCache: @unchecked Sendable {
         }
         return try exclusively(hash) {
             if let fd = openResident(hash) { return SharedDescriptor(fd) }
-            if whole || isDamaged(hash) {
+            // A block some of whose chunks are here already (a reader's window reached
+            // into it) gets only the rest: a whole fetch would bring those again.
+            let partlyHere = whole ? try catalog.verifiedChunks(hash) != 0 : false
+            if isDamaged(hash) || (whole && !partlyHere) {
                 try fetchWhole(hash, length: length, interactive: interactive, keepInMemory: keepInMemory && whole, remote)
                 guard let fd = openResident(hash) else { throw Errno.ioError }
                 return SharedDescriptor(fd)
             }
-            return try fetchChunks(hash, length: length, range: range, interactive: interactive, remote)
+            return try fetchChunks(hash, length: length, range: whole ? 0..<length : range, interactive: interactive, remote)
         }
     }
 
@@ -341,6 +350,8 @@ public final class BlockCache: @unchecked Sendable {
 
     /// The chunks covering `range` that are not verified yet, each checked against its
     /// chunk digest before it is written and recorded; adopts the block when complete.
+    /// Chunks missing side by side come in one ranged request (a reader's window is up
+    /// to 2 MiB of them); one that fails its digest is fetched alone once more.
     private func fetchChunks(_ hash: SHA256Digest, length: Int, range: Range<Int>, interactive: Bool,
                              _ remote: RemoteContent) throws -> SharedDescriptor {
         let digests = try chunkList(hash, length: length, remote)
@@ -350,18 +361,50 @@ public final class BlockCache: @unchecked Sendable {
         let fd = try FileIO.open(path, O_RDWR | O_CREAT, 0o600)
         let shared = SharedDescriptor(fd)
         if verified == 0 { try FileIO.ftruncate(fd, Int64(length)) }
-        let first = range.lowerBound / Blocks.chunkSize
-        let last = (range.upperBound - 1) / Blocks.chunkSize
-        for index in first...last where verified & (1 << UInt64(index)) == 0 {
+        let isHere = { (index: Int) in verified & (1 << UInt64(index)) != 0 }
+        let last = range.isEmpty ? -1 : (range.upperBound - 1) / Blocks.chunkSize
+        var index = range.lowerBound / Blocks.chunkSize
+        while index <= last {
+            if isHere(index) { index += 1; continue }
+            var runEnd = index
+            while runEnd < last && !isHere(runEnd + 1) { runEnd += 1 }
             let start = index * Blocks.chunkSize
-            let size = min(Blocks.chunkSize, length - start)
-            let bytes = try fetchVerified(hash, what: "chunk \(index) of block", expected: digests[index], length: size) { () throws(RemoteFailure) -> [UInt8] in
-                try remote.blockBytes(hash, offset: start, length: size, interactive: interactive)
+            let end = min(length, (runEnd + 1) * Blocks.chunkSize)
+            let bytes = try remoteCall(hash) { () throws(RemoteFailure) -> [UInt8] in
+                try remote.blockBytes(hash, offset: start, length: end - start, interactive: interactive)
             }
-            try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: Int64(start)) }
-            try catalog.recordVerifiedChunk(hash, length: length, index: index)
-            verified |= 1 << UInt64(index)
-            state.withLock { $0.stats.chunksFetched += 1 }
+            state.withLock { $0.stats.bytesFetched += Int64(bytes.count) }
+            var written: UInt64 = 0
+            do {
+                for chunk in index...runEnd {
+                    let from = chunk * Blocks.chunkSize
+                    let to = min(length, from + Blocks.chunkSize)
+                    let checked: Bool = bytes.count == end - start && bytes.withUnsafeBytes { raw in
+                        Self.digest(UnsafeRawBufferPointer(rebasing: raw[(from - start)..<(to - start)])) == digests[chunk]
+                    }
+                    if checked {
+                        try bytes.withUnsafeBytes { raw in
+                            try FileIO.pwrite(fd, UnsafeRawBufferPointer(rebasing: raw[(from - start)..<(to - start)]), at: Int64(from))
+                        }
+                    } else {
+                        state.withLock { $0.stats.digestMismatches += 1 }
+                        let again = try fetchVerified(hash, what: "chunk \(chunk) of block", expected: digests[chunk],
+                                                      length: to - from, attempts: 1) { () throws(RemoteFailure) -> [UInt8] in
+                            try remote.blockBytes(hash, offset: from, length: to - from, interactive: interactive)
+                        }
+                        try again.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: Int64(from)) }
+                    }
+                    written |= 1 << UInt64(chunk)
+                }
+            } catch {
+                // The chunks before the bad one were written and are good: kept.
+                if written != 0 { try? catalog.recordVerifiedChunks(hash, length: length, mask: written) }
+                throw error
+            }
+            try catalog.recordVerifiedChunks(hash, length: length, mask: written)
+            verified |= written
+            state.withLock { $0.stats.chunksFetched += written.nonzeroBitCount }
+            index = runEnd + 1
         }
         let all: UInt64 = chunkCount == 64 ? .max : (1 << UInt64(chunkCount)) - 1
         guard verified & all == all else { return shared }
@@ -399,14 +442,15 @@ public final class BlockCache: @unchecked Sendable {
 
     /// Fetches bytes and checks their SHA-256 against `expected`; a mismatch is fetched
     /// once more, then the read fails. A wrong byte is never written anywhere served.
-    private func fetchVerified(_ hash: SHA256Digest, what: String, expected: SHA256Digest, length: Int,
+    /// `attempts`: 1 when the first attempt was made by the caller.
+    private func fetchVerified(_ hash: SHA256Digest, what: String, expected: SHA256Digest, length: Int, attempts: Int = 2,
                                _ fetch: () throws(RemoteFailure) -> [UInt8]) throws -> [UInt8] {
-        for attempt in 1...2 {
+        for attempt in 1...attempts {
             let bytes = try remoteCall(hash, fetch)
             state.withLock { $0.stats.bytesFetched += Int64(bytes.count) }
             if bytes.count == length && Self.digest(bytes) == expected { return bytes }
             state.withLock { $0.stats.digestMismatches += 1 }
-            if attempt == 2 {
+            if attempt == attempts {
                 DriveLog.error("\(what) \(hash.hex) from the server failed its digest twice (corrupt in transit or in the server's store): the read fails with EIO")
             }
         }
@@ -443,8 +487,12 @@ public final class BlockCache: @unchecked Sendable {
     }
 
     static func digest(_ bytes: [UInt8]) -> SHA256Digest {
+        bytes.withUnsafeBytes { digest($0) }
+    }
+
+    static func digest(_ bytes: UnsafeRawBufferPointer) -> SHA256Digest {
         let h = SHA256Hasher()
-        bytes.withUnsafeBytes { h.update($0) }
+        h.update(bytes)
         return h.finish()
     }
 

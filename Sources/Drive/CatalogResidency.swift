@@ -37,14 +37,15 @@ extension Catalog {
         }
     }
 
-    /// Records chunk `index` as verified. Called only after its bytes were written to the
-    /// partial file, so a kill between the two leaves the chunk unrecorded (fetched again).
-    func recordVerifiedChunk(_ digest: SHA256Digest, length: Int, index: Int) throws {
+    /// Records the chunks whose bits are set in `mask` as verified. Called only after their
+    /// bytes were written to the partial file, so a kill between the two leaves them
+    /// unrecorded (fetched again).
+    func recordVerifiedChunks(_ digest: SHA256Digest, length: Int, mask: UInt64) throws {
         try withDatabase { db in
             _ = try db.run("""
                 INSERT INTO partial_blocks(hash, length, chunks) VALUES (?, ?, ?)
                 ON CONFLICT(hash) DO UPDATE SET chunks = chunks | excluded.chunks
-                """, digest.hex, length, Int64(1) << Int64(index))
+                """, digest.hex, length, Int64(bitPattern: mask))
         }
     }
 

@@ -591,6 +591,8 @@ public final class DriveFileSystem: @unchecked Sendable {
             break
         }
         let node = try handle(fh).node
+        // The window's chunks in blocks past the read's (fetched after its own pieces).
+        var ahead: [(SHA256Digest, Int, Range<Int>)] = []
         let planned: [PlannedPiece] = try node.lock.withLock {
             if let d = node.draft, d.changed {
                 return [.copied(try readDraft(node, d, into: makeBuffer(), at: offset))]
@@ -603,10 +605,14 @@ public final class DriveFileSystem: @unchecked Sendable {
             let committed = node.committed!
             let size = node.committedSize
             let spans = Self.blockSpans(offset: offset, count: count, size: size)
-            // A reader continuing where its last read ended, with more than two chunks
-            // read in order: it gets whole blocks and the next ones fetched ahead. A
-            // program reading a file's first bytes (a thumbnailer, `file`, `head -c`), and
-            // the kernel's first readahead for it, fetch only the chunks they cover.
+            // Blocks not held here: the chunks of the read and of the open file's window,
+            // which ramps while the reader goes on in order (ReadaheadWindow.swift), up to
+            // whole blocks and the next ones fetched ahead. A program reading a file's
+            // first bytes (a thumbnailer, `file`, `head -c`) fetches the chunks they cover.
+            let plan = offset < size ? node.window.plan(offset: offset, count: count, size: size)
+                : ReadaheadWindow.Plan(fetch: 0..<0, wholeBlocks: false)
+            // Stored blocks: a reader continuing where its last read ended, with more than
+            // two chunks read in order, gets the next block asked of the disk ahead.
             let continues = offset > 0 && offset == node.sequentialEnd
             node.sequentialRun = continues ? node.sequentialRun + Int64(count) : Int64(count)
             let sequential = continues && node.sequentialRun > Int64(2 * Blocks.chunkSize)
@@ -619,33 +625,51 @@ public final class DriveFileSystem: @unchecked Sendable {
                     return .ready(.block(fd, offset: Int64(span.inBlock), length: span.length))
                 }
                 return .remote(digest, blockLength: Blocks.length(ofBlock: span.index, fileSize: size),
-                               inBlock: span.inBlock, length: span.length, whole: sequential)
+                               inBlock: span.inBlock, length: span.length,
+                               fetch: plan.fetch(inBlock: span.index, size: size), whole: plan.wholeBlocks)
             }
-            if sequential, let last = spans.last { readAhead(node, committed, size: size, after: last.index) }
+            if let last = spans.last {
+                if sequential || plan.wholeBlocks {
+                    readAhead(node, committed, size: size, after: last.index, fetchNotHeld: plan.wholeBlocks)
+                }
+                // The window reaches into the next block: its online-only chunks come with the read.
+                if !plan.wholeBlocks && plan.lastBlock > last.index {
+                    for index in stride(from: last.index + 1, through: plan.lastBlock, by: 1) {
+                        guard let digest = committed[index], node.notHeld.contains(digest) else { continue }
+                        ahead.append((digest, Blocks.length(ofBlock: index, fileSize: size), plan.fetch(inBlock: index, size: size)))
+                    }
+                }
+            }
             node.sequentialEnd = offset + Int64(count)
             return planned
         }
         if case .copied(let n) = planned.first { return .bytes(n) }
         // Blocks not held here are fetched outside the node's lock: other readers of the
         // file are not held up by the network.
-        return .pieces(try planned.map { piece in
+        let pieces: [ReadPiece] = try planned.map { piece in
             switch piece {
             case .ready(let p): return p
             case .copied: throw Errno.ioError   // only ever alone, handled above
-            case .remote(let digest, let blockLength, let inBlock, let length, let whole):
-                return try fetchedPiece(digest, blockLength: blockLength, range: inBlock..<(inBlock + length), whole: whole)
+            case .remote(let digest, let blockLength, let inBlock, let length, let fetch, let whole):
+                return try fetchedPiece(digest, blockLength: blockLength, range: inBlock..<(inBlock + length), fetch: fetch, whole: whole)
             }
-        })
+        }
+        for (digest, length, range) in ahead {
+            _ = try blockCache.descriptor(digest, length: length, range: range, interactive: true, whole: false)
+        }
+        return .pieces(pieces)
     }
 
     /// The piece of `range` of a block not held here (or just fetched): from memory when
     /// a whole fetch for a sequential reader kept it there, else from the block cache's
-    /// descriptor (which fetches what is missing, verified).
-    func fetchedPiece(_ digest: SHA256Digest, blockLength: Int, range: Range<Int>, whole: Bool) throws -> ReadPiece {
+    /// descriptor, which fetches what is missing of `fetch` (the range and the reader's
+    /// window in this block; `whole`: the whole block), verified.
+    func fetchedPiece(_ digest: SHA256Digest, blockLength: Int, range: Range<Int>, fetch: Range<Int>, whole: Bool) throws -> ReadPiece {
         // Also a reader not seen as sequential (the kernel's readahead sends a block's
         // pieces on several threads at once) takes the bytes a whole fetch kept.
         if let m = blockCache.awaitFetched(digest, range) { return .memory(m, offset: range.lowerBound, length: range.count) }
-        let fd = try blockCache.descriptor(digest, length: blockLength, range: range, interactive: true,
+        let wanted = min(range.lowerBound, fetch.isEmpty ? range.lowerBound : fetch.lowerBound)..<max(range.upperBound, fetch.upperBound)
+        let fd = try blockCache.descriptor(digest, length: blockLength, range: wanted, interactive: true,
                                            whole: whole, keepInMemory: whole)
         if let m = blockCache.fetched.take(digest, range) { return .memory(m, offset: range.lowerBound, length: range.count) }
         return .block(fd, offset: Int64(range.lowerBound), length: range.count)
@@ -655,7 +679,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     private enum PlannedPiece {
         case ready(ReadPiece)
         case copied(Int)
-        case remote(SHA256Digest, blockLength: Int, inBlock: Int, length: Int, whole: Bool)
+        case remote(SHA256Digest, blockLength: Int, inBlock: Int, length: Int, fetch: Range<Int>, whole: Bool)
     }
 
     /// The open file's cached descriptor of a stored block, when the block is here.
@@ -668,12 +692,14 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// Ahead of a sequential reader: the next stored block is asked of the disk (every
     /// block is a file of its own, so the kernel's readahead, which follows one file,
     /// would start again small at each block boundary: measured, a cold sequential read
-    /// of 1 GiB at 0.6-0.8x passthrough_hp without this); the next blocks not held here
-    /// are fetched in the background. Called with `node.lock` held.
-    private func readAhead(_ node: OpenNode, _ committed: [Int: SHA256Digest], size: Int64, after index: Int) {
+    /// of 1 GiB at 0.6-0.8x passthrough_hp without this); with `fetchNotHeld` (the
+    /// reader's window is at whole blocks) the next blocks not held here are fetched in
+    /// the background. Called with `node.lock` held.
+    private func readAhead(_ node: OpenNode, _ committed: [Int: SHA256Digest], size: Int64, after index: Int, fetchNotHeld: Bool) {
         for ahead in 1...BlockCache.prefetchDepth {
             guard let next = committed[index + ahead] else { continue }
             let notHeld = node.notHeld.contains(next)
+            if !fetchNotHeld && (notHeld || ahead > 1) { continue }
             // Only the next block's descriptor is opened (and kept with the file's
             // readers); `prefetch` returns at once for blocks further on that are here.
             if ahead == 1, !notHeld, let fd = try? residentReader(node, next) {

@@ -244,6 +244,8 @@ final class OpenNode: @unchecked Sendable {
     var notHeld: Set<SHA256Digest> = []
     /// Open descriptors of stored blocks, by digest (at most 8 per open file).
     var readers: [SHA256Digest: SharedDescriptor] = [:]
+    /// How much of the file's content not held here reads fetch (ReadaheadWindow.swift).
+    var window = ReadaheadWindow()
     /// Where the last read ended (a read starting there is sequential), and the block
     /// last asked of the disk ahead of the reader.
     var sequentialEnd: Int64 = 0

@@ -6,8 +6,8 @@ import Storage
 /// Reads of `Backups/` files: the content's block list (kept in the records table once
 /// fetched, checked against the content hash and size), then each block the read
 /// covers: a zero block from no disk, a block this drive holds from its store, any
-/// other from the server through the block cache (only the chunks the read needs,
-/// each verified before a byte is served).
+/// other from the server through the block cache (only the chunks of the read and of
+/// the open file's readahead window, each verified before a byte is served).
 /// `@unchecked Sendable`: immutable after init; the table and remote are thread-safe.
 public final class RemoteReads: @unchecked Sendable {
     let table: RecordsTable
@@ -44,12 +44,12 @@ public final class RemoteReads: @unchecked Sendable {
     }
 }
 
-/// Per open `Backups/` file: where the last read ended, so a sequential reader is
-/// recognised, and its block list. `@unchecked Sendable`: both are guarded by `lock`.
+/// Per open `Backups/` file: its readahead window and its block list.
+/// `@unchecked Sendable`: both are guarded by `lock`.
 final class RemoteHandle: @unchecked Sendable {
     let file: RemoteFile
     private let lock = NSLock()
-    private var sequentialEnd: Int64 = -1
+    private var window = ReadaheadWindow()
     private var blocks: [SHA256Digest]?
     init(_ file: RemoteFile) { self.file = file }
 
@@ -61,13 +61,9 @@ final class RemoteHandle: @unchecked Sendable {
         return list
     }
 
-    /// True when this read continues the previous one past the file's start (a copy, a
-    /// player; a thumbnailer reading the first bytes is not one), as for local files.
-    func isSequential(_ offset: Int64, count: Int) -> Bool {
-        lock.withLock {
-            defer { sequentialEnd = offset + Int64(count) }
-            return offset > 0 && offset == sequentialEnd
-        }
+    /// What a read of `count` bytes at `offset` fetches (ReadaheadWindow.swift).
+    func plan(_ offset: Int64, count: Int) -> ReadaheadWindow.Plan {
+        lock.withLock { window.plan(offset: offset, count: count, size: file.size) }
     }
 }
 
@@ -88,20 +84,33 @@ extension DriveFileSystem {
             throw Errno.ioError
         }
         let blocks = try handle.blockList(reads)
-        let sequential = handle.isSequential(offset, count: count)
+        let plan = handle.plan(offset, count: count)
         let spans = Self.blockSpans(offset: offset, count: count, size: file.size)
-        // The block cache: the stored block when this drive holds it, else the chunks the
-        // read covers (a sequential reader: the whole block), verified before use.
+        // The block cache: the stored block when this drive holds it, else the chunks of
+        // the read and its window (a reader past its first 4 MiB in order: the whole
+        // block), verified before use.
         let pieces: [ReadPiece] = try spans.map { span in
             let digest = blocks[span.index]
             let length = Blocks.length(ofBlock: span.index, fileSize: file.size)
             if Blocks.isZero(digest, length: length) { return .zeros(span.length) }
-            return try fetchedPiece(digest, blockLength: length, range: span.inBlock..<(span.inBlock + span.length), whole: sequential)
+            let range = span.inBlock..<(span.inBlock + span.length)
+            return try fetchedPiece(digest, blockLength: length, range: range,
+                                    fetch: plan.wholeBlocks ? range : plan.fetch(inBlock: span.index, size: file.size),
+                                    whole: plan.wholeBlocks)
         }
-        if sequential, let last = spans.last {
+        guard let last = spans.last else { return .pieces(pieces) }
+        if plan.wholeBlocks {
             for index in (last.index + 1)..<min(blocks.count, last.index + 1 + BlockCache.prefetchDepth) {
                 let length = Blocks.length(ofBlock: index, fileSize: file.size)
                 if !Blocks.isZero(blocks[index], length: length) { blockCache.prefetch(blocks[index], length: length) }
+            }
+        } else if plan.lastBlock > last.index {
+            // The window reaches into the next block: its chunks come now, with the read.
+            for index in stride(from: last.index + 1, through: min(plan.lastBlock, blocks.count - 1), by: 1) {
+                let length = Blocks.length(ofBlock: index, fileSize: file.size)
+                if Blocks.isZero(blocks[index], length: length) { continue }
+                _ = try blockCache.descriptor(blocks[index], length: length, range: plan.fetch(inBlock: index, size: file.size),
+                                              interactive: true, whole: false)
             }
         }
         return .pieces(pieces)
