@@ -38,6 +38,9 @@ public struct ServerConfiguration: Sendable {
     public var gcInterval: Int64 = 6 * 3600
     public var gcGrace: Int64 = 24 * 3600
     public var quota: Int64?
+    /// Days a node stays in the workspace tree's trash before the periodic collection
+    /// purges it (TreeTrash.swift); 0 keeps the trash forever.
+    public var trashDays: Int64 = 30
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -76,7 +79,8 @@ public final class WorkspaceServer: Sendable {
         router = Router(context: context)
         daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.connectionLimits,
                                 tls: configuration.tls)
-        collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace)
+        collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace,
+                                    trashDays: configuration.trashDays)
         collectorJob.start()
     }
 
@@ -114,6 +118,8 @@ final class ServerContext: Sendable {
     let usedBytes = Mutex<(bytes: Int64, at: Int64)?>(nil)
     /// Bytes of blocks being recorded right now, held against the quota (Quota.swift).
     let quotaReserved = Mutex<Int64>(0)
+    /// Told after every committed tree change (TreeChangeListener.swift).
+    let treeListener: any TreeChangeListener = NoTreeChangeListener()
     var collector: SpaceCollector {
         SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
     }
