@@ -58,7 +58,7 @@ enum TreeFeed {
                 WHERE t.id IN (SELECT w.parent FROM (SELECT parent FROM tree_nodes WHERE version > ? ORDER BY version LIMIT ?) w)
                 UNION
                 SELECT t.id, t.parent FROM tree_nodes t JOIN up ON t.id = up.parent WHERE up.id <> up.parent)
-            SELECT \(TreeNodes.columns) FROM up JOIN \(TreeNodes.from) ON n.id = up.id WHERE up.id <> up.parent
+            SELECT \(TreeNodes.columns) FROM \(TreeNodes.from) JOIN up ON up.id = n.id WHERE up.id <> up.parent
             """, since, limit, row: TreeNodes.stored).map(\.node)
     }
 }

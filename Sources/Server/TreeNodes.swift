@@ -70,7 +70,7 @@ enum TreeNodes {
                 SELECT id, parent, 0 FROM tree_nodes WHERE id = ?
                 UNION ALL
                 SELECT t.id, t.parent, up.depth + 1 FROM tree_nodes t JOIN up ON t.id = up.parent WHERE up.id <> up.parent AND up.depth < \(maxDepth))
-            SELECT \(columns), up.depth FROM up JOIN \(from) ON n.id = up.id WHERE up.id <> up.parent ORDER BY up.depth
+            SELECT \(columns) FROM \(from) JOIN up ON up.id = n.id WHERE up.id <> up.parent ORDER BY up.depth
             """, id) { stored($0) }
         return rows
     }
