@@ -447,24 +447,24 @@ public final class WorkspaceClient: Sendable {
     }
     private var tusHeader: String { "\(Tus.resumable): \(API.tusVersion)" }
 
-    private func call(_ method: String, _ pathAndQuery: String, auth: Bool = true) throws(ClientError) -> HTTPResult {
+    func call(_ method: String, _ pathAndQuery: String, auth: Bool = true) throws(ClientError) -> HTTPResult {
         let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [])
         try check(reply, expect: [200, 201])
         return reply
     }
 
-    private func call<T: Encodable>(_ method: String, _ path: String, json: T) throws(ClientError) -> HTTPResult {
+    func call<T: Encodable>(_ method: String, _ path: String, json: T) throws(ClientError) -> HTTPResult {
         try call(method, path, body: WireJSON.encode(json))
     }
 
-    private func call(_ method: String, _ path: String, body: [UInt8]) throws(ClientError) -> HTTPResult {
+    func call(_ method: String, _ path: String, body: [UInt8]) throws(ClientError) -> HTTPResult {
         let reply = try connection.perform(method: method, url: baseURL + path,
                                            headers: [try authHeader(), "Content-Type: application/json", "Expect:"], body: .bytes(body))
         try check(reply, expect: [200, 201])
         return reply
     }
 
-    private func decode<T: Decodable>(_ type: T.Type, _ reply: HTTPResult) throws(ClientError) -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ reply: HTTPResult) throws(ClientError) -> T {
         do { return try WireJSON.decode(T.self, from: reply.body) } catch {
             throw .invalidResponse("cannot decode \(T.self): \(WireJSON.describe(error).message)")
         }

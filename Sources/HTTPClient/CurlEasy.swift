@@ -217,12 +217,15 @@ public final class HTTPConnection: Sendable {
     /// `directSink`: another descriptor of `sink`'s file, opened with O_DIRECT; the body
     /// is then written through it a megabyte at a time, past the page cache (DirectSink),
     /// when `sinkOffset` is aligned.
+    /// `timeout`: the whole request's limit in seconds, in place of the low-speed check,
+    /// for a request the server holds before answering (a long poll sends nothing while
+    /// it waits, which the low-speed check would take for a dead connection).
     public func perform(method: String, url: String, headers: [String] = [], body: RequestBodySource = .none,
                         responseLimit: Int = 16 << 20, sink: Int32? = nil, sinkOffset: Int64 = 0, directSink: Int32? = nil,
                         sinkHook: ((UnsafeRawBufferPointer) -> Void)? = nil,
-                        progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
+                        progress: ((Int64) -> Bool)? = nil, timeout: Int? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: body, raw: nil, responseLimit: responseLimit,
-                sink: sink, sinkOffset: sinkOffset, directSink: directSink, sinkHook: sinkHook, progress: progress)
+                sink: sink, sinkOffset: sinkOffset, directSink: directSink, sinkHook: sinkHook, progress: progress, timeout: timeout)
     }
 
     /// Sends `bytes` as the request body straight from the caller's buffer (valid for the
@@ -231,13 +234,13 @@ public final class HTTPConnection: Sendable {
     public func perform(method: String, url: String, headers: [String] = [], bytes: UnsafeRawBufferPointer,
                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: .none, raw: bytes, responseLimit: 16 << 20,
-                sink: nil, sinkOffset: 0, directSink: nil, sinkHook: nil, progress: progress)
+                sink: nil, sinkOffset: 0, directSink: nil, sinkHook: nil, progress: progress, timeout: nil)
     }
 
     private func run(method: String, url: String, headers: [String], body: RequestBodySource, raw: UnsafeRawBufferPointer?,
                      responseLimit: Int, sink: Int32?, sinkOffset: Int64, directSink: Int32?,
                      sinkHook: ((UnsafeRawBufferPointer) -> Void)?,
-                     progress: ((Int64) -> Bool)?) throws(ClientError) -> HTTPResult {
+                     progress: ((Int64) -> Bool)?, timeout: Int?) throws(ClientError) -> HTTPResult {
         let transfer = Transfer()
         transfer.responseLimit = responseLimit
         transfer.sink = sink ?? -1
@@ -260,8 +263,12 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_str(h, CURLOPT_REDIR_PROTOCOLS_STR, Self.schemes)
             vd_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1)
             vd_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT, timeouts.connect)
-            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
-            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
+            if let timeout {
+                vd_curl_setopt_long(h, CURLOPT_TIMEOUT, timeout)
+            } else {
+                vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
+                vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
+            }
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
             if let caFile { vd_curl_setopt_str(h, CURLOPT_CAINFO, caFile) }
             vd_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, transfer.errorBuffer)

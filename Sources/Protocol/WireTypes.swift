@@ -335,6 +335,9 @@ public enum WireJSON {
             return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "(body)")' must be \(typeName(type)), not null")
         case .dataCorrupted(let ctx) where ctx.debugDescription.hasPrefix(unknownFieldPrefix):
             return (path(ctx.codingPath), ctx.debugDescription)
+        case .dataCorrupted(let ctx) where !ctx.codingPath.isEmpty:
+            // A value the type refused (a kind or an op it does not know), not bad JSON.
+            return (path(ctx.codingPath), "field '\(path(ctx.codingPath) ?? "")': \(ctx.debugDescription)")
         case .dataCorrupted(let ctx):
             return (path(ctx.codingPath), "the body is not valid JSON: \(ctx.debugDescription)")
         @unknown default:

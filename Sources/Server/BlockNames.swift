@@ -6,10 +6,12 @@ import Storage
 /// - a *content* names each block of its manifest (`content_blocks`, one row per
 ///   distinct block of a content, written in the transaction that records the content);
 /// - an *upload in progress* (a tus upload row not completed) names its block;
-/// - a content is itself named by a *file version* recording it (`file_versions.hash`).
+/// - a content is itself named by a *file version* recording it (`file_versions.hash`),
+///   and by a *tree version* (`tree_versions.hash`: a content a node of the workspace
+///   tree has had, live or in the trash; the purge of the trash removes those rows).
 ///
-/// A name added later (a sync trash entry naming contents) is added here, in
-/// `contentNamed`, and every user of these conditions follows.
+/// A name added later is added here, in `contentNamed`, and every user of these
+/// conditions follows.
 ///
 /// `block_removals` is the other half of the rule "a block goes only if nothing names it
 /// at the moment of removal": the collector deletes a block's row and inserts its
@@ -39,7 +41,7 @@ enum BlockNames {
 
     /// SQL true when the content whose hash is the expression `content` is named.
     static func contentNamed(_ content: String) -> String {
-        "EXISTS (SELECT 1 FROM file_versions nv WHERE nv.hash = \(content))"
+        "(EXISTS (SELECT 1 FROM file_versions nv WHERE nv.hash = \(content)) OR EXISTS (SELECT 1 FROM tree_versions tv WHERE tv.hash = \(content)))"
     }
 
     /// SQL true when the block whose hash is the expression `block` is named right now:

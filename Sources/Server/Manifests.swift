@@ -53,14 +53,24 @@ extension ServerContext {
     /// Inside the caller's transaction: records the manifest unless a block is missing
     /// (then throws the 409 `missing_blocks` reply listing them).
     static func insertContent(_ manifest: BlockManifest, in db: any RecordSession) throws {
-        var nonZero = Set<String>()
-        for i in manifest.blocks.indices where !manifest.isZero(i) { nonZero.insert(manifest.blocks[i].hex) }
-        let list = db.hashTable(nonZero.sorted())
-        let missing = try db.query("SELECT j.value FROM \(list.sql) WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.hash = j.value)", list.argument) { $0.string(0) ?? "" }
+        let missing = try blocksMissing(manifest, in: db)
         if !missing.isEmpty { throw missingBlocks(missing) }
         try db.run("INSERT INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                    manifest.content.hex, manifest.size, Metadata.encodeBlockList(manifest.blocks), now())
-        try BlockNames.index(content: manifest.content.hex, blocks: nonZero.sorted(), in: db)
+        try BlockNames.index(content: manifest.content.hex, blocks: nonZeroBlocks(manifest), in: db)
+    }
+
+    /// Inside the caller's transaction: the distinct non-zero blocks of `manifest` without a row.
+    static func blocksMissing(_ manifest: BlockManifest, in db: any RecordSession) throws -> [String] {
+        let list = db.hashTable(nonZeroBlocks(manifest))
+        return try db.query("SELECT j.value FROM \(list.sql) WHERE NOT EXISTS (SELECT 1 FROM blocks b WHERE b.hash = j.value)", list.argument) { $0.string(0) ?? "" }
+    }
+
+    /// The distinct non-zero blocks of `manifest`, sorted (validated hex).
+    private static func nonZeroBlocks(_ manifest: BlockManifest) -> [String] {
+        var nonZero = Set<String>()
+        for i in manifest.blocks.indices where !manifest.isZero(i) { nonZero.insert(manifest.blocks[i].hex) }
+        return nonZero.sorted()
     }
 
     /// Inside the caller's transaction: whether content `hex` has its manifest.

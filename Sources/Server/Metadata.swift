@@ -2,11 +2,12 @@ import Crypto
 import Protocol
 import Storage
 
-/// The server's records: devices, blocks, contents, uploads, file versions, settings,
+/// The server's records: devices, blocks, contents, uploads, file versions, settings, the workspace tree,
 /// in SQLite (the embedded default, `SQLiteRecords`) or PostgreSQL (`PostgresRecords`),
 /// behind `RecordStore`. Every piece of the server's SQL is a record operation here or
 /// in the files that extend it (UploadRecords.swift, FileVersions.swift,
-/// Manifests.swift, Devices.swift, BackupAdmin.swift, BlockMigration.swift); handlers
+/// Manifests.swift, Devices.swift, BackupAdmin.swift, BlockMigration.swift, TreeNodes.swift,
+/// TreePages.swift, TreeTrash.swift); handlers
 /// call operations, never SQL.
 final class Metadata: Sendable {
     let store: any RecordStore
@@ -55,6 +56,7 @@ final class Metadata: Sendable {
         RecordMigration(sqlite: BlockChunks.migration, postgres: PostgresSchema.blockChunks),
         RecordMigration(sqlite: FileVersions.deletionsMigration, postgres: PostgresSchema.deletions),
         RecordMigration(sqlite: BlockNames.migration, postgres: BlockNames.postgres),
+        RecordMigration(sqlite: TreeSchema.sqlite, postgres: TreeSchema.postgres),
     ] }
 
     /// Opens (and migrates) the records at `location`.

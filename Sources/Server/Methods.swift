@@ -18,8 +18,11 @@ enum Methods {
         case API.fileVersions: return ["GET"]
         case API.changes: return ["GET"]
         case API.watermark: return ["GET", "PUT"]
+        case API.tree, API.treeTrash: return ["GET"]
+        case API.treeChanges, API.treeRestore: return ["POST"]
         default: break
         }
+        if path.hasPrefix(API.treeNodePrefix) { return path.hasSuffix(API.versionsSuffix) ? ["GET"] : nil }
         if path.hasPrefix(API.tusPrefix) { return ["HEAD", "PATCH", "DELETE", "OPTIONS"] }
         if path.hasPrefix(API.contentPrefix) { return path.hasSuffix(API.blocksSuffix) ? ["GET"] : ["GET", "HEAD"] }
         if path.hasPrefix(API.blockPrefix) {

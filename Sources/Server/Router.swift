@@ -58,7 +58,23 @@ final class Router: HTTPHandler {
             return authenticated(request) { device in .respond(FileHandlers.watermark(device: device, context: self.context)) }
         case ("PUT", API.watermark):
             return authenticated(request) { device in json(request, Declared<Watermark>.self) { FileHandlers.setWatermark($0.value, device: device, context: self.context) } }
+        case ("GET", API.tree):
+            return authenticated(request) { _ in TreeHandlers.page(request, context: self.context) }
+        case ("POST", API.treeChanges):
+            // A put may carry a block list, as a file record does.
+            return authenticated(request) { device in
+                json(request, TreeChangesRequest.self, limit: API.maxManifestBody) { TreeHandlers.apply($0, device: device, context: self.context) }
+            }
+        case ("GET", API.treeTrash):
+            return authenticated(request) { _ in .respond(TreeHandlers.trash(request, context: self.context)) }
+        case ("POST", API.treeRestore):
+            return authenticated(request) { device in json(request, TreeRestoreRequest.self) { TreeHandlers.restore($0, device: device, context: self.context) } }
         default: break
+        }
+
+        if path.hasPrefix(API.treeNodePrefix), path.hasSuffix(API.versionsSuffix) {
+            let id = String(path.dropFirst(API.treeNodePrefix.count).dropLast(API.versionsSuffix.count))
+            return authenticated(request) { _ in .respond(TreeHandlers.versions(id: id, context: self.context)) }
         }
 
         if path.hasPrefix(API.contentPrefix) {

@@ -34,6 +34,12 @@ enum WirePatterns {
     private static let component = #"([^/\u0000.][^/\u0000]*|\.[^/\u0000.][^/\u0000]*|\.\.[^/\u0000]+)"#
     /// A workspace path: relative, components joined by single `/`s (`Validation.path`).
     static let path = "^\(component)(/\(component))*$"
+    /// A node's name in the workspace tree: one path component (`Validation.nodeName`).
+    static let nodeName = "^\(component)$"
+    /// A node id: 32 lowercase hex digits (`Validation.nodeID`).
+    static let nodeID = "^[0-9a-f]{32}$"
+    /// A symlink's target: no NUL (`Validation.target`).
+    static let target = #"^[^\u0000]+$"#
     /// A listing prefix: empty, or a path, optionally ending in `/` (`Validation.prefix`).
     static let prefix = "^(\(component)(/\(component))*/?)?$"
 

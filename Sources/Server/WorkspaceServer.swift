@@ -42,6 +42,9 @@ public struct ServerConfiguration: Sendable {
     public var accessLog = AccessLogMode.stderr
     /// The bearer token `GET /metrics` asks for; nil: served to loopback clients only.
     public var metricsToken: String?
+    /// Days a node stays in the workspace tree's trash before the periodic collection
+    /// purges it (TreeTrash.swift); 0 keeps the trash forever.
+    public var trashDays: Int64 = 30
 
     public init(dataDirectory: String, host: String = "127.0.0.1", port: UInt16 = 8420,
                 uploadExpiry: Int64 = 7 * 86400, publicURL: String? = nil, syncEveryPatch: Bool = false,
@@ -84,7 +87,7 @@ public final class WorkspaceServer: Sendable {
         daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.connectionLimits,
                                 tls: configuration.tls, observer: observer)
         collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace,
-                                    metrics: metrics)
+                                    trashDays: configuration.trashDays, metrics: metrics)
         Self.registerGauges(metrics, daemon: daemon, context: context)
         collectorJob.start()
     }
@@ -135,6 +138,8 @@ final class ServerContext: Sendable {
     /// Bytes of blocks being recorded right now, held against the quota (Quota.swift).
     let quotaReserved = Mutex<Int64>(0)
     let metrics: ServerMetrics
+    /// Told after every committed tree change (TreeChangeListener.swift).
+    let treeListener: any TreeChangeListener = NoTreeChangeListener()
     var collector: SpaceCollector {
         SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
     }

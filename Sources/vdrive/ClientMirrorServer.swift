@@ -80,8 +80,8 @@ final class ClientMirrorServer: MirrorServer {
     }
 
     static func outcome(_ r: TreeResult) -> ChangeOutcome {
-        if r.status == 200 || r.status == 201, let node = r.node { return .applied(node(node)) }
-        let current = r.node.map(node)
+        if r.status == 200 || r.status == 201, let applied = r.node { return .applied(Self.node(applied)) }
+        let current = r.node.map(Self.node)
         switch r.error {
         case TreeResult.conflict: return current.map(ChangeOutcome.conflict) ?? .refused("a conflict without the current node")
         case TreeResult.nameTaken: return .nameTaken(current)

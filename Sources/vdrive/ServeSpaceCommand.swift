@@ -6,20 +6,30 @@ import Server
 /// quota and the periodic collection.
 enum ServeSpaceCommand {
     /// `vdrive serve` options of this file.
-    static let serveOptions: Set<String> = ["--quota", "--gc-interval", "--gc-grace"]
+    static let serveOptions: Set<String> = ["--quota", "--gc-interval", "--gc-grace", "--trash-days"]
 
     static let help = """
       --quota SIZE             the workspace's quota (500G, 2T; powers of 1024): uploads that
                                would take it over get 507; linking held content is free
       --gc-interval DURATION   how often the garbage collection runs (default 6h; 0: never)
       --gc-grace DURATION      what is younger is never collected (default 24h)
+      --trash-days N           days a deleted node stays in the workspace's trash (default 30;
+                               0: forever); purged with the periodic collection, its contents
+                               are then collectable
     """
 
-    /// Applies `--quota`, `--gc-interval` and `--gc-grace` to a server's configuration.
+    /// Applies `--quota`, `--gc-interval`, `--gc-grace` and `--trash-days` to a server's configuration.
     static func apply(_ options: Options, to configuration: inout ServerConfiguration) throws {
         if let quota = try quota(options) { configuration.quota = quota }
         if let text = options.value("--gc-interval") { configuration.gcInterval = try duration(text, option: "--gc-interval") }
         if let text = options.value("--gc-grace") { configuration.gcGrace = try duration(text, option: "--gc-grace") }
+        if let text = options.value("--trash-days") {
+            // Bounded so that the days, in seconds, fit an Int64.
+            guard let days = Int64(text), days >= 0, days <= Int64.max / 86_400 else {
+                throw CLIError.usage("--trash-days must be a whole number of days, 0 (keep the trash forever) or more, got '\(text)'")
+            }
+            configuration.trashDays = days
+        }
     }
 
     /// `--quota SIZE`, nil when not given.

@@ -81,9 +81,9 @@ import TestSupport
         try BackupEndToEndTests.waitForBackup(drive, done: 1, seconds: 300)
         try Online.settings(drive, "cache-size", "1K")
         try Online.settings(drive, "optimize-storage", "on")
-        try #require(Online.waitUntil(seconds: 30) {
+        try eventually("the video became online-only", within: 30, poll: 0.1) {
             (try? drive.vdrive(["status", "--state", drive.state]).stdout.contains("0 B local")) ?? false
-        }, "the video became online-only")
+        }
         // Fetched content stays while the patterns run.
         try Online.settings(drive, "cache-size", "10G")
         try Self.readPatterns(drive.path("Camera Roll/V.mp4"), video, proxy: proxy, scratch: dir.path)
@@ -104,7 +104,7 @@ import TestSupport
         try BackupsEndToEndTests.copyIn(video, dated: BackupsEndToEndTests.july2019, to: phone.path("Camera Roll/V.mp4"), scratch: dir.path)
         try BackupEndToEndTests.waitForBackup(phone, done: 1, seconds: 300)
         let path = laptop.path("Backups/phone/2019/07/V.mp4")
-        try BackupsEndToEndTests.waitUntil(30, "the phone's video in the laptop's Backups/") { FileManager.default.fileExists(atPath: path) }
+        try eventually("the phone's video in the laptop's Backups/", within: 30, poll: 0.05) { FileManager.default.fileExists(atPath: path) }
         try Self.readPatterns(path, video, proxy: proxy, scratch: dir.path)
     }
 }

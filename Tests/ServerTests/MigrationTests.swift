@@ -173,7 +173,7 @@ import Testing
             #expect(!fresh.contains { $0.url.contains("pending-big") })
         }
         let db = try Database(path: data + "/server.db")
-        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions", "server-004-block-chunks", "server-005-deletions", "server-006-space"])
+        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions", "server-004-block-chunks", "server-005-deletions", "server-006-space", "server-007-tree"])
         #expect(try db.queryOne("SELECT count(*) FROM uploads WHERE id = 'pending-big'") { $0.int(0) } == 0)
         #expect(try db.queryOne("SELECT count(*) FROM obsolete_blobs") { $0.int(0) } == 0)
     }

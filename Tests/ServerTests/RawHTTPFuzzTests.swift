@@ -61,6 +61,20 @@ import Testing
                  expect: 400, field: "size"),
             Case("since 2^64 in the change feed", Target.request("GET", "/v1/changes?since=18446744073709551616", target.auth), expect: 400, field: "since"),
             Case("limit 2^63 in a listing", Target.request("GET", "/v1/files?limit=9223372036854775808", target.auth), expect: 400, field: "limit"),
+            Case("since 2^64 in the tree", Target.request("GET", "/v1/tree?since=18446744073709551616", target.auth), expect: 400, field: "since"),
+            Case("wait 2^63 in the tree", Target.request("GET", "/v1/tree?wait=9223372036854775808", target.auth), expect: 400, field: "wait"),
+            Case("limit 2^63 in the trash", Target.request("GET", "/v1/tree/trash?limit=9223372036854775808", target.auth), expect: 400, field: "limit"),
+            Case("base 2^64 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth, #"{"changes":[{"op":"delete","id":"\#(Self.nodeID)","base":18446744073709551616}]}"#),
+                 expect: 400, field: "base"),
+            Case("mtime 2^63-1 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth,
+                 #"{"changes":[{"op":"put","id":"\#(Self.nodeID)","base":0,"parent":"\#(TreeNode.rootID)","name":"a","kind":"folder","mtime":9223372036854775807}]}"#),
+                 expect: 400, field: "changes.0.mtime"),
+            Case("size 2^63-1 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth,
+                 #"{"changes":[{"op":"put","id":"\#(Self.nodeID)","base":0,"parent":"\#(TreeNode.rootID)","name":"a","kind":"file","hash":"\#(target.content.hex)","size":9223372036854775807,"mtime":1}]}"#),
+                 expect: 400, field: "changes.0.size"),
+            Case("base 2^63-1 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth, #"{"changes":[{"op":"delete","id":"\#(Self.nodeID)","base":9223372036854775807}]}"#),
+                 expect: 200),
+            Case("since 2^63-1 in a restore", Target.json("POST", "/v1/tree/restore", target.auth, #"{"under":"\#(TreeNode.rootID)","since":9223372036854775807}"#), expect: 200),
             Case("Range from 2^63-1", Target.request("GET", "/v1/contents/\(target.content.hex)", target.auth + ["Range: bytes=9223372036854775807-"]), expect: 416),
             Case("Range from beyond 2^64", Target.request("GET", "/v1/contents/\(target.content.hex)", target.auth + ["Range: bytes=99999999999999999999-"]), expect: 416),
             Case("Range to beyond 2^64", Target.request("GET", "/v1/contents/\(target.content.hex)", target.auth + ["Range: bytes=0-99999999999999999999"]), expect: 206),
@@ -170,6 +184,9 @@ extension RawHTTPFuzzTests {
             ("POST", "/v1/uploads", t.auth + ["Content-Type: application/json"]), ("POST", "/v1/files", t.auth + ["Content-Type: application/json"]),
             ("GET", "/v1/files", t.auth), ("GET", "/v1/files/versions?device=fuzz&path=Camera%20Roll/stored.jpg", t.auth),
             ("GET", "/v1/changes", t.auth), ("GET", "/v1/watermark", t.auth), ("PUT", "/v1/watermark", t.auth + ["Content-Type: application/json"]),
+            ("GET", "/v1/tree", t.auth), ("GET", "/v1/tree?since=0&limit=1&wait=0", t.auth), ("POST", "/v1/tree/changes", t.auth + ["Content-Type: application/json"]),
+            ("GET", "/v1/tree/trash", t.auth), ("POST", "/v1/tree/restore", t.auth + ["Content-Type: application/json"]),
+            ("GET", "/v1/tree/nodes/\(String(repeating: "ab", count: 16))/versions", t.auth),
             ("GET", "/v1/nowhere", t.auth),
         ]
     }
@@ -227,6 +244,25 @@ extension RawHTTPFuzzTests {
             cases.append(Case("POST /v1/files numbers \(n)", json("POST", "/v1/files", t.auth,
                                                                  #"{"path":"a","hash":"\#(t.content.hex)","size":\#(n),"mtime":\#(n),"deviceSequence":\#(n),"captureDate":\#(n)}"#)))
             cases.append(Case("PUT /v1/watermark \(n)", json("PUT", "/v1/watermark", t.auth, #"{"sequence":\#(n),"newestCaptureDate":\#(n)}"#)))
+            // The workspace tree: query numbers, and numbers in changes and restores.
+            for query in ["since=\(n)", "limit=\(n)", "wait=\(n)", "since=\(n)&limit=\(n)&wait=\(n)"] {
+                cases.append(Case("GET /v1/tree?\(query)", request("GET", "/v1/tree?" + percent(query), t.auth)))
+            }
+            cases.append(Case("GET /v1/tree/trash?after=\(n)&limit=\(n)", request("GET", "/v1/tree/trash?" + percent("after=\(n)&limit=\(n)"), t.auth)))
+            cases.append(Case("POST /v1/tree/changes numbers \(n)", json("POST", "/v1/tree/changes", t.auth,
+                #"{"changes":[{"op":"put","id":"\#(Self.nodeID)","base":\#(n),"parent":"\#(TreeNode.rootID)","name":"a","kind":"file","hash":"\#(t.content.hex)","size":\#(n),"mtime":\#(n)}]}"#)))
+            cases.append(Case("POST /v1/tree/changes delete base \(n)", json("POST", "/v1/tree/changes", t.auth, #"{"changes":[{"op":"delete","id":"\#(Self.nodeID)","base":\#(n)}]}"#)))
+            cases.append(Case("POST /v1/tree/restore since \(n)", json("POST", "/v1/tree/restore", t.auth, #"{"under":"\#(TreeNode.rootID)","since":\#(n)}"#)))
+        }
+        // Tree values no device sends: bad ids, names with '/', '..' or NUL, targets too long, too many changes.
+        for (what, change) in Self.badTreeChanges(t) {
+            cases.append(Case("POST /v1/tree/changes: \(what)", json("POST", "/v1/tree/changes", t.auth, #"{"changes":[\#(change)]}"#)))
+        }
+        cases.append(Case("POST /v1/tree/changes: 1001 changes", json("POST", "/v1/tree/changes", t.auth,
+            #"{"changes":[\#(Array(repeating: #"{"op":"delete","id":"\#(Self.nodeID)","base":1}"#, count: 1001).joined(separator: ","))]}"#)))
+        for id in ["", "x", String(repeating: "A", count: 32), String(repeating: "a", count: 33), "%00", "..%2F..", String(repeating: "a", count: 100 << 10)] {
+            cases.append(Case("GET versions of '\(id.prefix(20))'", request("GET", "/v1/tree/nodes/\(id)/versions", t.auth)))
+            cases.append(Case("restore ids ['\(id.prefix(20))']", json("POST", "/v1/tree/restore", t.auth, #"{"ids":["\#(id)"]}"#)))
         }
         for checksum in ["sha256 !!!!", "sha256 " + Base64.encode(Array(repeating: 7, count: 31)), "sha256 " + Base64.encode(Array(repeating: 7, count: 33)),
                          "md5 " + Base64.encode(Array(repeating: 7, count: 16)), "sha256", "sha256 ", "sha256 " + String(repeating: "A", count: 100 << 10),
@@ -254,6 +290,34 @@ extension RawHTTPFuzzTests {
             cases.append(Case("raw '\(raw.prefix(40).debugDescription)'", Array(raw.utf8), mode: .halfClose))
         }
         return cases
+    }
+
+    /// A node id the fuzzed changes name.
+    static let nodeID = String(repeating: "0f", count: 16)
+
+    /// Tree changes that break a rule, as JSON objects: each is refused (400, or the
+    /// change's own 422), never applied, never a 5xx.
+    static func badTreeChanges(_ t: Target) -> [(String, String)] {
+        let root = TreeNode.rootID
+        func put(id: String = nodeID, parent: String = root, name: String = "a", extra: String = #","kind":"folder""#) -> String {
+            #"{"op":"put","id":"\#(id)","base":0,"parent":"\#(parent)","name":\#(name)\#(extra),"mtime":1}"#
+        }
+        return [
+            ("id of 31 digits", put(id: String(nodeID.dropLast()))), ("id in capitals", put(id: nodeID.uppercased())), ("id not hex", put(id: String(repeating: "g", count: 32))),
+            ("parent not an id", put(parent: "..")), ("the root's id", put(id: root)),
+            ("name with '/'", put(name: #""a/b""#)), ("name '..'", put(name: #"".."""#)), ("name '.'", put(name: #""."""#)), ("name empty", put(name: #""""#)),
+            ("name with NUL", put(name: #""a\u0000b""#)), ("name of 256 bytes", put(name: "\"" + String(repeating: "n", count: 256) + "\"")),
+            ("name of 128 two-byte characters", put(name: "\"" + String(repeating: "é", count: 128) + "\"")),
+            ("name a number", put(name: "7")), ("name null", put(name: "null")),
+            ("target of 4097 bytes", put(extra: #","kind":"symlink","target":""# + String(repeating: "t", count: 4097) + "\"")),
+            ("target of 4096 bytes in 2048 characters", put(extra: #","kind":"symlink","target":""# + String(repeating: "é", count: 2048) + "\"")),
+            ("target with NUL", put(extra: #","kind":"symlink","target":"a\u0000""#)),
+            ("kind unknown", put(extra: #","kind":"device""#)), ("op unknown", #"{"op":"move","id":"\#(nodeID)","base":0}"#),
+            ("hash null", put(extra: #","kind":"file","hash":null,"size":0"#)), ("unknown field", put(extra: #","kind":"folder","colour":"red""#)),
+            ("delete with a name", #"{"op":"delete","id":"\#(nodeID)","base":0,"name":"a"}"#),
+            ("mtime 2^62 + 1", #"{"op":"put","id":"\#(nodeID)","base":0,"parent":"\#(root)","name":"a","kind":"folder","mtime":4611686018427387905}"#),
+            ("blocks not hashes", put(extra: #","kind":"file","hash":"\#(t.content.hex)","size":1,"blocks":["x"]"#)),
+        ]
     }
 
     /// Chunked bodies: sizes that are not hex, negative, past 2^64, a chunk cut short, no end.

@@ -22,7 +22,7 @@ import Testing
         let listed = try runCommand(vdriveBinary(), ["serve", "device", "list", "--data", dir.path + "/data", "--database", url])
         #expect(listed.stdout.hasPrefix("phone\tactive"))
         let migrated = try runCommand(vdriveBinary(), ["serve", "check", "--database", url])
-        #expect(migrated.stdout.contains("schema: 6 of 6 migrations applied (latest server-006-space)"))
+        #expect(migrated.stdout.contains("schema: 7 of 7 migrations applied (latest server-007-tree)"))
 
         let nobody = try runCommand(vdriveBinary(), ["serve", "check", "--database", "postgresql://postgres@/x?host=" + dir.path])
         #expect(nobody.status == 69)

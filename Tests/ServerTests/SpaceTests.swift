@@ -354,6 +354,43 @@ import Testing
         #expect(try space.readsBack(victim))
     }
 
+    /// The workspace tree names contents too: a file only in the tree and one only in its
+    /// trash keep their blocks through a collection with no grace; once the trash is
+    /// purged, the collection takes what only the purged node named.
+    @Test(arguments: Backend.allCases) func treeAndTrashContentsStayPurgedOnesGo(_ backend: Backend) throws {
+        let space = try Space(backend); defer { space.stop() }
+        let (live, trashed, purged) = (TestFile(in: space.server.dir.path, size: 50_000, seed: 81),
+                                       TestFile(in: space.server.dir.path, size: 60_000, seed: 82),
+                                       TestFile(in: space.server.dir.path, size: 70_000, seed: 83))
+        var versions: [Int64] = [], ids: [String] = []
+        for f in [live, trashed, purged] {
+            let fd = f.open(); defer { close(fd) }
+            try space.client.uploadFile(fd: fd, size: f.size)
+            let id = TreeTests.newID()
+            let result = try TreeTests.one(space.client, TreeTests.file(id, "\(f.size).bin", content: f))
+            versions.append(try #require(result.node?.version, "\(result)"))
+            ids.append(id)
+        }
+        let now = Int64(time(nil))
+        #expect(try TreeTests.one(space.client, .delete(id: ids[2], base: versions[2])).status == 200)
+        #expect(try space.collector.purgeTrash(days: 30, now: now + 29 * 86_400) == 0, "not old enough")
+        #expect(try space.collector.purgeTrash(days: 0, now: now + 365 * 86_400) == 0, "0 keeps the trash forever")
+        #expect(try space.collector.purgeTrash(days: 30, now: now + 31 * 86_400) == 1)
+        #expect(try TreeTests.one(space.client, .delete(id: ids[1], base: versions[1])).status == 200)
+
+        let report = try space.collector.collect(grace: 0)
+        #expect(report.contents == 1 && report.blocks == 1 && report.bytes == purged.size, "\(report)")
+        #expect(try space.readsBack(live))
+        #expect(try space.readsBack(trashed))
+        #expect(try !space.holdsBytes(purged.digest))
+        // The purged node stays as a tombstone in the feed; the trashed one comes back whole.
+        let tombstone = try #require(try space.client.treePage(since: 0).nodes.first { $0.id == ids[2] })
+        #expect(tombstone.deleted && tombstone.hash == nil && tombstone.version > versions[2])
+        #expect(try space.client.nodeVersions(id: ids[2]).isEmpty)
+        #expect(try space.client.restore(ids: [ids[1], ids[2]]).skipped.map(\.error) == ["purged"])
+        #expect(try space.readsBack(trashed))
+    }
+
     @Test(arguments: Backend.allCases) func quotaRefusesNewBytesButNotLinksAndFreeingLiftsIt(_ backend: Backend) throws {
         let space = try Space(backend) { $0.quota = 200_000 }; defer { space.stop() }
         let dir = space.server.dir.path

@@ -85,6 +85,72 @@ import Testing
         }
     }
 
+    @Test func treeValuesAreCheckedBeforeUse() throws {
+        let id = String(repeating: "0f", count: 16), root = TreeNode.rootID
+        func put(id: String = id, base: Int64 = 0, parent: String = root, name: String = "a", kind: TreeNodeKind = .folder, hash: String? = nil,
+                 size: Int64? = nil, mtime: Int64 = 1, target: String? = nil) -> TreeChange {
+            .put(TreePut(id: id, base: base, parent: parent, name: name, kind: kind, hash: hash, size: size, mtime: mtime, target: target))
+        }
+        let empty = ContentHash.of(blocks: []).hex
+        // What the document states: 400 (.invalid), naming the field.
+        let invalid: [(TreeChange, String)] = [
+            (put(id: ""), "id"), (put(id: String(id.dropLast())), "id"), (put(id: id.uppercased()), "id"), (put(id: String(repeating: "g", count: 32)), "id"),
+            (put(id: id + "0"), "id"), (put(parent: "../" + String(id.dropFirst(3))), "parent"), (put(base: -1), "base"), (put(base: .min), "base"),
+            (put(name: ""), "name"), (put(name: "a/b"), "name"), (put(name: "/"), "name"), (put(name: ".."), "name"), (put(name: "."), "name"),
+            (put(name: "a\u{0}b"), "name"), (put(name: String(repeating: "n", count: 256)), "name"),
+            (put(mtime: -1), "mtime"), (put(mtime: (1 << 62) + 1), "mtime"), (put(mtime: .max), "mtime"),
+            (put(kind: .file, hash: empty, size: -1), "size"), (put(kind: .file, hash: empty, size: .max), "size"), (put(kind: .file, hash: "xyz", size: 0), "hash"),
+            (put(kind: .symlink, target: ""), "target"), (put(kind: .symlink, target: String(repeating: "t", count: 4097)), "target"),
+            (put(kind: .symlink, target: "a\u{0}"), "target"), (.delete(id: "x", base: 0), "id"), (.delete(id: id, base: -5), "base"),
+        ]
+        for (change, field) in invalid {
+            #expect(throws: ValidationError.self, "\(change)") { try Validation.treeChange(change) }
+            do { _ = try Validation.treeChange(change) } catch {
+                #expect(error.kind == .invalid && error.field == field && !error.message.isEmpty, "\(change): \(error)")
+            }
+        }
+        // What only the server can say: the change's own 422 (.inconsistent).
+        let inconsistent: [(TreeChange, String)] = [
+            (put(name: String(repeating: "é", count: 128)), "name"), (put(kind: .symlink, target: String(repeating: "é", count: 2049)), "target"),
+            (put(id: root), "id"), (.delete(id: root, base: 0), "id"), (put(kind: .file), "hash"), (put(kind: .file, hash: empty), "size"),
+            (put(kind: .folder, hash: empty), "hash"), (put(kind: .symlink), "target"), (put(kind: .symlink, size: 1, target: "t"), "size"),
+            (put(kind: .file, hash: empty, size: 0, target: "t"), "target"),
+        ]
+        for (change, field) in inconsistent {
+            do { _ = try Validation.treeChange(change); Issue.record("\(change) passed") } catch {
+                #expect(error.kind == .inconsistent && error.field == field && error.code == "invalid", "\(change): \(error)")
+            }
+        }
+        // The edges that pass.
+        for change in [put(name: String(repeating: "n", count: 255)), put(name: String(repeating: "é", count: 127)), put(mtime: 1 << 62), put(mtime: 0),
+                       put(kind: .symlink, target: String(repeating: "t", count: 4096)), put(base: .max), put(name: "...")] {
+            #expect(throws: Never.self, "\(change)") { try Validation.treeChange(change) }
+        }
+        #expect(try Validation.treeChange(put(kind: .file, hash: empty.uppercased(), size: 0)) == .put(
+            TreePut(id: id, base: 0, parent: root, name: "a", kind: .file, hash: empty, size: 0, mtime: 1, executable: false), manifest: nil))
+        for restore in [TreeRestoreRequest.ids([]), .ids(Array(repeating: id, count: 1001)), .ids([id, "x"]), .under("x", since: 0), .under(id, since: -1)] {
+            #expect(throws: ValidationError.self, "\(restore)") { try Validation.treeRestore(restore) }
+        }
+    }
+
+    @Test func restoredNamesKeepTheExtensionCountOnAndFit() {
+        #expect(TreeNames.restored("note.txt", kind: .file, attempt: 1) == "note (restored).txt")
+        #expect(TreeNames.restored("note.txt", kind: .file, attempt: 2) == "note (restored 2).txt")
+        #expect(TreeNames.restored("note (restored).txt", kind: .file, attempt: 2) == "note (restored 2).txt")
+        #expect(TreeNames.restored("note (restored 2).txt", kind: .file, attempt: 3) == "note (restored 3).txt")
+        #expect(TreeNames.restored("Docs.old", kind: .folder, attempt: 1) == "Docs.old (restored)")
+        #expect(TreeNames.restored(".bashrc", kind: .file, attempt: 1) == ".bashrc (restored)")
+        #expect(TreeNames.restored("archive.", kind: .file, attempt: 1) == "archive. (restored)")
+        for name in [String(repeating: "n", count: 255), String(repeating: "é", count: 127) + "x", String(repeating: "n", count: 240) + ".txt",
+                     "a." + String(repeating: "e", count: 250)] {
+            for attempt in [1, 2, 1000] {
+                let restored = TreeNames.restored(name, kind: .file, attempt: attempt)
+                #expect(restored.utf8.count <= 255 && restored.contains("(restored") && String(validating: Array(restored.utf8), as: UTF8.self) != nil, "\(restored)")
+            }
+        }
+        #expect(TreeNames.restored(String(repeating: "n", count: 251) + ".txt", kind: .file, attempt: 1).hasSuffix(" (restored).txt"))
+    }
+
     @Test func anUploadLifetimeSaturates() {
         let configuration = ServerConfiguration(dataDirectory: "/nonexistent", uploadExpiry: .max)
         #expect(configuration.uploadExpires(after: 1_800_000_000) == .max)

@@ -248,6 +248,6 @@ import Testing
         try client.recordFile(Self.record(other, "Camera Roll/IMG_0002.jpg", sequence: 11))
         #expect(try client.listFiles(prefix: "Camera Roll/IMG_0002").map(\.device) == ["laptop", "phone"])
         let db = try Database(path: data + "/server.db")
-        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions", "server-004-block-chunks", "server-005-deletions", "server-006-space"])
+        #expect(try db.appliedMigrations() == ["server-001-initial", "server-002-blocks", "server-003-versions", "server-004-block-chunks", "server-005-deletions", "server-006-space", "server-007-tree"])
     }
 }

@@ -1,0 +1,182 @@
+import Crypto
+import Protocol
+import Storage
+
+/// The workspace tree's calls (Docs/sync.md, "Wire format"): the feed, changes, the
+/// trash, restores and a node's versions. Record work is in TreeNodes, TreeFeed and
+/// TreeTrash; here are the checks of what a device sent and the replies.
+enum TreeHandlers {
+    // MARK: GET /v1/tree
+
+    /// What `GET /v1/tree` asks: the version to read after, the page size, and how long
+    /// the request may wait for a change when there is nothing newer (seconds).
+    struct PageQuery: Sendable {
+        let since: Int64
+        let limit: Int64
+        let wait: Int64
+
+        init(_ request: HTTPRequest) throws(RequestFailure) {
+            since = try request.integer("since", default: 0, in: 0...Int64.max)
+            limit = try request.integer("limit", default: Int64(API.maxTreePage), in: 1...Int64(API.maxTreePage))
+            wait = try request.integer("wait", default: 0, in: 0...Int64(API.maxTreeWait))
+        }
+    }
+
+    static func page(_ request: HTTPRequest, context: ServerContext) -> Route {
+        let query: PageQuery
+        do { query = try PageQuery(request) } catch { return .respond(error.response) }
+        return pageOrHold(query, context: context)
+    }
+
+    /// The page, or (when it is empty and the request may wait) the place where the
+    /// request is held until the next tree change (`TreeChangeListener`) or the end of
+    /// its wait, then answered with `answer`. Holding is wired with the notifier; until
+    /// then every page is answered at once, which a client takes as "nothing yet".
+    static func pageOrHold(_ query: PageQuery, context: ServerContext) -> Route {
+        .respond(answer(query, context: context))
+    }
+
+    /// The page `query` asks for, as it is now.
+    static func answer(_ query: PageQuery, context: ServerContext) -> HTTPResponse {
+        do {
+            let page = try context.metadata.withSession { db in
+                try TreeFeed.page(since: query.since, limit: query.limit, workspace: context.workspaceID, in: db)
+            }
+            return .json(200, page)
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    // MARK: POST /v1/tree/changes
+
+    /// Applies each change on its own, in order, and answers one result per change.
+    /// Every change is checked against the document before any is applied, so a request
+    /// breaking it (400, `field` naming the change: `changes.3.name`) changes nothing.
+    static func apply(_ body: TreeChangesRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        guard !body.changes.isEmpty, body.changes.count <= API.maxTreeChanges else {
+            return .error(400, "bad_request", "'changes' has \(body.changes.count) entries; send 1 to \(API.maxTreeChanges) per request", field: "changes")
+        }
+        var checked: [Result<CheckedTreeChange, ValidationError>] = []
+        checked.reserveCapacity(body.changes.count)
+        for (i, change) in body.changes.enumerated() {
+            do {
+                checked.append(.success(try Validation.treeChange(change)))
+            } catch where error.kind == .invalid {
+                return .error(400, error.code, error.message, field: "changes.\(i).\(error.field)")
+            } catch {
+                checked.append(.failure(error))
+            }
+        }
+        do {
+            var results: [TreeResult] = []
+            results.reserveCapacity(checked.count)
+            for item in checked {
+                switch item {
+                case .failure(let e):
+                    results.append(TreeResult(status: 422, error: TreeResult.code(e.code), message: e.message, field: e.field))
+                case .success(let change):
+                    let (result, changed) = try context.applyTreeChange(change, device: device)
+                    if changed { context.treeListener.treeChanged() }
+                    results.append(result)
+                }
+            }
+            return .json(200, TreeChangesResponse(results: results))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    // MARK: the trash and versions
+
+    /// `GET /v1/tree/trash?after=&limit=`: `after` is the previous page's `next`.
+    static func trash(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+        do {
+            let after = try request.integer("after", default: .max, in: 0...Int64.max)
+            let limit = try request.integer("limit", default: Int64(API.maxTrashPage), in: 1...Int64(API.maxTrashPage))
+            let page = try context.metadata.withSession { db in try TreeTrash.list(before: after, limit: limit, in: db) }
+            return .json(200, page)
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    /// `POST /v1/tree/restore`: by ids, or everything deleted under a folder since a time.
+    static func restore(_ body: TreeRestoreRequest, device: Metadata.Device, context: ServerContext) -> HTTPResponse {
+        do {
+            let request = try Validation.treeRestore(body)
+            let now = ServerContext.now()
+            let reply = try context.metadata.withSession { db in
+                try db.transaction { () throws -> TreeRestoreResponse in
+                    switch request {
+                    case .ids(let ids):
+                        return try TreeTrash.restore(ids, device: device, now: now, in: db)
+                    case .under(let folder, let since):
+                        guard let ids = try TreeTrash.deleted(under: folder, since: since, in: db) else {
+                            return TreeRestoreResponse(nodes: [], skipped: [RestoreSkip(id: folder, error: "unknown", message: "no node has id \(folder)")])
+                        }
+                        return try TreeTrash.restore(ids, device: device, now: now, in: db)
+                    }
+                }
+            }
+            if !reply.nodes.isEmpty { context.treeListener.treeChanged() }
+            return .json(200, reply)
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+
+    /// `GET /v1/tree/nodes/<id>/versions`.
+    static func versions(id: String, context: ServerContext) -> HTTPResponse {
+        do {
+            let id = try Validation.nodeID(id)
+            guard let versions = try context.metadata.withSession({ db in try TreeNodes.versions(of: id, in: db) }) else {
+                return .error(404, "not_found", "no node has id \(id)")
+            }
+            return .json(200, TreeVersionsResponse(versions: versions))
+        } catch {
+            return ServerContext.failure(error)
+        }
+    }
+}
+
+extension ServerContext {
+    /// One checked change, in a transaction of its own. A put of a file first looks at
+    /// its content outside the transaction, as `POST /v1/files` does (which blocks of a
+    /// new content the workspace lacks, a block of the wrong length); the transaction
+    /// decides the tree's outcomes before the content's, so a put that conflicts says
+    /// `conflict`, not `missing_blocks`.
+    func applyTreeChange(_ change: CheckedTreeChange, device: Metadata.Device) throws -> (result: TreeResult, changed: Bool) {
+        let now = Self.now()
+        switch change {
+        case .delete(let id, let base):
+            return try metadata.withSession { db in try db.transaction { try TreeNodes.delete(id: id, base: base, device: device, now: now, in: db) } }
+        case .put(let put, let manifest):
+            var content: TreeNodes.Content?
+            if put.kind == .file, let hash = put.hash, let size = put.size {
+                var absent: [String] = []
+                if let manifest, try metadata.manifest(manifest.content) == nil {
+                    do { absent = try absentBlocks(manifest).map(\.digest.hex) } catch let failure as RequestFailure {
+                        return (TreeResult(failure), false)
+                    }
+                }
+                content = TreeNodes.Content(hash: hash, size: size, manifest: manifest, absent: absent)
+            }
+            return try metadata.withSession { db in try db.transaction { try TreeNodes.put(put, content: content, device: device, now: now, in: db) } }
+        }
+    }
+}
+
+extension TreeResult {
+    /// A refusal of the content checks shared with `POST /v1/files`, as a change's result.
+    init(_ failure: RequestFailure) {
+        var error: ErrorResponse?
+        if case .bytes(let bytes) = failure.response.body { error = try? WireJSON.decode(ErrorResponse.self, from: bytes) }
+        self.init(status: failure.response.status, error: Self.code(error?.error ?? "bad_request"), message: error?.message ?? "the content was refused",
+                  field: error?.field, missing: error?.missing)
+    }
+
+    /// A result's code for an error code of the rest of the API: a change breaking a
+    /// rule is `invalid`, where a request is `bad_request`.
+    static func code(_ code: String) -> String { code == "bad_request" ? invalid : code }
+}
