@@ -18,7 +18,8 @@ extension Validation {
 
     /// A node id: exactly 32 lowercase hex digits (16 random bytes).
     public static func nodeID(_ value: String, field: String = "id") throws(ValidationError) -> String {
-        guard value.utf8.count == 32, value.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }) else {
+        let digit = UInt8(ascii: "0")...UInt8(ascii: "9"), letter = UInt8(ascii: "a")...UInt8(ascii: "f")
+        guard value.utf8.count == 32, value.utf8.allSatisfy({ digit.contains($0) || letter.contains($0) }) else {
             throw ValidationError(field: field, message: "'\(field)' must be a node id of 32 lowercase hex digits (16 random bytes), got \(value.utf8.count) characters")
         }
         return value

@@ -65,14 +65,13 @@ enum TreeNodes {
     /// `id` and its ancestors, nearest first, up to but without the root (empty for the
     /// root). A chain that ends at an unknown id ends there.
     static func chain(from id: String, in db: any RecordSession) throws -> [Stored] {
-        let rows = try db.query("""
+        try db.query("""
             WITH RECURSIVE up(id, parent, depth) AS (
                 SELECT id, parent, 0 FROM tree_nodes WHERE id = ?
                 UNION ALL
                 SELECT t.id, t.parent, up.depth + 1 FROM tree_nodes t JOIN up ON t.id = up.parent WHERE up.id <> up.parent AND up.depth < \(maxDepth))
             SELECT \(columns) FROM \(from) JOIN up ON up.id = n.id WHERE up.id <> up.parent ORDER BY up.depth
-            """, id) { stored($0) }
-        return rows
+            """, id, row: stored)
     }
 
     /// The path of `id` from the root (names joined by `/`).

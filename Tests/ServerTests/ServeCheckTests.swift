@@ -13,7 +13,7 @@ import Testing
         let fresh = try runCommand(vdriveBinary(), ["serve", "check", "--database", url])
         #expect(fresh.status == 0, "\(fresh.stderr)")
         #expect(fresh.stdout.contains("version: PostgreSQL 15"))
-        #expect(fresh.stdout.contains("schema: 0 of 6 migrations applied"))
+        #expect(fresh.stdout.contains("schema: 0 of 7 migrations applied"))
         #expect(fresh.stdout.contains("permissions: can create tables and write them"))
         // The same option from the environment, on another verb: the device is in PostgreSQL, not in the data folder.
         let added = try runCommand(vdriveBinary(), ["serve", "device", "add", "phone", "--data", dir.path + "/data"], environment: ["VDRIVE_DATABASE": url])
@@ -61,7 +61,7 @@ import Testing
         let after = try runCommand(vdriveBinary(), ["serve", "check", "--data", data])
         #expect(after.status == 0)
         #expect(after.stdout.contains("records: SQLite \(data)/server.db"))
-        #expect(after.stdout.contains("schema: 6 of 6 migrations applied"))
+        #expect(after.stdout.contains("schema: 7 of 7 migrations applied"))
         let db = try Database(path: data + "/server.db")
         try db.run("INSERT INTO schema_migrations(name, applied_at) VALUES ('server-999-future', 0)")
         let newer = try runCommand(vdriveBinary(), ["serve", "check", "--data", data])
