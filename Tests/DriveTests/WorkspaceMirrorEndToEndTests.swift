@@ -52,6 +52,22 @@ import TestTraits
         return (server, drives)
     }
 
+    /// The end of each mount's log, printed when a wait fails.
+    static func printLogs(_ drives: [MountedDrive]) {
+        for d in drives {
+            let log = (try? String(contentsOfFile: d.root.path + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? "(no log)"
+            print("--- \(d.mountPoint) log:\n" + log.split(separator: "\n").suffix(30).joined(separator: "\n"))
+        }
+    }
+
+    /// `eventually`, printing the mounts' logs when it fails.
+    static func waitFor(_ what: String, _ drives: [MountedDrive], within seconds: Double = 60, _ condition: () throws -> Bool) throws {
+        do { try eventually(what, within: seconds, poll: 0.05, condition) } catch {
+            printLogs(drives)
+            throw error
+        }
+    }
+
     static func waitForSameTree(_ drives: [MountedDrive], within seconds: Double = 60) throws {
         var last: [[String: String]] = []
         do {
@@ -61,6 +77,7 @@ import TestTraits
             }
         } catch {
             for (d, tree) in zip(drives, last) { print("\(d.mountPoint): \(tree.sorted { $0.key < $1.key })") }
+            printLogs(drives)
             throw error
         }
     }
@@ -83,7 +100,7 @@ import TestTraits
         #expect(chmod(a.path("run.sh"), 0o755) == 0)
         #expect(symlink("Docs/note.txt", a.path("note-link")) == 0)
         try writeFile(a.path("Docs/note.txt.swp"), Array("swap".utf8))
-        try eventually("the tree on the other device", within: 60, poll: 0.1) {
+        try Self.waitFor("the tree on the other device", drives) {
             FileManager.default.fileExists(atPath: b.path("Docs/video.mov")) && FileManager.default.fileExists(atPath: b.path("run.sh"))
                 && FileManager.default.fileExists(atPath: b.path("Docs/Empty"))
         }
@@ -94,6 +111,7 @@ import TestTraits
         var expected = try Self.snapshot(a.mountPoint)
         expected["Docs/note.txt.swp"] = nil
         #expect(try Self.snapshot(b.mountPoint) == expected)
+        try FileManager.default.removeItem(atPath: a.path("Docs/note.txt.swp"))
 
         // A rename of the folder goes as one change, with no bytes sent again.
         let written = server.bytesWritten()
