@@ -3,6 +3,7 @@ import Crypto
 import Foundation
 import Protocol
 import Server
+import Synchronization
 import Testing
 
 /// The change feed's long poll (`GET /v1/changes?wait=S`): a request with nothing newer
@@ -41,6 +42,55 @@ import Testing
         #expect(page.changes.map(\.path) == ["Camera Roll/b.jpg"])
         #expect(page.nextSequence > latest)
         #expect(s.server.heldRequests == 0)
+    }
+
+    /// Followers at the end of the feed while records commit back to back, at seeded
+    /// random moments: each follower's long polls keep up, none waits out its wait. A
+    /// commit between a poll's read of its page and its registration must still wake
+    /// it (the generation read before the page); a lost wake-up holds a follower here
+    /// until its wait ends, past the deadline.
+    @Test(arguments: Records.all) func noWakeUpIsLostWhileRecordsCommit(_ records: Records) throws {
+        let seed = UInt64.random(in: 1...UInt64.max)
+        print("LongPollTests.noWakeUpIsLostWhileRecordsCommit(\(records)) seed \(seed)")
+        var random = SeededGenerator(seed: seed)
+        let s = try TestServer(records: records)
+        defer { s.stop() }
+        let f = try s.uploaded(size: 1000, seed: 5)
+        let count = 200, followers = 8
+        let slowest = Mutex<Double>(0)
+        let reached = Mutex<[Int64]>(Array(repeating: 0, count: followers))
+        let stop = Atomic<Bool>(false)
+        var threads: [DispatchSemaphore] = []
+        for i in 0..<followers {
+            let done = DispatchSemaphore(value: 0)
+            threads.append(done)
+            let client = WorkspaceClient(baseURL: s.base, token: s.token)
+            Thread {
+                defer { done.signal() }
+                var cursor: Int64 = 0
+                while !stop.load(ordering: .relaxed) {
+                    let start = Date()
+                    guard let page = try? client.changesPage(since: cursor, limit: 10, wait: 20) else { return }
+                    slowest.withLock { $0 = max($0, Date().timeIntervalSince(start)) }
+                    cursor = page.nextSequence
+                    reached.withLock { $0[i] = cursor }
+                }
+            }.start()
+        }
+        var last: Int64 = 0
+        for n in 0..<count {
+            if Int.random(in: 0..<3, using: &random) == 0 { usleep(UInt32.random(in: 0..<3000, using: &random)) }
+            last = try s.record(f, at: "Camera Roll/\(n).jpg", sequence: Int64(n + 1)).sequence ?? 0
+        }
+        let caughtUp = (try? SnapshotTests.waitUntil("every follower reaches the last record", seconds: 10) {
+            reached.withLock { $0.allSatisfy { $0 == last } }
+        }) != nil
+        stop.store(true, ordering: .relaxed)
+        try s.record(f, at: "Camera Roll/end.jpg", sequence: Int64(count + 1))  // wakes the followers' last polls
+        for done in threads { done.wait() }
+        #expect(caughtUp, "followers at \(reached.withLock { $0 }), the feed at \(last) (seed \(seed))")
+        print("LongPollTests.noWakeUpIsLostWhileRecordsCommit(\(records)): the slowest poll took \(String(format: "%.2f", slowest.withLock { $0 })) s")
+        #expect(slowest.withLock { $0 } < 10, "a poll waited out its wait: a wake-up was lost (seed \(seed))")
     }
 
     /// Nothing happens: the poll is answered empty when its wait ends, not before.
@@ -158,6 +208,39 @@ import Testing
         try Self.record(through: viaOther, in: s, seed: 22, at: "Camera Roll/later.jpg")
         let reply = try #require(later.reply(timeout: 10), "a poll held after the restart was not answered by a record through process 2")
         #expect(try WireJSON.decode(ChangesResponse.self, from: reply.body).changes.map(\.path) == ["Camera Roll/later.jpg"])
+    }
+
+    /// The listening connection cut while PostgreSQL stays up, and a record committed
+    /// through the second process before the first listens again (its notification is
+    /// sent to nobody): the first process checks every held poll once it listens again,
+    /// so the poll is answered with the record, not at its deadline.
+    @Test(.enabled(if: PostgresCluster.isInstalled)) func aNotificationMissedWhileReconnectingIsNotLost() throws {
+        let cluster = try #require(PostgresCluster.shared)
+        let s = try TestServer(records: .postgres)
+        defer { s.stop() }
+        guard case .postgres(let url) = s.database else { throw TestFailure("expected PostgreSQL records") }
+        let other = try Self.secondProcess(of: s)
+        defer { other.kill(SIGTERM) }
+        let viaOther = WorkspaceClient(baseURL: other.base, token: s.token)
+        try SnapshotTests.waitUntil("the first process listens", seconds: 10) { s.server.listenerConnections == 1 }
+        let latest = try s.client.changesPage(since: 0).latestSequence ?? 0
+        let poll = try Self.poll(s, since: latest, wait: 60)
+        try SnapshotTests.waitUntil("the poll is held", seconds: 10) { s.server.heldRequests == 1 }
+        let f = TestFile(in: s.dir.path, size: 1000, seed: 31)
+        let fd = f.open()
+        defer { close(fd) }
+        try viaOther.uploadFile(fd: fd, size: f.size)
+
+        // Every listening session of the database (both processes'); the pools' stay.
+        try cluster.psql(PostgresCluster.databaseName(of: url), """
+            SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+            WHERE datname = current_database() AND query = 'LISTEN vdrive_changes'
+            """)
+        _ = try viaOther.recordFile(FileRecord(path: "Camera Roll/missed.jpg", hash: f.content.hex, size: f.size,
+                                               blocks: f.manifest.blocks.map(\.hex), captureDate: nil, mtime: 1, deviceSequence: 1))
+        let reply = try #require(poll.reply(timeout: 10), "the poll was not answered within 10 s of a record made while its process reconnected")
+        #expect(try WireJSON.decode(ChangesResponse.self, from: reply.body).changes.map(\.path) == ["Camera Roll/missed.jpg"])
+        try SnapshotTests.waitUntil("the first process listens again", seconds: 10) { s.server.listenerConnections >= 2 }
     }
 
     // MARK: helpers
