@@ -19,7 +19,9 @@ import Glibc
 ///  3. server RSS sampled every 20 ms during a larger upload;
 ///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones;
 ///  5. a device's backup with 2,000 slow connections held, and health latency (LockoutBenchmark.swift).
-///     `--lockout-only` runs this row alone.
+///     `--lockout-only` runs this row alone;
+///  6. RSS and CPU while 5,000 connections hold a long poll of the change feed, and how soon
+///     one record answers them all (LongPollBenchmark.swift). `--long-poll-only` runs this row alone.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -30,6 +32,8 @@ enum ServerBenchmark {
         var vdrive: String = ""
         var repeats = 3
         var lockoutOnly = false
+        var longPollOnly = false
+        var longPolls = 5000
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -46,7 +50,8 @@ enum ServerBenchmark {
                 "--dir": { o.dir = $0 },
                 "--vdrive": { o.vdrive = $0 },
                 "--repeat": { o.repeats = try Bench.count($0) },
-            ], flags: ["--lockout-only": { o.lockoutOnly = true }])
+                "--long-polls": { o.longPolls = try Bench.count($0) },
+            ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--long-poll-only": { o.longPollOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -65,6 +70,7 @@ enum ServerBenchmark {
         try FileManager.default.createDirectory(atPath: o.dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: o.dir) }
         if o.lockoutOnly { return LockoutBenchmark.report(try LockoutBenchmark.run(o)) }
+        if o.longPollOnly { return LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls)) }
         print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let manifest = try makeFile(file, mib: o.sizeMiB)
@@ -143,6 +149,7 @@ enum ServerBenchmark {
         print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
                      dedup.median, dedup.max, dedup.count))
         LockoutBenchmark.report(try LockoutBenchmark.run(o))
+        LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls))
     }
 
     struct Figures {
