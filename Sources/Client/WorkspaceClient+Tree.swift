@@ -4,16 +4,13 @@ import Protocol
 /// refuses (a conflict, a name taken, blocks missing) is a result, not an error: only
 /// a request that failed as a whole throws.
 extension WorkspaceClient {
-    /// Time beyond a long poll's `wait` for the server to answer and the page to arrive.
-    static let longPollMargin = 30
-
     /// The nodes changed after version `since`, parents before children; pass the
     /// page's `next` next time. With `wait` (1 to 60 seconds) a server with nothing newer
     /// may hold the request until a change commits or the wait ends: the request's own
     /// limit is then the wait and a margin, not the low-speed check.
     public func treePage(since: Int64, limit: Int = API.maxTreePage, wait: Int = 0) throws(ClientError) -> TreePage {
         let reply = try connection.perform(method: "GET", url: baseURL + API.tree + "?since=\(since)&limit=\(limit)&wait=\(wait)",
-                                           headers: [try authHeader()], timeout: wait > 0 ? wait + Self.longPollMargin : nil)
+                                           headers: [try authHeader()], timeouts: wait > 0 ? connection.timeouts.holding(wait) : nil)
         try check(reply, expect: [200])
         return try decode(TreePage.self, reply)
     }

@@ -280,15 +280,20 @@ public final class WorkspaceClient: Sendable {
     }
 
     /// Records changed after server sequence `since`; pass `nextSequence` next time.
-    public func changes(since: Int64, limit: Int = API.maxChangesPage) throws(ClientError) -> (records: [FileRecord], nextSequence: Int64) {
-        let reply = try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
+    /// `wait` (0 to `API.maxChangesWait` seconds; more asks for the most): when nothing is newer, the server holds
+    /// the request until a change commits or the wait ends (then the answer is empty).
+    public func changes(since: Int64, limit: Int = API.maxChangesPage, wait: Int = 0) throws(ClientError) -> (records: [FileRecord], nextSequence: Int64) {
+        let reply = try changesPage(since: since, limit: limit, wait: wait)
         return (reply.changes, reply.nextSequence)
     }
 
     /// One page of the change feed with the administrator's deletions; pass its
-    /// `nextSequence` next time.
-    public func changesPage(since: Int64, limit: Int = API.maxChangesPage) throws(ClientError) -> ChangesResponse {
-        try decode(ChangesResponse.self, call("GET", API.changes + "?since=\(since)&limit=\(limit)"))
+    /// `nextSequence` next time. `wait` as for `changes`.
+    public func changesPage(since: Int64, limit: Int = API.maxChangesPage, wait: Int = 0) throws(ClientError) -> ChangesResponse {
+        let wait = min(max(wait, 0), API.maxChangesWait)
+        let query = API.changes + "?since=\(since)&limit=\(limit)" + (wait > 0 ? "&wait=\(wait)" : "")
+        // The reply may come only after the wait: the request's timeouts start after it.
+        return try decode(ChangesResponse.self, call("GET", query, timeouts: wait > 0 ? connection.timeouts.holding(wait) : nil))
     }
 
     /// The name of the device this client's token belongs to.
@@ -447,8 +452,8 @@ public final class WorkspaceClient: Sendable {
     }
     private var tusHeader: String { "\(Tus.resumable): \(API.tusVersion)" }
 
-    func call(_ method: String, _ pathAndQuery: String, auth: Bool = true) throws(ClientError) -> HTTPResult {
-        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [])
+    func call(_ method: String, _ pathAndQuery: String, auth: Bool = true, timeouts: Timeouts? = nil) throws(ClientError) -> HTTPResult {
+        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [], timeouts: timeouts)
         try check(reply, expect: [200, 201])
         return reply
     }

@@ -27,8 +27,20 @@ public struct Timeouts: Sendable {
     /// A transfer slower than `lowSpeedBytes` per second for `lowSpeedSeconds` is abandoned.
     public var lowSpeedBytes: Int
     public var lowSpeedSeconds: Int
-    public init(connect: Int = 10, lowSpeedBytes: Int = 1024, lowSpeedSeconds: Int = 30) {
-        self.connect = connect; self.lowSpeedBytes = lowSpeedBytes; self.lowSpeedSeconds = lowSpeedSeconds
+    /// Seconds for the whole transfer; 0: no limit (the low-speed limit still applies).
+    public var total: Int
+    public init(connect: Int = 10, lowSpeedBytes: Int = 1024, lowSpeedSeconds: Int = 30, total: Int = 0) {
+        self.connect = connect; self.lowSpeedBytes = lowSpeedBytes; self.lowSpeedSeconds = lowSpeedSeconds; self.total = total
+    }
+
+    /// These timeouts for a request the server may hold `seconds` before it answers (a
+    /// long poll): the transfer is silent meanwhile, so the low-speed limit starts after
+    /// the hold, and a server that never answers is given up on a little later.
+    public func holding(_ seconds: Int) -> Timeouts {
+        var copy = self
+        copy.lowSpeedSeconds = max(lowSpeedSeconds, seconds + 15)
+        copy.total = seconds + 30
+        return copy
     }
 }
 
@@ -216,16 +228,13 @@ public final class HTTPConnection: Sendable {
     /// so far and returns false to cancel.
     /// `directSink`: another descriptor of `sink`'s file, opened with O_DIRECT; the body
     /// is then written through it a megabyte at a time, past the page cache (DirectSink),
-    /// when `sinkOffset` is aligned.
-    /// `timeout`: the whole request's limit in seconds, in place of the low-speed check,
-    /// for a request the server holds before answering (a long poll sends nothing while
-    /// it waits, which the low-speed check would take for a dead connection).
+    /// when `sinkOffset` is aligned. `timeouts`: this request's, instead of the connection's.
     public func perform(method: String, url: String, headers: [String] = [], body: RequestBodySource = .none,
                         responseLimit: Int = 16 << 20, sink: Int32? = nil, sinkOffset: Int64 = 0, directSink: Int32? = nil,
                         sinkHook: ((UnsafeRawBufferPointer) -> Void)? = nil,
-                        progress: ((Int64) -> Bool)? = nil, timeout: Int? = nil) throws(ClientError) -> HTTPResult {
+                        progress: ((Int64) -> Bool)? = nil, timeouts: Timeouts? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: body, raw: nil, responseLimit: responseLimit,
-                sink: sink, sinkOffset: sinkOffset, directSink: directSink, sinkHook: sinkHook, progress: progress, timeout: timeout)
+                sink: sink, sinkOffset: sinkOffset, directSink: directSink, sinkHook: sinkHook, progress: progress, timeouts: timeouts)
     }
 
     /// Sends `bytes` as the request body straight from the caller's buffer (valid for the
@@ -234,20 +243,20 @@ public final class HTTPConnection: Sendable {
     public func perform(method: String, url: String, headers: [String] = [], bytes: UnsafeRawBufferPointer,
                         progress: ((Int64) -> Bool)? = nil) throws(ClientError) -> HTTPResult {
         try run(method: method, url: url, headers: headers, body: .none, raw: bytes, responseLimit: 16 << 20,
-                sink: nil, sinkOffset: 0, directSink: nil, sinkHook: nil, progress: progress, timeout: nil)
+                sink: nil, sinkOffset: 0, directSink: nil, sinkHook: nil, progress: progress)
     }
 
     private func run(method: String, url: String, headers: [String], body: RequestBodySource, raw: UnsafeRawBufferPointer?,
                      responseLimit: Int, sink: Int32?, sinkOffset: Int64, directSink: Int32?,
                      sinkHook: ((UnsafeRawBufferPointer) -> Void)?,
-                     progress: ((Int64) -> Bool)?, timeout: Int?) throws(ClientError) -> HTTPResult {
+                     progress: ((Int64) -> Bool)?, timeouts requested: Timeouts? = nil) throws(ClientError) -> HTTPResult {
         let transfer = Transfer()
         transfer.responseLimit = responseLimit
         transfer.sink = sink ?? -1
         transfer.sinkOffset = sinkOffset
         transfer.sinkHook = sinkHook
         transfer.progress = progress
-        let timeouts = self.timeouts, caFile = self.caFile
+        let timeouts = requested ?? self.timeouts, caFile = self.caFile
         let easy = idle.withLock { $0.popLast() } ?? CurlEasy()
         defer { idle.withLock { $0.append(easy) } }
         if let directSink, let sink { transfer.direct = easy.directSink(direct: directSink, buffered: sink, offset: sinkOffset) }
@@ -263,12 +272,9 @@ public final class HTTPConnection: Sendable {
             vd_curl_setopt_str(h, CURLOPT_REDIR_PROTOCOLS_STR, Self.schemes)
             vd_curl_setopt_long(h, CURLOPT_NOSIGNAL, 1)
             vd_curl_setopt_long(h, CURLOPT_CONNECTTIMEOUT, timeouts.connect)
-            if let timeout {
-                vd_curl_setopt_long(h, CURLOPT_TIMEOUT, timeout)
-            } else {
-                vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
-                vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
-            }
+            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_LIMIT, timeouts.lowSpeedBytes)
+            vd_curl_setopt_long(h, CURLOPT_LOW_SPEED_TIME, timeouts.lowSpeedSeconds)
+            if timeouts.total > 0 { vd_curl_setopt_long(h, CURLOPT_TIMEOUT, timeouts.total) }
             vd_curl_setopt_long(h, CURLOPT_TCP_KEEPALIVE, 1)
             if let caFile { vd_curl_setopt_str(h, CURLOPT_CAINFO, caFile) }
             vd_curl_setopt_ptr(h, CURLOPT_ERRORBUFFER, transfer.errorBuffer)

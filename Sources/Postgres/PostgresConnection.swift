@@ -11,7 +11,7 @@ public enum PostgresParameter: Sendable, Equatable {
 /// `@unchecked Sendable`: libpq's `PGconn` is not thread-safe; the owner (a pool)
 /// gives a connection to one thread at a time.
 public final class PostgresConnection: @unchecked Sendable {
-    private let handle: OpaquePointer
+    let handle: OpaquePointer
     public let connectionString: String
 
     /// Connects. `connectionString` is a libpq connection URI

@@ -5,7 +5,9 @@
 /// parameters, a script of several statements (`PQexec`); a `PostgresResult` holds
 /// the rows. Errors carry the server's own message and its SQLSTATE, so a caller can
 /// tell "retry this transaction" (40001) from "the row exists" (23505) from "the
-/// server is gone" (a broken connection, no SQLSTATE).
+/// server is gone" (a broken connection, no SQLSTATE). A connection that `LISTEN`s
+/// hands out `NOTIFY`s (`PostgresNotification`) read from its `socket` when it is
+/// readable (`consumeInput`, `notifications`).
 /// Thread safety: a connection is used by one thread at a time; its owner (a pool)
 /// hands it out. Imports: CPostgres only; nothing of the server.
 import CPostgres

@@ -51,6 +51,10 @@ public enum API {
     public static let maxManifestBody = 24 << 20
     /// At most this many records per change-feed page.
     public static let maxChangesPage = 5_000
+    /// The longest a change-feed request may ask to be held (`wait`, seconds): long
+    /// enough that an idle device asks about once a minute, short enough that proxies
+    /// and NAT tables, which drop quiet connections after a few minutes, keep it.
+    public static let maxChangesWait = 60
     /// At most this many records per file-listing page.
     public static let maxListPage = 5_000
     public static let tusVersion = "1.0.0"

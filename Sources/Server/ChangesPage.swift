@@ -28,6 +28,8 @@ struct ChangesPage {
         nextSequence = last
     }
 
+    var isEmpty: Bool { records.isEmpty && deletions.isEmpty }
+
     func response(workspace: String) -> ChangesResponse {
         ChangesResponse(changes: records, deletions: deletions, nextSequence: nextSequence, latestSequence: latest, workspace: workspace)
     }

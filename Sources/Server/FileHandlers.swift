@@ -47,6 +47,8 @@ enum FileHandlers {
                     return try FileVersions.record(checked, device: device, now: ServerContext.now(), in: db)
                 }
             }
+            // Committed: the requests waiting at the end of the feed read it again.
+            if created { context.notifier.changed(.records) }
             return .json(created ? 201 : 200, record)
         } catch {
             return ServerContext.failure(error)
@@ -99,22 +101,46 @@ enum FileHandlers {
         }
     }
 
-    /// `GET /v1/changes?since=N&limit=M`: versions recorded after server sequence N, in
-    /// order, each with its device (an older version of a path is never replaced here),
-    /// and the administrator's deletions after N (`deletions`), both cut at one sequence.
-    static func changes(_ request: HTTPRequest, context: ServerContext) -> HTTPResponse {
+    /// `GET /v1/changes?since=N&limit=M&wait=S`: versions recorded after server sequence
+    /// N, in order, each with its device (an older version of a path is never replaced
+    /// here), and the administrator's deletions after N (`deletions`), both cut at one
+    /// sequence. With `wait` (seconds) and nothing after N, the request is held until a
+    /// change commits or the wait ends (ChangeNotifier.swift), then answered; a cursor
+    /// past the feed's end (a server reset) is answered at once, so the device learns it.
+    static func changes(_ request: HTTPRequest, context: ServerContext) -> Route {
         do {
             let since = try request.integer("since", default: 0, in: 0...Int64.max)
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
-            let (records, deletions, latest) = try context.metadata.withSession { db in
-                (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db),
-                 try FileVersions.nextSequence(in: db) - 1)
+            let wait = try request.integer("wait", default: 0, in: 0...Int64(API.maxChangesWait))
+            // Read before the page: a commit the page misses moves it (no lost wake-up).
+            let seen = context.notifier.generation(.records)
+            let page = try changesPage(since: since, limit: limit, context: context)
+            if wait == 0 || !page.isEmpty || since > page.latest { return .respond(.json(200, page.response(workspace: context.workspaceID))) }
+            let deadline = monotonicMilliseconds() + wait * 1000
+            return .hold { held in
+                context.notifier.wait(on: .records, seen: seen, until: deadline, held: held) { wake in
+                    wake.shared("\(since) \(limit)") {
+                        do {
+                            let page = try changesPage(since: since, limit: limit, context: context)
+                            if page.isEmpty && since <= page.latest && !wake.isFinal { return nil }
+                            return .json(200, page.response(workspace: context.workspaceID))
+                        } catch {
+                            return ServerContext.failure(error)
+                        }
+                    }
+                }
             }
-            return .json(200, ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit), latest: latest)
-                .response(workspace: context.workspaceID))
         } catch {
-            return ServerContext.failure(error)
+            return .respond(ServerContext.failure(error))
         }
+    }
+
+    private static func changesPage(since: Int64, limit: Int64, context: ServerContext) throws -> ChangesPage {
+        let (records, deletions, latest) = try context.metadata.withSession { db in
+            (try FileVersions.changes(since: since, limit: limit, in: db), try FileVersions.deletions(since: since, limit: limit, in: db),
+             try FileVersions.nextSequence(in: db) - 1)
+        }
+        return ChangesPage(records: records, deletions: deletions, since: since, limit: Int(limit), latest: latest)
     }
 
     static func watermark(device: Metadata.Device, context: ServerContext) -> HTTPResponse {

@@ -115,6 +115,7 @@ enum FileVersions {
             INSERT INTO file_versions(sequence, device_id, path, hash, size, capture_date, mtime, device_sequence, recorded_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, sequence, device.id, record.path, record.hash, record.size, record.captureDate, record.mtime, record.deviceSequence, now)
+        try ChangeFeed.records.announce(in: db)
         return (FileRecord(path: record.path, hash: record.hash, size: record.size, captureDate: record.captureDate, mtime: record.mtime,
                            deviceSequence: record.deviceSequence, device: device.name, sequence: sequence, recordedAt: now), true)
     }
@@ -183,6 +184,7 @@ enum FileVersions {
                 """, next, now, old)
             try db.run("DELETE FROM file_versions WHERE sequence = ?", old)
         }
+        if !sequences.isEmpty { try ChangeFeed.records.announce(in: db) }
     }
 
     /// Deletions recorded after server sequence `since`, in order.

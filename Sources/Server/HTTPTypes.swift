@@ -10,14 +10,16 @@
 /// Thread safety: libmicrohttpd's few epoll threads read and write the sockets and call
 /// the router; a body's `finish` (hashing, fsync, rows, the object store) runs on a
 /// bounded worker pool while the connection is suspended, so it never stalls the other
-/// connections of its epoll thread (HTTPDaemon.swift).
+/// connections of its epoll thread (HTTPDaemon.swift). A long poll is a held request
+/// (`Route.hold`): it waits in the `ChangeNotifier` with no thread, and its page is read
+/// again on the notifier's own threads when its feed moves.
 /// Shared state is behind `Synchronization.Mutex` (the SQLite connection, the table of
 /// uploads being written) or a pool (PostgreSQL connections, one borrowed per record
 /// operation); a request body sink is used by one thread at a time. No handler waits
 /// on Swift concurrency.
 /// Imports: CMicroHTTPD (HTTPDaemon.swift only), Postgres (the PostgreSQL files:
-/// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, and ServerError for
-/// its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
+/// PostgresRecords, PostgresPool, RecordsCheck, DatabaseLocation, ChangeListener, and
+/// ServerError for its error kinds), Storage, Protocol, Crypto. Nothing of FUSE.
 import Protocol
 import Synchronization
 

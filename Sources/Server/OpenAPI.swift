@@ -1,3 +1,5 @@
+import Protocol
+
 /// The OpenAPI 3 document served at `GET /v1/openapi.json`: every operation the router
 /// answers (`Methods`), every status code each can answer, and every constraint the
 /// server enforces, so a client generated from it, or a fuzzer driven by it, meets no
@@ -139,8 +141,8 @@ enum OpenAPI {
 \#(OpenAPI.metricsPaths)
 \#(OpenAPI.treePaths)
     "/v1/changes": {"get": {"summary": "change feed after a server sequence",
-      "parameters": [{"name": "since", "in": "query", "schema": {"type": "integer", "format": "int64", "minimum": 0, "default": 0}}, {"name": "limit", "in": "query", "description": "page size; more than 5000 is 400, not clamped", "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 5000}}],
-      "responses": {"200": {"description": "changes in sequence order", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Changes"}}}}, "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"}}}},
+      "parameters": [{"name": "since", "in": "query", "schema": {"type": "integer", "format": "int64", "minimum": 0, "default": 0}}, {"name": "limit", "in": "query", "description": "page size; more than 5000 is 400, not clamped", "schema": {"type": "integer", "minimum": 1, "maximum": 5000, "default": 5000}}, {"name": "wait", "in": "query", "description": "seconds to hold the request when nothing is newer than since: answered as soon as a change commits (on any server process of the workspace), else empty when the wait ends; 0 answers at once", "schema": {"type": "integer", "minimum": 0, "maximum": \#(API.maxChangesWait), "default": 0}}],
+      "responses": {"200": {"description": "changes in sequence order", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Changes"}}}}, "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"}, "503": {"description": "the server is stopping while the request was held, or its records are out of reach; try again (Retry-After)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}}}},
     "/v1/watermark": {
       "get": {"summary": "this device's backup cursor", "responses": {"200": {"description": "watermark (null before the first PUT)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/WatermarkResponse"}}}}, "401": {"$ref": "#/components/responses/Unauthorized"}}},
       "put": {"summary": "store this device's backup cursor", "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Watermark"}}}},

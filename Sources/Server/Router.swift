@@ -53,7 +53,7 @@ final class Router: HTTPHandler {
         case ("GET", API.fileVersions):
             return authenticated(request) { _ in .respond(FileHandlers.versions(request, context: self.context)) }
         case ("GET", API.changes):
-            return authenticated(request) { _ in .respond(FileHandlers.changes(request, context: self.context)) }
+            return authenticated(request) { _ in FileHandlers.changes(request, context: self.context) }
         case ("GET", API.watermark):
             return authenticated(request) { device in .respond(FileHandlers.watermark(device: device, context: self.context)) }
         case ("PUT", API.watermark):

@@ -6,7 +6,7 @@ protocol TreeChangeListener: Sendable {
     func treeChanged()
 }
 
-/// Nobody listens: every tree page is answered at once.
-struct NoTreeChangeListener: TreeChangeListener {
-    func treeChanged() {}
+/// Requests held on the tree's feed are woken by the process's notifier.
+extension ChangeNotifier: TreeChangeListener {
+    func treeChanged() { changed(.tree) }
 }

@@ -28,23 +28,35 @@ enum TreeHandlers {
         return pageOrHold(query, context: context)
     }
 
-    /// The page, or (when it is empty and the request may wait) the place where the
-    /// request is held until the next tree change (`TreeChangeListener`) or the end of
-    /// its wait, then answered with `answer`. Holding is wired with the notifier; until
-    /// then every page is answered at once, which a client takes as "nothing yet".
+    /// The page, or (when it is empty and the request may wait) the request held until
+    /// the next tree change or the end of its wait (ChangeNotifier.swift), then answered.
+    /// The notifier's generation is read before the page, so a change the page misses
+    /// wakes the request (no lost wake-up). A cursor past the tree's end (a server reset)
+    /// is answered at once, so the device learns it.
     static func pageOrHold(_ query: PageQuery, context: ServerContext) -> Route {
-        .respond(answer(query, context: context))
+        let seen = context.notifier.generation(.tree)
+        let first: TreePage
+        do { first = try page(query, context: context) } catch { return .respond(ServerContext.failure(error)) }
+        if query.wait == 0 || !first.nodes.isEmpty || query.since > first.latest { return .respond(.json(200, first)) }
+        let deadline = monotonicMilliseconds() + query.wait * 1000
+        return .hold { held in
+            context.notifier.wait(on: .tree, seen: seen, until: deadline, held: held) { wake in
+                wake.shared("tree \(query.since) \(query.limit)") {
+                    do {
+                        let page = try page(query, context: context)
+                        if page.nodes.isEmpty && query.since <= page.latest && !wake.isFinal { return nil }
+                        return .json(200, page)
+                    } catch {
+                        return ServerContext.failure(error)
+                    }
+                }
+            }
+        }
     }
 
-    /// The page `query` asks for, as it is now.
-    static func answer(_ query: PageQuery, context: ServerContext) -> HTTPResponse {
-        do {
-            let page = try context.metadata.withSession { db in
-                try TreeFeed.page(since: query.since, limit: query.limit, workspace: context.workspaceID, in: db)
-            }
-            return .json(200, page)
-        } catch {
-            return ServerContext.failure(error)
+    private static func page(_ query: PageQuery, context: ServerContext) throws -> TreePage {
+        try context.metadata.withSession { db in
+            try TreeFeed.page(since: query.since, limit: query.limit, workspace: context.workspaceID, in: db)
         }
     }
 
@@ -110,12 +122,16 @@ enum TreeHandlers {
                 try db.transaction { () throws -> TreeRestoreResponse in
                     switch request {
                     case .ids(let ids):
-                        return try TreeTrash.restore(ids, device: device, now: now, in: db)
+                        let reply = try TreeTrash.restore(ids, device: device, now: now, in: db)
+                        if !reply.nodes.isEmpty { try ChangeFeed.tree.announce(in: db) }
+                        return reply
                     case .under(let folder, let since):
                         guard let ids = try TreeTrash.deleted(under: folder, since: since, in: db) else {
                             return TreeRestoreResponse(nodes: [], skipped: [RestoreSkip(id: folder, error: "unknown", message: "no node has id \(folder)")])
                         }
-                        return try TreeTrash.restore(ids, device: device, now: now, in: db)
+                        let reply = try TreeTrash.restore(ids, device: device, now: now, in: db)
+                        if !reply.nodes.isEmpty { try ChangeFeed.tree.announce(in: db) }
+                        return reply
                     }
                 }
             }
@@ -150,7 +166,7 @@ extension ServerContext {
         let now = Self.now()
         switch change {
         case .delete(let id, let base):
-            return try metadata.withSession { db in try db.transaction { try TreeNodes.delete(id: id, base: base, device: device, now: now, in: db) } }
+            return try metadata.withSession { db in try db.transaction { try Self.announced(TreeNodes.delete(id: id, base: base, device: device, now: now, in: db), db) } }
         case .put(let put, let manifest):
             var content: TreeNodes.Content?
             if put.kind == .file, let hash = put.hash, let size = put.size {
@@ -162,8 +178,15 @@ extension ServerContext {
                 }
                 content = TreeNodes.Content(hash: hash, size: size, manifest: manifest, absent: absent)
             }
-            return try metadata.withSession { db in try db.transaction { try TreeNodes.put(put, content: content, device: device, now: now, in: db) } }
+            return try metadata.withSession { db in try db.transaction { try Self.announced(TreeNodes.put(put, content: content, device: device, now: now, in: db), db) } }
         }
+    }
+
+    /// A change that wrote is announced to the other server processes inside its own
+    /// transaction (NOTIFY is delivered at the commit, and only if it commits).
+    private static func announced(_ outcome: (result: TreeResult, changed: Bool), _ db: any RecordSession) throws -> (result: TreeResult, changed: Bool) {
+        if outcome.changed { try ChangeFeed.tree.announce(in: db) }
+        return outcome
     }
 }
 

@@ -75,6 +75,8 @@ public final class WorkspaceServer: Sendable {
     private let daemon: HTTPDaemon
     let router: Router
     private let collectorJob: CollectorJob
+    /// The other server processes' commits, with the records in PostgreSQL.
+    private let listener: ChangeListener?
 
     /// Opens the data folder, recovers after an unclean stop, binds and starts serving.
     public init(_ configuration: ServerConfiguration) throws(ServerError) {
@@ -82,10 +84,23 @@ public final class WorkspaceServer: Sendable {
         if let problem = configuration.limits.problem { throw .cannotStart(problem) }
         let context = try ServerContext.open(configuration)
         router = Router(context: context)
+        var listener: ChangeListener?
+        if case .postgres(let url) = configuration.records {
+            listener = ChangeListener(connectionString: url, notifier: context.notifier)
+        }
+        self.listener = listener
+        var serving = false
+        defer {
+            if !serving {
+                listener?.stop()
+                context.notifier.stop()
+            }
+        }
         let metrics = context.metrics
         let observer: any RequestObserver = configuration.accessLog == .off ? metrics : RequestObservers(all: [AccessLog(), metrics])
         daemon = try HTTPDaemon(host: configuration.host, port: configuration.port, handler: router, limits: configuration.connectionLimits,
                                 tls: configuration.tls, observer: observer)
+        serving = true
         collectorJob = CollectorJob(collector: context.collector, interval: configuration.gcInterval, grace: configuration.gcGrace,
                                     trashDays: configuration.trashDays, metrics: metrics)
         Self.registerGauges(metrics, daemon: daemon, context: context)
@@ -108,11 +123,21 @@ public final class WorkspaceServer: Sendable {
     public var connectionsCut: Int { daemon.guardian.cut.load(ordering: .relaxed) }
     public var baseURL: String { "\(configuration.scheme)://\(configuration.host):\(port)" }
 
-    /// Stops accepting, ends open connections (their partial PATCHes are handled as
-    /// disconnects) and waits for the connection threads. Idempotent.
+    /// Requests held right now (long polls waiting for a change).
+    public var heldRequests: Int { daemon.heldCount }
+
+    /// Times the server connected to listen for other processes' changes (PostgreSQL
+    /// records; 0 otherwise): more than one after the database came back.
+    public var listenerConnections: Int { listener?.connections.load(ordering: .relaxed) ?? 0 }
+
+    /// Stops accepting, answers held requests with 503, ends open connections (their
+    /// partial PATCHes are handled as disconnects) and waits for the connection threads.
+    /// Idempotent.
     public func stop() {
         collectorJob.stop()
+        listener?.stop()
         daemon.stop()
+        router.context.notifier.stop()
         router.context.uploads.cancelAll()
     }
 }
@@ -127,6 +152,8 @@ final class ServerContext: Sendable {
     /// The workspace's identity (Metadata.workspaceID), read once at start.
     let workspaceID: String
     let uploads: UploadTable
+    /// Wakes the requests waiting at the end of a feed (the long poll).
+    let notifier = ChangeNotifier()
     /// Bytes of request bodies held in memory, over all connections.
     let memoryBudget: MemoryBudget
     /// The S3 bucket holding the blocks of a scaled server; nil for the embedded store
@@ -139,7 +166,7 @@ final class ServerContext: Sendable {
     let quotaReserved = Mutex<Int64>(0)
     let metrics: ServerMetrics
     /// Told after every committed tree change (TreeChangeListener.swift).
-    let treeListener: any TreeChangeListener = NoTreeChangeListener()
+    var treeListener: any TreeChangeListener { notifier }
     var collector: SpaceCollector {
         SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
     }
@@ -172,8 +199,11 @@ final class ServerContext: Sendable {
         } catch { throw .records(configuration.records, error) }
         let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key),
                                     workspaceID: workspaceID, objects: try openObjects(configuration.store))
+        var opened = false
+        defer { if !opened { context.notifier.stop() } }
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
         do { try metadata.recordQuota(configuration.quota) } catch { throw .records(configuration.records, error) }
+        opened = true
         return context
     }
 

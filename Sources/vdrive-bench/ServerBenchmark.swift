@@ -21,6 +21,8 @@ import Glibc
 ///  5. a device's backup with 2,000 slow connections held, and health latency (LockoutBenchmark.swift).
 ///     `--lockout-only` runs this row alone;
 ///  6. the access log's cost (AccessLogBenchmark.swift); `--access-log-only` runs it alone.
+///  7. RSS and CPU while 5,000 connections hold a long poll of the change feed, and how soon
+///     one record answers them all (LongPollBenchmark.swift). `--long-poll-only` runs this row alone.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -32,6 +34,8 @@ enum ServerBenchmark {
         var repeats = 3
         var lockoutOnly = false
         var accessLogOnly = false
+        var longPollOnly = false
+        var longPolls = 5000
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -48,7 +52,9 @@ enum ServerBenchmark {
                 "--dir": { o.dir = $0 },
                 "--vdrive": { o.vdrive = $0 },
                 "--repeat": { o.repeats = try Bench.count($0) },
-            ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true }])
+                "--long-polls": { o.longPolls = try Bench.count($0) },
+            ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true },
+                       "--long-poll-only": { o.longPollOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -68,6 +74,7 @@ enum ServerBenchmark {
         defer { try? FileManager.default.removeItem(atPath: o.dir) }
         if o.lockoutOnly { return LockoutBenchmark.report(try LockoutBenchmark.run(o)) }
         if o.accessLogOnly { return AccessLogBenchmark.report(try AccessLogBenchmark.run(o)) }
+        if o.longPollOnly { return LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls)) }
         print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let manifest = try makeFile(file, mib: o.sizeMiB)
@@ -147,6 +154,7 @@ enum ServerBenchmark {
                      dedup.median, dedup.max, dedup.count))
         LockoutBenchmark.report(try LockoutBenchmark.run(o))
         AccessLogBenchmark.report(try AccessLogBenchmark.run(o))
+        LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls))
     }
 
     struct Figures {

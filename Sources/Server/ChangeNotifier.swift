@@ -1,0 +1,223 @@
+import Foundation
+import Synchronization
+
+/// The long poll's wake-ups, one per server process: requests held on a feed until it
+/// moves or their wait ends.
+///
+/// Every feed has a *generation*, a counter `changed` raises after a commit that added
+/// to the feed (called by the request that committed, and by ChangeListener.swift for
+/// the commits of the other processes on the same PostgreSQL). A request reads the
+/// generation *before* it reads its page; when the page is empty it is held with that
+/// generation (`wait`). If the generation moved in between, a commit may be missing
+/// from the page, and the request is checked again at once; otherwise it is registered
+/// under the same lock that `changed` takes, so a commit after the read always finds
+/// it. That is why no wake-up is lost: a commit is either in the page, or its `changed`
+/// comes after the read and wakes the request (Docs/architecture.md, "The long poll").
+///
+/// A woken request is checked again (its page read again) on one of a few threads of
+/// its own, never on the thread that called `changed`; a check that still finds nothing
+/// (another feed moved, a change the request had already seen) holds it again with its
+/// first deadline. Requests woken together share their reads (`Wake.shared`): 5,000
+/// devices at the end of the feed cost one read when a record arrives, not 5,000.
+/// Deadlines are kept in one heap watched by one thread; a held request costs no thread.
+///
+/// `@unchecked Sendable`: every stored property but `workers` and `timer` is guarded by
+/// `condition`; those two are set once in `init`.
+final class ChangeNotifier: @unchecked Sendable {
+    /// Reads the request's page again: its reply, or nil to go on waiting. When
+    /// `wake.isFinal` (the wait ended) it must return the reply, empty or not.
+    typealias Check = @Sendable (Wake) -> HTTPResponse?
+
+    private struct Waiter {
+        let feed: ChangeFeed
+        let deadline: Int64
+        let held: HeldRequest
+        let check: Check
+    }
+
+    private let condition = NSCondition()
+    private var generations: [ChangeFeed: UInt64] = [:]
+    private var waiters: [UInt64: Waiter] = [:]
+    private var waitingOn: [ChangeFeed: Set<UInt64>] = [:]
+    private var deadlines = DeadlineHeap()
+    private var nextID: UInt64 = 0
+    private var stopped = false
+    private var timerEnded = false
+    private let workers: WorkerPool
+
+    /// `threads`: how many checks may read the records at once after a wake-up.
+    init(threads: Int = 4) {
+        workers = WorkerPool(size: threads, name: "vdrive-wake")
+        let timer = Thread { [self] in timerLoop() }
+        timer.name = "vdrive-poll-timer"
+        timer.stackSize = 1 << 20
+        timer.start()
+    }
+
+    /// The feed's generation now; read it before reading the page a request may wait on.
+    func generation(_ feed: ChangeFeed) -> UInt64 {
+        condition.withLock { generations[feed, default: 0] }
+    }
+
+    /// A commit added to `feed`: its held requests are checked again.
+    func changed(_ feed: ChangeFeed) { changed([feed]) }
+
+    /// Every feed may have moved (the notifications of other processes were out of
+    /// reach for a while): every held request is checked again.
+    func changedAll() { changed(ChangeFeed.allCases) }
+
+    private func changed(_ feeds: [ChangeFeed]) {
+        var woken: [(Waiter, Wake)] = []
+        condition.withLock {
+            for feed in feeds {
+                let generation = generations[feed, default: 0] &+ 1
+                generations[feed] = generation
+                let wake = Wake(generation: generation, isFinal: false)
+                for id in waitingOn.removeValue(forKey: feed) ?? [] {
+                    if let waiter = waiters.removeValue(forKey: id) { woken.append((waiter, wake)) }
+                }
+            }
+        }
+        for (waiter, wake) in woken { dispatch(waiter, wake) }
+    }
+
+    /// Holds `held` on `feed` until the feed moves past `generation` (read before the
+    /// request's page) and `check` answers, or until `deadline` (monotonic milliseconds),
+    /// when `check` answers with whatever there is. Does not block: called on the epoll
+    /// thread that routed the request.
+    func wait(on feed: ChangeFeed, seen generation: UInt64, until deadline: Int64, held: HeldRequest, check: @escaping Check) {
+        hold(Waiter(feed: feed, deadline: deadline, held: held, check: check), seen: generation)
+    }
+
+    private func hold(_ waiter: Waiter, seen generation: UInt64) {
+        enum Outcome { case held, stopping, moved(UInt64) }
+        let outcome = condition.withLock { () -> Outcome in
+            if stopped { return .stopping }
+            let current = generations[waiter.feed, default: 0]
+            // A commit since the page was read may be missing from it: check now.
+            if current != generation { return .moved(current) }
+            nextID &+= 1
+            waiters[nextID] = waiter
+            waitingOn[waiter.feed, default: []].insert(nextID)
+            deadlines.add(nextID, at: waiter.deadline)
+            // Answered requests leave their heap entries behind; drop them in bulk.
+            if deadlines.count > 2 * waiters.count + 1024 { deadlines.compact { waiters[$0.id] != nil } }
+            if deadlines.earliest == waiter.deadline { condition.broadcast() }
+            return .held
+        }
+        switch outcome {
+        case .held: break
+        case .stopping: waiter.held.answer(HeldRequest.stopping)
+        case .moved(let current): dispatch(waiter, Wake(generation: current, isFinal: false))
+        }
+    }
+
+    private func dispatch(_ waiter: Waiter, _ wake: Wake) {
+        workers.submit { [self] in
+            if let reply = waiter.check(wake) {
+                waiter.held.answer(reply)
+            } else if wake.isFinal {
+                waiter.held.answer(.error(500, "internal", "the server found no answer to a poll at the end of its wait; poll again"))
+            } else {
+                // Nothing new for this request: it waits on, from the wake-up's generation.
+                hold(waiter, seen: wake.generation)
+            }
+        }
+    }
+
+    /// Answers the requests whose wait ended, then sleeps until the next deadline (or
+    /// until an earlier one is added).
+    private func timerLoop() {
+        condition.lock()
+        while !stopped {
+            let now = monotonicMilliseconds()
+            let due = deadlines.takeDue(now: now).compactMap { entry -> Waiter? in
+                guard let waiter = waiters.removeValue(forKey: entry.id) else { return nil }
+                waitingOn[waiter.feed]?.remove(entry.id)
+                return waiter
+            }
+            if !due.isEmpty {
+                condition.unlock()
+                let wake = Wake(generation: 0, isFinal: true)
+                for waiter in due { dispatch(waiter, wake) }
+                condition.lock()
+                continue
+            }
+            if let earliest = deadlines.earliest {
+                _ = condition.wait(until: Date(timeIntervalSinceNow: Double(earliest - now) / 1000))
+            } else {
+                condition.wait()
+            }
+        }
+        timerEnded = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Requests held right now.
+    var waitingCount: Int { condition.withLock { waiters.count } }
+
+    /// Ends the timer and the checks; the requests still held are answered 503
+    /// (`HeldRequest.stopping`). Idempotent.
+    func stop() {
+        let left = condition.withLock { () -> [Waiter] in
+            stopped = true
+            condition.broadcast()
+            while !timerEnded { condition.wait() }
+            let left = Array(waiters.values)
+            waiters.removeAll()
+            waitingOn.removeAll()
+            deadlines = DeadlineHeap()
+            return left
+        }
+        // Checks already queued run (and answer, or find the notifier stopped).
+        workers.stop()
+        for waiter in left { waiter.held.answer(HeldRequest.stopping) }
+    }
+}
+
+/// One wake-up of held requests: the change that woke them (or the end of their wait),
+/// and the replies they share. Requests with the same arguments woken together get the
+/// same page, so it is read once (`shared`).
+final class Wake: Sendable {
+    /// The feed's generation when they were woken: a request that finds nothing new
+    /// waits on from it, so a commit after the wake-up wakes it again.
+    let generation: UInt64
+    /// The wait ended: answer with what there is.
+    let isFinal: Bool
+    private let replies = Mutex<[String: SharedReply]>([:])
+
+    init(generation: UInt64, isFinal: Bool) {
+        self.generation = generation; self.isFinal = isFinal
+    }
+
+    /// The reply for `key` (the request's arguments), made by the first request of this
+    /// wake-up that asks; the others with the same key wait for it and reuse it.
+    func shared(_ key: String, _ make: () -> HTTPResponse?) -> HTTPResponse? {
+        let entry = replies.withLock { all in
+            if let entry = all[key] { return entry }
+            let entry = SharedReply()
+            all[key] = entry
+            return entry
+        }
+        return entry.value(make)
+    }
+}
+
+/// A reply made once for several requests.
+/// `@unchecked Sendable`: `made` and `reply` are guarded by `lock`.
+private final class SharedReply: @unchecked Sendable {
+    private let lock = NSLock()
+    private var made = false
+    private var reply: HTTPResponse?
+
+    func value(_ make: () -> HTTPResponse?) -> HTTPResponse? {
+        lock.withLock {
+            if !made {
+                reply = make()
+                made = true
+            }
+            return reply
+        }
+    }
+}
