@@ -289,11 +289,14 @@ public final class WorkspaceClient: Sendable {
 
     /// One page of the change feed with the administrator's deletions; pass its
     /// `nextSequence` next time. `wait` as for `changes`.
-    public func changesPage(since: Int64, limit: Int = API.maxChangesPage, wait: Int = 0) throws(ClientError) -> ChangesResponse {
+    /// `cancelled`: asked about once a second while the server holds the request; true gives it up (`.cancelled`).
+    public func changesPage(since: Int64, limit: Int = API.maxChangesPage, wait: Int = 0,
+                            cancelled: (@Sendable () -> Bool)? = nil) throws(ClientError) -> ChangesResponse {
         let wait = min(max(wait, 0), API.maxChangesWait)
         let query = API.changes + "?since=\(since)&limit=\(limit)" + (wait > 0 ? "&wait=\(wait)" : "")
         // The reply may come only after the wait: the request's timeouts start after it.
-        return try decode(ChangesResponse.self, call("GET", query, timeouts: wait > 0 ? connection.timeouts.holding(wait) : nil))
+        return try decode(ChangesResponse.self, call("GET", query, timeouts: wait > 0 ? connection.timeouts.holding(wait) : nil,
+                                                     cancelled: cancelled))
     }
 
     /// The name of the device this client's token belongs to.
@@ -452,8 +455,10 @@ public final class WorkspaceClient: Sendable {
     }
     private var tusHeader: String { "\(Tus.resumable): \(API.tusVersion)" }
 
-    func call(_ method: String, _ pathAndQuery: String, auth: Bool = true, timeouts: Timeouts? = nil) throws(ClientError) -> HTTPResult {
-        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [], timeouts: timeouts)
+    func call(_ method: String, _ pathAndQuery: String, auth: Bool = true, timeouts: Timeouts? = nil,
+              cancelled: (@Sendable () -> Bool)? = nil) throws(ClientError) -> HTTPResult {
+        let reply = try connection.perform(method: method, url: baseURL + pathAndQuery, headers: auth ? [try authHeader()] : [],
+                                           progress: cancelled.map { c in { _ in !c() } }, timeouts: timeouts)
         try check(reply, expect: [200, 201])
         return reply
     }

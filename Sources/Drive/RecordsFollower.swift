@@ -27,11 +27,14 @@ public final class RecordsFollower: @unchecked Sendable {
     /// Reads the feed from the table's cursor to its end. Returns the files whose
     /// records changed. Used by the follower and by `vdrive task run us.virtualdrive.sync`.
     @discardableResult
-    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000) throws -> Set<RecordKey> {
+    public static func catchUp(_ table: RecordsTable, from remote: RemoteRecords, pageSize: Int = 5_000, wait: Int = 0,
+                               cancelled: @escaping @Sendable () -> Bool = { false }) throws -> Set<RecordKey> {
         var changed = Set<RecordKey>()
+        var wait = wait   // the first request may be held; the pages after it are asked at once
         while true {
             let since = try table.cursor()
-            let page = try remote.changes(since: since, limit: pageSize)
+            let page = try remote.changes(since: since, limit: pageSize, wait: wait, cancelled: cancelled)
+            wait = 0
             if let latest = page.latestSequence, since > latest {
                 // The server forgot part of its feed (reset, or restored from an older
                 // copy): what this drive learned may name versions it no longer has, and
@@ -53,23 +56,41 @@ public final class RecordsFollower: @unchecked Sendable {
         }
     }
 
+    /// Seconds the server may hold a request of the feed when nothing is new (a long
+    /// poll): an idle drive asks once per `hold`, and hears of a change as it commits.
+    public var hold = 30
+
+    /// Catches up at once, then keeps a held request open on the feed. A server that
+    /// does not hold requests (it answers at once) is asked again every `interval`.
     public func start() {
         follower.start { [self] in
-            repeat { step() } while !follower.pause(interval)
+            var wait = 0
+            var pauseFor = 0.0
+            repeat {
+                let started = Date()
+                let brought = step(wait: wait)
+                wait = hold
+                let elapsed = Date().timeIntervalSince(started)
+                pauseFor = brought || elapsed >= interval ? 0 : interval - elapsed
+            } while !follower.pause(pauseFor)
         }
     }
 
     /// Stops the thread and waits for it (at most one request's timeout).
     public func stop() { follower.stop() }
 
-    private func step() {
+    /// One catch-up; true when it brought something.
+    private func step(wait: Int) -> Bool {
+        let thread = follower
         do {
-            try Self.catchUp(table, from: remote)
+            let changed = try Self.catchUp(table, from: remote, wait: wait, cancelled: { thread.stopping })
             if outage {
                 outage = false
                 DriveLog.info("the workspace server answers again: Backups/ follows its changes again")
             }
+            return !changed.isEmpty
         } catch let failure as RemoteFailure {
+            if thread.stopping { return false }
             if !outage {
                 outage = true
                 DriveLog.error("Backups/ cannot reach the workspace server (\(failure)): it shows the last known records until the server answers")
@@ -77,5 +98,6 @@ public final class RecordsFollower: @unchecked Sendable {
         } catch {
             DriveLog.error("Backups/ could not store the server's records: \(error); retrying in \(interval) s")
         }
+        return false
     }
 }

@@ -11,9 +11,19 @@ import Crypto
 public protocol RemoteRecords: AnyObject, Sendable {
     /// The entries after server sequence `since`, in order, at most `limit`.
     func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage
+    /// The same, held by the server up to `wait` seconds when nothing is newer (a long
+    /// poll), and given up soon after `cancelled` answers true.
+    func changes(since: Int64, limit: Int, wait: Int, cancelled: @escaping @Sendable () -> Bool) throws(RemoteFailure) -> RemoteChangePage
     /// The SHA-256 of each 4 MiB block of `content`, in order, zero blocks included.
     /// Not trusted: the drive checks the list against the content hash and size.
     func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest]
+}
+
+extension RemoteRecords {
+    /// A remote that cannot hold a request answers at once.
+    public func changes(since: Int64, limit: Int, wait: Int, cancelled: @escaping @Sendable () -> Bool) throws(RemoteFailure) -> RemoteChangePage {
+        try changes(since: since, limit: limit)
+    }
 }
 
 /// One version of a file backed up by a device, as the server recorded it.

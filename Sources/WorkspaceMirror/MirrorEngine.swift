@@ -77,6 +77,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     let state = Mutex(State())
     private let signal = NSCondition()
     private var threads: [Thread] = []
+    /// Signalled by each thread as it ends (`stop` waits for both).
+    private let ended = DispatchSemaphore(value: 0)
 
     public init(drive: DriveFileSystem, server: MirrorServer, device: @escaping @Sendable () -> String,
                 settings: MirrorSettings = MirrorSettings()) throws {
@@ -106,19 +108,22 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 
     public func start() {
         do { try scanIfNew() } catch { MirrorLog.error("the first look at the local workspace failed: \(error)") }
-        let feed = Thread { [weak self] in self?.followFeed() }
+        let feed = Thread { [weak self] in self?.followFeed(); self?.ended.signal() }
         feed.name = "vdrive-mirror-feed"
-        let worker = Thread { [weak self] in self?.work() }
+        let worker = Thread { [weak self] in self?.work(); self?.ended.signal() }
         worker.name = "vdrive-mirror"
         threads = [feed, worker]
         for t in threads { t.start() }
     }
 
+    /// Stops both threads and waits for them: a held feed request and a content being sent
+    /// are given up within about a second (the next pass resumes the content where the
+    /// server has it). The journal stays: changes made until the drive stops are marked.
     public func stop() {
         state.withLock { $0.stopping = true }
         signal.lock(); signal.broadcast(); signal.unlock()
-        drive.changeJournal = nil
-        // The feed thread may sit in a held request: it ends with it (bounded by `hold`).
+        for _ in threads { ended.wait() }
+        threads = []
     }
 
     var stopping: Bool { state.withLock { $0.stopping } }
@@ -151,6 +156,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 failures = 0
                 state.withLock { $0.status.offline = false }
             } catch {
+                if stopping { break }
                 failures += 1
                 noteProblem(error)
                 next = min(30, 0.5 * Double(1 << min(failures, 6)))

@@ -17,6 +17,7 @@ extension MirrorEngine {
                 let elapsed = Double(MirrorClock.nanoseconds() - started) / 1e9
                 if elapsed < 1 { Thread.sleep(forTimeInterval: 1 - elapsed) }
             } catch {
+                if stopping { break }
                 failures += 1
                 noteProblem(error)
                 Thread.sleep(forTimeInterval: min(30, 0.5 * Double(1 << min(failures, 6))))
@@ -29,7 +30,7 @@ extension MirrorEngine {
     @discardableResult
     func pullPage(wait: Int) throws -> Bool {
         let cursor = Int64(try MirrorRows.state("cursor", in: db) ?? "0") ?? 0
-        let page = try server.page(since: cursor, wait: wait)
+        let page = try server.page(since: cursor, wait: wait) { [weak self] in self?.stopping ?? true }
         let known = try MirrorRows.state("workspace", in: db)
         if let workspace = page.workspace, let known, workspace != known {
             throw MirrorRefusal("the server at this address now holds another workspace (\(workspace), this drive mirrors \(known)); nothing is sent or applied: mount it with the right server, or with a new state folder")

@@ -106,10 +106,10 @@ extension MirrorEngine {
                 // Committed between the two reads: this pass sends nothing for it.
                 guard ContentHash.of(blocks: list).hex == desired.hash else { nextDue = min(nextDue, 0.1); return false }
                 let hexes = list.map(\.hex)
-                try server.sendContent(desired.hash!, size: desired.size, blocks: hexes) { hex in
+                try server.sendContent(desired.hash!, size: desired.size, blocks: hexes, open: { hex in
                     guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
                     return try self.blocks.open(digest)
-                }
+                }, stop: { [weak self] in self?.stopping ?? true })
                 state.withLock { _ = $0.contentMissing.remove(d.ino) }
                 manifest = hexes
             }
@@ -121,6 +121,7 @@ extension MirrorEngine {
         }
 
         for d in dirtyRows {
+            if stopping { break }
             do { _ = try plan(d) } catch let e as MirrorUnreachable { throw e } catch let full as MirrorServerFull {
                 state.withLock {
                     $0.status.serverFull = true

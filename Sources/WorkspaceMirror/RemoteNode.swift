@@ -86,13 +86,16 @@ public enum ChangeOutcome: Sendable, Equatable {
 /// The workspace server, as the mirror needs it (implemented by the wiring over the
 /// client; the mirror imports no HTTP).
 public protocol MirrorServer: Sendable {
-    /// The feed from `since`, held up to `wait` seconds when nothing is newer.
-    func page(since: Int64, wait: Int) throws -> RemotePage
+    /// The feed from `since`, held up to `wait` seconds when nothing is newer; given up
+    /// (throwing) soon after `stop` answers true.
+    func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage
     /// Sends changes in order; one outcome each.
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome]
     /// Makes a content present on the server: sends the blocks it lacks, reading each
     /// through `open` (a descriptor of the block's bytes alone, closed by the caller's side).
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32) throws
+    /// Given up (throwing) soon after `stop` answers true; sent again later, it resumes.
+    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
+                     stop: @escaping @Sendable () -> Bool) throws
     /// A content's block list (hex), zero blocks included.
     func blockList(of content: String) throws -> [String]
 }

@@ -20,8 +20,8 @@ final class ClientMirrorServer: MirrorServer {
         feed = try remote.client(timeouts: Timeouts(connect: 5, lowSpeedSeconds: 30))
     }
 
-    func page(since: Int64, wait: Int) throws -> RemotePage {
-        let page = try mapped { try feed.treePage(since: since, wait: wait) }
+    func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage {
+        let page = try mapped { try feed.treePage(since: since, wait: wait, cancelled: stop) }
         return RemotePage(nodes: page.nodes.map(Self.node), next: page.next, latest: page.latest, workspace: page.workspace)
     }
 
@@ -41,7 +41,8 @@ final class ClientMirrorServer: MirrorServer {
         return results.map(Self.outcome)
     }
 
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32) throws {
+    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
+                     stop: @escaping @Sendable () -> Bool) throws {
         guard let digest = SHA256Digest(hex: content) else { throw MirrorRefusal("not a content hash: \(content)") }
         let list = blocks.compactMap(SHA256Digest.init(hex:))
         var renewals = 0
@@ -54,7 +55,7 @@ final class ClientMirrorServer: MirrorServer {
                     // The block's bytes alone: its own file, from offset 0.
                     var alone = ticket
                     alone.index = 0
-                    try client.uploadBlock(alone, fd: fd)
+                    try client.uploadBlock(alone, fd: fd, progress: { _ in !stop() })
                 }
                 return
             } catch ClientError.expired where renewals < 3 {

@@ -19,8 +19,12 @@ final class ClientRemoteRecords: RemoteRecords, Sendable {
     }
 
     func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {
+        try changes(since: since, limit: limit, wait: 0, cancelled: { false })
+    }
+
+    func changes(since: Int64, limit: Int, wait: Int, cancelled: @escaping @Sendable () -> Bool) throws(RemoteFailure) -> RemoteChangePage {
         let reply: ChangesResponse
-        do { reply = try client.changesPage(since: since, limit: limit) } catch { throw Self.failure(error, "the change feed") }
+        do { reply = try client.changesPage(since: since, limit: limit, wait: wait, cancelled: cancelled) } catch { throw Self.failure(error, "the change feed") }
         var changes: [RemoteChange] = []
         for r in reply.changes {
             guard let sequence = r.sequence, let device = r.device, let content = SHA256Digest(hex: r.hash) else {

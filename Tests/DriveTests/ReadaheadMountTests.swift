@@ -1,4 +1,5 @@
 import Testing
+import TestTraits
 import Foundation
 import Crypto
 import Storage
@@ -11,7 +12,7 @@ import TestSupport
 ///
 /// Only the embedded server: a scaled one sends block bytes from its object store
 /// (a redirect the drive follows), which the proxy does not see.
-@Suite(.serialized) struct ReadaheadMountTests {
+@Suite(.tags(.endToEnd), .needsMount, .serialized) struct ReadaheadMountTests {
     typealias Online = OnlineContentTests
     static let KiB = 1 << 10, MiB = 1 << 20
     static let size = 40 * MiB

@@ -1,4 +1,5 @@
 import Testing
+import TestTraits
 import Foundation
 import Crypto
 import Storage
@@ -8,7 +9,7 @@ import Storage
 /// online-only Camera Roll file and a `Backups/` file, with a fake server that counts
 /// the bytes it sends. The window starts at the chunks a read covers, doubles while the
 /// reader goes on in order, reaches whole blocks, and falls back on a seek.
-@Suite struct ReadaheadTests {
+@Suite(.tags(.logic)) struct ReadaheadTests {
     static let KiB = 1 << 10, MiB = 1 << 20
     static let chunk = Blocks.chunkSize
 

@@ -18,7 +18,7 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
 
     private func unreachable() throws { if offline { throw MirrorUnreachable("the test server is offline") } }
 
-    func page(since: Int64, wait: Int) throws -> RemotePage {
+    func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage {
         try unreachable()
         return lock.withLock {
             var out: [RemoteNode] = []
@@ -39,7 +39,8 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
         return lock.withLock { changes.map(apply) }
     }
 
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32) throws {
+    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
+                     stop: @escaping @Sendable () -> Bool) throws {
         try unreachable()
         for b in blocks {
             let fd = try open(b)

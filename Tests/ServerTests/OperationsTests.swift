@@ -4,6 +4,7 @@ import Foundation
 import Protocol
 @testable import Server
 import Testing
+import TestTraits
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -11,7 +12,7 @@ import Glibc
 /// What an operator watches and sets on `vdrive serve`: the access log (read from a real
 /// server's stderr), `GET /metrics` (parsed, its counters moving with known requests),
 /// who may read the metrics, `vdrive serve check`'s quota lines and the limits options.
-@Suite(.serialized) struct OperationsTests {
+@Suite(.tags(.endToEnd), .serialized) struct OperationsTests {
     enum Backend: String, CaseIterable, CustomTestStringConvertible {
         case embedded, scaled
         var testDescription: String { rawValue }

@@ -5,13 +5,14 @@ import Protocol
 import Server
 import Synchronization
 import Testing
+import TestTraits
 
 /// The workspace tree on the server (Docs/sync.md): every outcome of a change, pages
 /// that never send a child before its parent, the trash, versions, a seeded random run
 /// of several devices checked against the tree's invariants, and content put through
 /// the tree and read back by another device. On SQLite and on PostgreSQL (records); the
 /// content round trip also with blocks in SeaweedFS.
-@Suite(.serialized) struct TreeTests {
+@Suite(.tags(.endToEnd), .serialized) struct TreeTests {
     /// A server and two devices of one workspace, `laptop` and `phone`.
     final class Workspace: @unchecked Sendable { // set up once, then only read
         let server: TestServer
