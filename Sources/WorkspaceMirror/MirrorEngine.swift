@@ -56,8 +56,14 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     let settings: MirrorSettings
     let owner: (uid: UInt32, gid: UInt32)
     let blocks: StoredBlocks
-    /// The mirror's own connection to the catalog database: its tables only.
+    /// The mirror's own connections to the catalog database (its tables only), one per
+    /// thread that uses them: a connection is used by one thread at a time (SQLite's
+    /// no-mutex mode). `db` is the worker's (and `runOnce`'s), `feedDB` the feed
+    /// follower's, `statusDB` (under `statusLock`) the status readers'.
     let db: Database
+    let feedDB: Database
+    private let statusDB: Database
+    private let statusLock = NSLock()
     public let journal = MirrorJournal()
 
     struct State {
@@ -89,7 +95,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         owner = (getuid(), getgid())
         blocks = StoredBlocks(blobs: drive.blobStore, catalogPath: drive.catalogPath)
         db = try Database(path: drive.catalogPath)
-        try db.execute("PRAGMA journal_mode = WAL")
+        feedDB = try Database(path: drive.catalogPath)
+        statusDB = try Database(path: drive.catalogPath)
         journal.wake = { [weak self] in self?.wake() }
         drive.changeJournal = journal
     }
@@ -101,8 +108,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
             if status.lastProblem == nil { status.lastProblem = s.unapplied.values.first }
             return status
         }
-        s.waitingUp = (try? db.queryOne("SELECT count(*) FROM mirror_dirty") { Int($0.int64(0)) }) ?? 0
-        s.waitingDown = (try? db.queryOne("SELECT count(*) FROM mirror_remote") { Int($0.int64(0)) }) ?? 0
+        let stored = statusLock.withLock { try? MirrorStatus.stored(in: statusDB) }
+        s.waitingUp = stored?.waitingUp ?? 0
+        s.waitingDown = stored?.waitingDown ?? 0
         return s
     }
 

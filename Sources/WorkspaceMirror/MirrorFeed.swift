@@ -29,6 +29,7 @@ extension MirrorEngine {
     /// something (ask again at once: there may be more).
     @discardableResult
     func pullPage(wait: Int) throws -> Bool {
+        let db = feedDB
         let cursor = Int64(try MirrorRows.state("cursor", in: db) ?? "0") ?? 0
         let page = try server.page(since: cursor, wait: wait) { [weak self] in self?.stopping ?? true }
         let known = try MirrorRows.state("workspace", in: db)
