@@ -88,7 +88,9 @@ final class LocalServer {
             + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments + serveArguments
         if let seaweed { p.environment = ProcessInfo.processInfo.environment.merging(seaweed.environment) { $1 } }
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
-        p.standardError = FileHandle.nullDevice
+        // Its log (the access log's lines, errors) beside its output, for a test to read.
+        FileManager.default.createFile(atPath: outputFile + ".log", contents: nil)
+        p.standardError = FileHandle(forWritingAtPath: outputFile + ".log") ?? FileHandle.nullDevice
         try p.run()
         processes[i] = p
         for _ in 0..<200 {
@@ -106,6 +108,11 @@ final class LocalServer {
     func stop() {
         stopServer()
         seaweed?.stop()
+    }
+
+    /// The server processes' logs (access log lines, errors), all processes together.
+    func log() -> String {
+        folders.map { (try? String(contentsOfFile: $0.output + ".log", encoding: .utf8)) ?? "" }.joined(separator: "\n")
     }
 
     /// Stops the server processes only (a restart keeps the store running).

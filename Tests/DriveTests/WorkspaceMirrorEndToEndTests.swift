@@ -197,4 +197,61 @@ import TestTraits
         // One name made on both: both kept.
         #expect(tree.keys.filter { $0.hasPrefix("both") }.count == 2)
     }
+
+    /// Where each file stands, in its attribute and in the status line; and a large file
+    /// whose upload is killed half-way resumes where the server has it.
+    @Test(arguments: Backend.allCases)
+    func eachFileSaysWhereItStandsAndAKilledUploadResumes(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-state"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        let xattr = BackupEndToEndTests.xattr
+        try writeFile(a.path("report.txt"), Array("final".utf8))
+        try writeFile(a.path("draft.txt~"), Array("editor backup".utf8))
+        try writeFile(a.path("Camera Roll/IMG_1.jpg"), Array("a photo".utf8))
+        try Self.waitFor("the report on the other device", drives) { FileManager.default.fileExists(atPath: b.path("report.txt")) }
+        try Self.waitFor("the report synced here", drives) { xattr(a.path("report.txt"), "user.vdrive.sync") == "synced" }
+        #expect(xattr(b.path("report.txt"), "user.vdrive.sync") == "online-only")
+        #expect(try readFile(b.path("report.txt")) == Array("final".utf8))
+        try Self.waitFor("the report held there once read", drives) { xattr(b.path("report.txt"), "user.vdrive.sync") == "synced" }
+        #expect(xattr(a.path("draft.txt~"), "user.vdrive.sync") == "excluded")
+        #expect(xattr(a.path("Camera Roll/IMG_1.jpg"), "user.vdrive.sync") == "excluded")
+        try Self.waitFor("the status says the workspace is up to date", drives) {
+            (try? String(contentsOfFile: a.path(".backup/status"), encoding: .utf8))?.contains("Workspace: up to date") == true
+        }
+
+        // With the server down, a change waits, and the status says so (never "up to date").
+        server.stopServer()
+        try writeFile(a.path("report.txt"), Array("final, edited offline".utf8))
+        try Self.waitFor("the edit pending", drives) { xattr(a.path("report.txt"), "user.vdrive.sync") == "pending" }
+        try Self.waitFor("the status shows the change waiting", drives) {
+            (try? String(contentsOfFile: a.path(".backup/status"), encoding: .utf8))?.contains("Workspace: 1 change to send") == true
+        }
+        try server.start()
+        try Self.waitFor("the offline edit on the other device", drives) {
+            (try? readFile(b.path("report.txt"))) == Array("final, edited offline".utf8)
+        }
+
+        // A 48 MiB file, its upload killed half-way (kill -9 of the mount), then resumed.
+        let big = pseudoRandomBytes(48 << 20, seed: 2512)
+        try a.unmount()
+        try a.startForeground()
+        let logBefore = server.log().count
+        let blocksBefore = server.blockCount()
+        try writeFile(a.path("big.bin"), big)
+        try Self.waitFor("part of the file on the server", drives, within: 120) { server.blockCount() >= blocksBefore + 3 }
+        a.kill9()
+        try a.start()
+        try Self.waitFor("the whole file on the other device", drives, within: 180) { FileManager.default.fileExists(atPath: b.path("big.bin")) }
+        #expect(try readFile(b.path("big.bin")) == big)
+        // Resumed, not sent again from the start: the tus PATCHes the embedded server
+        // received (its access log) hold the file once, plus at most the block cut by the
+        // kill (a scaled server's blocks go to its store, PUT whole).
+        if backend == .embedded {
+            let lines = server.log().dropFirst(logBefore).split(separator: "\n").filter { $0.contains("route=/v1/tus/{id}") }
+            let received = lines.compactMap { line in line.split(separator: " ").first { $0.hasPrefix("in=") }.flatMap { Int64($0.dropFirst(3)) } }.reduce(0, +)
+            #expect(received >= 48 << 20 && received <= (48 << 20) + 2 * Int64(Blocks.size), "PATCHed \(received) bytes for a 48 MiB file")
+        }
+    }
 }
