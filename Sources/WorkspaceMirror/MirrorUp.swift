@@ -57,9 +57,20 @@ extension MirrorEngine {
                     }
                     return true
                 }
+                let depth = try depth(of: s.node)
                 planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .delete(id: s.node.id, base: s.node.version), base: s.node,
-                                         depth: try depth(of: s.node))
+                                         depth: depth)
                 order.append(d.ino)
+                if s.node.kind == .folder {
+                    // A folder that left the workspace (moved into the Camera Roll, or to a
+                    // temporary name) takes its contents with it; removed with `rm -r`, its
+                    // contents are marked on their own and this finds them planned already.
+                    for (child, below) in try descendants(of: s.node.id) where planned[child.ino] == nil {
+                        planned[child.ino] = Planned(ino: child.ino, seq: 0, change: .delete(id: child.node.id, base: child.node.version),
+                                                     base: child.node, depth: depth + below)
+                        order.append(child.ino)
+                    }
+                }
                 return true
             }
             // The parent first: a new folder's children name its id.
@@ -180,6 +191,17 @@ extension MirrorEngine {
             try MirrorRows.save(adopted, in: db)
         }
         return adopted
+    }
+
+    /// Every synced node under folder `id`, with how far below it each is.
+    func descendants(of id: String) throws -> [(SyncedNode, Int)] {
+        try db.query("""
+            WITH RECURSIVE below(node, depth) AS (
+                SELECT node, 1 FROM mirror_nodes WHERE parent = ?
+                UNION ALL SELECT m.node, b.depth + 1 FROM mirror_nodes m JOIN below b ON m.parent = b.node WHERE b.depth < 4096)
+            SELECT m.ino, \(MirrorRows.nodeColumns.split(separator: ",").map { "m." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", ")), b.depth
+            FROM below b JOIN mirror_nodes m ON m.node = b.node WHERE m.version > 0
+            """, id) { (SyncedNode(ino: UInt64($0.int64(0)), node: MirrorRows.node($0, from: 1)), Int($0.int64(11))) }
     }
 
     func depth(of node: RemoteNode) throws -> Int {

@@ -284,4 +284,21 @@ import TestSupport
         #expect(try a.tree().keys.sorted() == ["a-offline.txt", "b-offline.txt"])
         #expect(try b.tree() == (try a.tree()))
     }
+
+    @Test func aFolderMovedIntoTheCameraRollLeavesTheWorkspaceWithItsContents() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Trip")
+        try a.mkdir("Trip/Day 1")
+        try a.write("Trip/Day 1/IMG_1.jpg", "photo")
+        try a.write("Trip/notes.txt", "notes")
+        try settle(ds)
+        #expect(try b.tree().count == 4)
+        try a.rename("Trip", "Camera Roll/Trip")
+        try settle(ds)
+        #expect(server.livePaths().isEmpty)
+        #expect(try b.tree().isEmpty)
+        // Still on this device, in its Camera Roll (the backup's now).
+        #expect(try a.ino("Camera Roll/Trip/Day 1/IMG_1.jpg") > 0)
+    }
 }
