@@ -953,6 +953,11 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public static let contentHashAttribute = "user.vdrive.content-hash"
+    /// The folder at the root whose photos and videos the camera backup takes, per device:
+    /// the drive makes it; the backup (which media files in it it takes) and the mirror
+    /// (which leaves it out of the workspace) name it through this.
+    public static let cameraRollFolder = Catalog.cameraRollName
+
     /// Where the file stands with the workspace's mirror (synced, pending, online-only, …).
     public static let syncAttribute = "user.vdrive.sync"
     public static let backupAttribute = "user.vdrive.backup"

@@ -2,6 +2,7 @@ import Testing
 import Foundation
 import Crypto
 import Storage
+import Backup
 @testable import Drive
 
 /// Tier one: the file system's logic called directly, no kernel involved.
@@ -29,6 +30,15 @@ import Storage
         var out = [UInt8](repeating: 0, count: count)
         let n = try out.withUnsafeMutableBytes { try fs.read(fh, into: $0, at: offset) }
         return Array(out[0..<n])
+    }
+
+    /// One name for the camera roll's folder: the drive makes it, the backup takes media
+    /// files in it, the mirror leaves it out of the workspace.
+    @Test func theCameraRollIsOneFolderForTheDriveAndTheBackup() throws {
+        #expect(CameraRollRules.folderName == DriveFileSystem.cameraRollFolder)
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        #expect(try fs.lookup(parent: 1, name: Array(DriveFileSystem.cameraRollFolder.utf8)).isDirectory)
     }
 
     @Test func sequentialWritesAreHashedWithoutReadingBack() throws {
