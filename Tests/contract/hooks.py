@@ -14,7 +14,7 @@
    live presigned upload. Negative cases are left alone: pinning a valid value into one
    could make it valid. Run by hand without these variables, nothing is pinned.
 
-3. A change-feed request with `wait` and nothing newer than its `since` is held until
+3. A feed request (`/v1/changes`, `/v1/tree`) with `wait` and nothing newer than its `since` is held until
    its wait ends (up to 60 s), past the fuzzer's request timeout. Positive cases wait
    at most one second: the same hold and the same empty answer, sooner.
 """
@@ -61,7 +61,7 @@ def map_case(context, case):
         # a positive case means (and exercises the server's check).
         case.headers = {**headers, "Upload-Checksum": _checksum(case.body)}
     wait = (case.query or {}).get("wait")
-    if case.operation.path == "/v1/changes" and isinstance(wait, int) and wait > 1:
+    if case.operation.path in ("/v1/changes", "/v1/tree") and isinstance(wait, int) and wait > 1:
         case.query = {**case.query, "wait": 1}
     if not _chosen(case):
         return case
