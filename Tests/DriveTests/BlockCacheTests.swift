@@ -271,11 +271,11 @@ extension FakeRemote {
 }
 
 /// A ledger that says "done" for the paths it was given.
-final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes only on the enforcing thread
+final class FakeLedger: ServerLedger, @unchecked Sendable {   // `done` changes only on the enforcing thread
     var done: Set<String>
     init(done: Set<String>) { self.done = done }
-    func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool { done.contains(path) }
-    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
+    func isOnServer(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws -> Bool { done.contains(path) }
+    func serverLacks(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
 }
 
 @Suite(.tags(.logic)) struct CacheBoundTests {
