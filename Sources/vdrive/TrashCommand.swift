@@ -51,9 +51,12 @@ enum TrashCommand {
             guard options.positionals.count == 1 else { throw CLIError.usage("trash list takes no path; see --help") }
             return try list(client(options), json: options.has("--json"))
         case "restore":
+            let wanted = options.value("--under") == nil ? 2 : 1
+            guard options.positionals.count == wanted else {
+                throw CLIError.usage(wanted == 1 ? "give either PATH or --under FOLDER, not both" : "trash restore needs one PATH (or --under FOLDER); see --help")
+            }
             let client = try client(options)
             if let folder = options.value("--under") {
-                guard options.positionals.count == 1 else { throw CLIError.usage("give either PATH or --under FOLDER, not both") }
                 let since = try options.value("--since").map { text -> Int64 in
                     guard let t = TimeText.parse(text) else {
                         throw CLIError.usage("--since takes a time: 2026-01-02, \"2026-01-02 10:00\", 2h, 3d or @SECONDS; got '\(text)'")
@@ -63,7 +66,6 @@ enum TrashCommand {
                 return try restoreUnder(client, WorkspacePath(folder), since: since, stateFolder: BackupPaths.from(options).state)
             }
             if options.value("--since") != nil { throw CLIError.usage("--since goes with --under FOLDER") }
-            guard options.positionals.count == 2 else { throw CLIError.usage("trash restore needs one PATH (or --under FOLDER); see --help") }
             return try restore(client, WorkspacePath(options.positionals[1]))
         default:
             throw CLIError.usage("unknown trash action '\(action)': use 'list' or 'restore'")
