@@ -35,7 +35,7 @@ let package = Package(
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto"]),
+        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto", "CLinux"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),

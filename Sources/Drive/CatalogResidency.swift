@@ -157,10 +157,11 @@ extension Catalog {
     }
 
     /// Candidates for eviction, least recently used first: fetched blocks no file or pin
-    /// names; then, when `originals` is given (optimize storage), blocks named only by
-    /// those files (a block another file or a pending backup also names has more refs).
+    /// names; then, when `originals` is given (optimize storage: files the server holds),
+    /// blocks named only by those files (a block another file or a pending backup also
+    /// names has more refs).
     typealias EvictionCandidate = (digest: SHA256Digest, size: Int64)
-    typealias CameraRollFile = (ino: UInt64, path: String, content: SHA256Digest, pinned: Bool)
+    typealias ResidentFile = (ino: UInt64, path: String, content: SHA256Digest, pinned: Bool)
 
     func evictionCandidates(originals: Set<UInt64>?) throws -> [EvictionCandidate] {
         try withDatabase { db in
@@ -230,20 +231,44 @@ extension Catalog {
         }
     }
 
-    /// Regular files under the Camera Roll with stored blocks: (inode, path, content),
-    /// and whether they carry `pinXattr`.
-    func cameraRollFiles(pinXattr: String) throws -> [CameraRollFile] {
+    /// Regular files with stored blocks: (inode, path, content), and whether they are
+    /// pinned (`pinXattr` on the file or on a folder above it). The ledger decides which
+    /// of them the server holds; the drive does not know why it does.
+    func residentFiles(pinXattr: String) throws -> [ResidentFile] {
         try withDatabase { db in
             let rows = try db.query("""
-                SELECT i.ino, i.content, EXISTS (SELECT 1 FROM xattrs x WHERE x.ino = i.ino AND x.name = ?)
-                FROM inodes i WHERE i.stored > 0 AND i.nlink > 0 AND i.content IS NOT NULL
+                WITH RECURSIVE \(Self.pinnedInodes)
+                SELECT i.ino, i.content, i.ino IN (SELECT ino FROM pinned)
+                FROM inodes i WHERE i.stored > 0 AND i.nlink > 0 AND i.content IS NOT NULL AND (i.mode & 61440) = 32768
                 """, pinXattr) { (UInt64($0.int64(0)), SHA256Digest(hex: $0.string(1) ?? ""), $0.int(2) != 0) }
-            var out: [(UInt64, String, SHA256Digest, Bool)] = []
+            var out: [ResidentFile] = []
             for (ino, content, pinned) in rows {
-                guard let content, let path = try path(of: ino), Self.isInCameraRoll(path) else { continue }
+                guard let content, let path = try path(of: ino) else { continue }
                 out.append((ino, path, content, pinned))
             }
             return out
+        }
+    }
+
+    /// The recursive view `pinned(ino)`: inodes carrying the pin attribute (bound as the
+    /// query's first parameter) and everything below a pinned folder, so a file made in
+    /// (or brought into) a pinned folder later is pinned too.
+    static let pinnedInodes = """
+        pinned(ino) AS (SELECT ino FROM xattrs WHERE name = ?1
+                        UNION SELECT e.ino FROM entries e JOIN pinned p ON e.parent = p.ino)
+        """
+
+    /// Blocks of pinned files that are not held here (online-only), at most `limit`,
+    /// with their lengths: what keeping pinned content local still has to fetch.
+    func pinnedBlocksNotHeld(pinXattr: String, limit: Int) throws -> [(digest: SHA256Digest, length: Int)] {
+        try withDatabase { db in
+            try db.query("""
+                WITH RECURSIVE \(Self.pinnedInodes)
+                SELECT DISTINCT b.hash, b.size FROM file_blocks f JOIN blocks b ON b.hash = f.hash
+                WHERE f.ino IN (SELECT ino FROM pinned) AND b.resident = 0 LIMIT ?2
+                """, pinXattr, limit) { row -> (SHA256Digest, Int)? in
+                SHA256Digest(hex: row.string(0) ?? "").map { ($0, Int(row.int64(1))) }
+            }.compactMap { $0 }
         }
     }
 

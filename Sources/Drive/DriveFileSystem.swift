@@ -70,6 +70,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// layer tells the kernel to drop its cached entry (and cached absence).
     var kernelEntryIsStale: (@Sendable (UInt64, [UInt8]) -> Void)?
 
+    /// Called after `CacheBound.pinAttribute` was set or removed on an inode: the daemon's
+    /// wiring fetches what became pinned (PinnedContent.swift). Set before the mount serves.
+    public var pinsChanged: (@Sendable () -> Void)?
+
     /// The follower of every change the kernel makes (ChangeJournal.swift). Set before the
     /// mount serves.
     public var changeJournal: ChangeJournal? {
@@ -943,6 +947,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         if value.count > 65536 { throw Errno.outOfRange }
         try catalog.setXattr(ino, name: name, value: value, create: create, replace: replace)
         durability.noteMetadataChanged()
+        if name == CacheBound.pinAttribute { pinsChanged?() }
     }
 
     /// Attributes of a file of a virtual tree that the server holds (`Backups/`): the
@@ -987,6 +992,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         if isGenerated(name) { return }
         try catalog.removeXattr(ino, name: name)
         durability.noteMetadataChanged()
+        if name == CacheBound.pinAttribute { pinsChanged?() }
     }
 
     // MARK: File system

@@ -37,6 +37,7 @@ extension MirrorEngine {
                     continue
                 }
                 state.withLock { _ = $0.unapplied.removeValue(forKey: r.id) }
+                if outcome == .done, let lists { arrivals?.contentArrived(blocks: lists, size: r.size) }
                 if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
             }
             if !progressed { return }

@@ -65,6 +65,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     private let statusDB: Database
     private let statusLock = NSLock()
     public let journal = MirrorJournal()
+    /// Told of contents brought down (MirrorArrivals.swift); nil: nothing is fetched ahead.
+    let arrivals: MirrorArrivals?
 
     struct State {
         var woken = false
@@ -87,8 +89,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     private let ended = DispatchSemaphore(value: 0)
 
     public init(drive: DriveFileSystem, server: MirrorServer, device: @escaping @Sendable () -> String,
-                settings: MirrorSettings = MirrorSettings()) throws {
+                settings: MirrorSettings = MirrorSettings(), arrivals: MirrorArrivals? = nil) throws {
         self.drive = drive
+        self.arrivals = arrivals
         self.server = server
         deviceName = device
         self.settings = settings

@@ -16,6 +16,10 @@ enum CommandLineMain {
             TaskCommand.verb,
             RestoreCommand.verb,
             CheckCommand.verb,
+            TrashCommand.verb,
+            VersionsCommand.verb,
+            PinCommand.pin,
+            PinCommand.unpin,
         ] + backupVerbs
     }
 

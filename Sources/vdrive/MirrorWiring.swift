@@ -8,7 +8,8 @@ import WorkspaceMirror
 final class MirrorWiring {
     let engine: MirrorEngine?
 
-    init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
+    /// `arrivals`: told of contents the mirror brings down (a mount prefetches small files).
+    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals? = nil) throws {
         guard let remote else {
             fs.changeJournal = MirrorJournal()
             engine = nil
@@ -17,7 +18,7 @@ final class MirrorWiring {
         let server = try ClientMirrorServer(remote: remote)
         engine = try MirrorEngine(drive: fs, server: server, device: {
             (try? server.deviceName()) ?? ProcessInfo.processInfo.hostName
-        }, settings: Self.settings())
+        }, settings: Self.settings(), arrivals: arrivals)
     }
 
     /// `VDRIVE_MIRROR_HOLD` (seconds a feed request may be held) for tests and benchmarks.

@@ -105,7 +105,9 @@ enum MountCommand {
         if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
         let backup = try BackupWiring(fs: fs, state: state, remote: remote)
         let backups = try BackupsWiring(fs: fs, remote: remote)
-        let mirror = try MirrorWiring(fs: fs, remote: remote)
+        let pins = backup.residency.pins
+        let mirror = try MirrorWiring(fs: fs, remote: remote,
+                                      arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }))
         if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree { tree.mirrorStatus = { engine.status } }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }

@@ -5,16 +5,19 @@ import Crypto
 import Drive
 import Storage
 
-/// Connects the drive's block cache to the server and to the backup queue: blocks not
-/// held here are fetched through `ServerBlocks`; every `checkInterval` seconds the cache
-/// bound is applied (settings re-read each time, so a change applies without a remount),
-/// with the backup queue as the ledger of what is safely on the server.
+/// Connects the drive's block cache to the server, the backup queue and the mirror:
+/// blocks not held here are fetched through `ServerBlocks`; every `checkInterval`
+/// seconds the cache bound is applied (settings re-read each time, so a change applies
+/// without a remount), with the backup queue and the mirror's synced tree as the ledger
+/// of what is safely on the server (`DriveLedger`); pinned content is fetched in the
+/// background (`PinFetcher`).
 final class ResidencyWiring: @unchecked Sendable {   // its state is set in init, then read
     private let fs: DriveFileSystem
     private let stateFolder: String
     private let settingsPath: String
-    private let ledger = QueueLedger()
+    private let ledger = DriveLedger()
     private let bound = BackgroundThread(name: "vdrive-cache-bound")
+    let pins: PinFetcher
 
     /// `VDRIVE_CACHE_CHECK_SECONDS` (tests: 1) or 10.
     static var checkInterval: Double {
@@ -25,6 +28,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         self.fs = fs
         self.stateFolder = stateFolder
         self.settingsPath = settingsPath
+        pins = PinFetcher(fs: fs, interval: Self.checkInterval)
         guard let remote else { return }
         do {
             let client = try remote.client(timeouts: ServerBlocks.timeouts)
@@ -40,6 +44,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
     static var logsPasses: Bool { ProcessInfo.processInfo.environment["VDRIVE_CACHE_PASS_LOG"] != nil }
 
     func start() {
+        pins.start()
         let logsPasses = Self.logsPasses
         bound.start { [self] in
             var passes = 0
@@ -51,7 +56,10 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         }
     }
 
-    func stop() { bound.stop() }
+    func stop() {
+        pins.stop()
+        bound.stop()
+    }
 
     private func applyBound() {
         do {
@@ -63,16 +71,3 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
     }
 }
 
-/// The backup queue as the drive's ledger: a camera-roll version is on the server when
-/// its item for that path and content is `done`.
-final class QueueLedger: BackupLedger {
-    func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool {
-        try database.queryOne("SELECT 1 FROM backup_items WHERE path = ? AND hash = ? AND state = 'done' LIMIT 1",
-                              path, content.hex) { _ in true } ?? false
-    }
-
-    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws {
-        try BackupQueue(db: database).requeueDone(path: path, hash: content,
-                                                  reason: "the server no longer holds this version (reset, or restored from an older copy): sent again")
-    }
-}

@@ -20,9 +20,11 @@ enum SettingsCommand {
                                      originals) before dropping the least recently used
                                      (20G, 500M; default: 10% of the disk holding the state
                                      folder, at least 1G)
-          optimize-storage   on|off  also drop backed-up Camera Roll originals (done, no
-                                     user.vdrive.pin xattr) when over cache-size; they stay
-                                     listed and are fetched again when read (default off)
+          optimize-storage   on|off  also drop backed-up Camera Roll originals (done) and
+                                     synced workspace files the server holds, unless pinned
+                                     ('vdrive pin', user.vdrive.pin), when over cache-size;
+                                     they stay listed and are fetched again when read
+                                     (default off)
 
         The file is $XDG_CONFIG_HOME/vdrive/settings.json; a running mount picks up a
         change at once.

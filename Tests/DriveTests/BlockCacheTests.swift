@@ -271,11 +271,11 @@ extension FakeRemote {
 }
 
 /// A ledger that says "done" for the paths it was given.
-final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes only on the enforcing thread
+final class FakeLedger: ServerLedger, @unchecked Sendable {   // `done` changes only on the enforcing thread
     var done: Set<String>
     init(done: Set<String>) { self.done = done }
-    func isBackedUp(path: String, content: SHA256Digest, in database: Database) throws -> Bool { done.contains(path) }
-    func serverLacks(path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
+    func isOnServer(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws -> Bool { done.contains(path) }
+    func serverLacks(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws { done.remove(path) }
 }
 
 @Suite(.tags(.logic)) struct CacheBoundTests {
@@ -397,6 +397,65 @@ final class FakeLedger: BackupLedger, @unchecked Sendable {   // `done` changes 
         #expect(ledger.done == ["Camera Roll/kept.jpg"])
         #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 0)
         #expect(fs.blobs.contains(try blockOf(lost.ino)))
+    }
+
+    /// Optimize storage is not only for the Camera Roll: any file the ledger says the
+    /// server holds (a synced workspace file) may go, unless it or a folder above it
+    /// is pinned; a file made later in a pinned folder is pinned too.
+    @Test func syncedFilesGoUnlessPinnedThemselvesOrThroughAFolder() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let docs = try fs.create(parent: 1, name: Array("Docs".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0).ino
+        let keep = try fs.create(parent: docs, name: Array("Keep".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0).ino
+        let files = (0..<4).map { pseudoRandomBytes(120_000, seed: UInt64(301 + $0)) }
+        let synced = try store(fs, "synced.txt", in: docs, files[0])
+        let pinned = try store(fs, "pinned.txt", in: docs, files[1])
+        let local = try store(fs, "local.txt", in: docs, files[2])
+        try fs.setxattr(pinned.ino, name: CacheBound.pinAttribute, value: Array("1".utf8), create: false, replace: false)
+        try fs.setxattr(keep, name: CacheBound.pinAttribute, value: Array("1".utf8), create: false, replace: false)
+        let later = try store(fs, "later.txt", in: keep, files[3])
+        let ledger = FakeLedger(done: ["Docs/synced.txt", "Docs/pinned.txt", "Docs/Keep/later.txt"])
+        let remote = FakeRemote()
+        for f in files { _ = remote.add(f) }
+        fs.blockCache.remote = remote
+
+        #expect(try fs.blockCache.enforce(CacheBound(bytes: 0, optimizeStorage: true), ledger: ledger) == 120_000)
+        let blockOf = { (ino: UInt64) in try fs.catalog.storedBlocks(ino)[0]! }
+        #expect(!fs.blobs.contains(try blockOf(synced.ino)))
+        for kept in [pinned, local, later] { #expect(fs.blobs.contains(try blockOf(kept.ino))) }
+        // Read back whole, from the server.
+        #expect(try BlockCacheTests().read(fs, synced.ino, count: 120_000, at: 0) == files[0])
+    }
+
+    /// Pinned content not held here (made online-only before the pin, or brought by the
+    /// mirror) is fetched by `fetchPinned`, whole, and then stays.
+    @Test func pinnedContentNotHeldHereIsFetchedAndStays() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir)
+        let folder = try fs.create(parent: 1, name: Array("Offline".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0).ino
+        let bytes = pseudoRandomBytes(Blocks.size + 70_000, seed: 311)
+        let file = try store(fs, "two-blocks.bin", in: folder, bytes)
+        let ledger = FakeLedger(done: ["Offline/two-blocks.bin"])
+        let remote = FakeRemote()
+        _ = remote.add(Array(bytes[0..<Blocks.size]))
+        _ = remote.add(Array(bytes[Blocks.size...]))
+        fs.blockCache.remote = remote
+        let bound = CacheBound(bytes: 0, optimizeStorage: true)
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == Int64(bytes.count))
+        #expect(try fs.blockCache.fetchPinned() == BlockCache.PinnedFetch(fetched: 0, stopped: false, more: false), "nothing pinned yet")
+
+        // Held (paused): it stops and says so, nothing fetched.
+        remote.state.withLock { $0.heldNonInteractive = true }
+        try fs.setxattr(folder, name: CacheBound.pinAttribute, value: Array("1".utf8), create: false, replace: false)
+        #expect(try fs.blockCache.fetchPinned().stopped)
+        #expect(try fs.blockCache.totals().onlineOnly == Int64(bytes.count))
+
+        remote.state.withLock { $0.heldNonInteractive = false }
+        #expect(try fs.blockCache.fetchPinned() == BlockCache.PinnedFetch(fetched: 2, stopped: false, more: false))
+        #expect(try fs.blockCache.totals() == ResidencyTotals(local: Int64(bytes.count), cached: 0, onlineOnly: 0))
+        #expect(try fs.blockCache.enforce(bound, ledger: ledger) == 0, "pinned through its folder: it stays")
+        remote.state.withLock { $0.down = true }
+        #expect(try BlockCacheTests().read(fs, file.ino, count: bytes.count, at: 0) == bytes, "read with the server down")
     }
 
     @Test func aBlockPinnedByAPendingBackupIsNeverEvicted() throws {

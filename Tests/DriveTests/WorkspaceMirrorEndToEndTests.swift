@@ -32,17 +32,20 @@ import TestTraits
 
     static func mkdir(_ path: String) throws { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
 
-    static func devices(_ dir: TemporaryDirectory, _ backend: Backend, _ names: [String]) throws -> (LocalServer, [MountedDrive]) {
+    /// `environment`: more of the mounts' environment (the cache bound's interval).
+    static func devices(_ dir: TemporaryDirectory, _ backend: Backend, _ names: [String],
+                        environment more: [String: String] = [:]) throws -> (LocalServer, [MountedDrive]) {
         let server = try LocalServer(folder: dir.path, device: names[0], backend: backend)
+        let environment = ["VDRIVE_MIRROR_HOLD": "20"].merging(more) { $1 }
         var drives: [MountedDrive] = []
         do {
             drives.append(try MountedDrive(label: "vdrive-mirror-\(names[0])", arguments: server.mountArguments,
-                                           environment: ["VDRIVE_MIRROR_HOLD": "20"]))
+                                           environment: environment))
             for (i, name) in names.enumerated().dropFirst() {
                 try server.addDevice(name, tokenFile: dir.path + "/\(name).token")
                 drives.append(try MountedDrive(label: "vdrive-mirror-\(name)",
                                                arguments: server.mountArguments(tokenFile: dir.path + "/\(name).token", process: i),
-                                               environment: ["VDRIVE_MIRROR_HOLD": "20"]))
+                                               environment: environment))
             }
         } catch {
             drives.forEach { $0.stop() }
