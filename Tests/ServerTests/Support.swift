@@ -205,7 +205,9 @@ final class ServerProcess: @unchecked Sendable { // used from one test at a time
     init(data: String, extra: [String] = [], errors: String? = nil) throws {
         self.data = data
         process.executableURL = URL(fileURLWithPath: vdriveBinary())
-        process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
+        // Without a file for its log, its errors go to the test's stderr, its access log nowhere.
+        let quiet = errors == nil && !extra.contains("--access-log") ? ["--access-log", "off"] : []
+        process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + quiet + extra
         process.standardOutput = output
         if let errors {
             _ = FileManager.default.createFile(atPath: errors, contents: nil)
