@@ -38,7 +38,7 @@ let package = Package(
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto", "CLinux"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
-        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["Crypto"], path: "Tests/TestSupport"),
         .target(name: "TestTraits", path: "Tests/TestTraits"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport", "TestTraits"]),
         .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport", "TestTraits"]),

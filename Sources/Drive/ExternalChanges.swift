@@ -167,6 +167,11 @@ extension DriveFileSystem {
         }
     }
 
+    /// Commits the open group, so that other connections see every change made so far
+    /// and the journal's marks with them (a follower woken inside a change's transaction
+    /// reads its own tables after this, not before the change is there to read).
+    public func commitOpenChanges() throws { try committed { _ in } }
+
     /// The committed entry of an inode, nil when it has no name (removed).
     public func committedEntry(_ ino: UInt64) throws -> DriveEntry? {
         try committed { _ in try catalog.entry(ino) }

@@ -27,6 +27,11 @@ extension MirrorEngine {
         var nextDue = Double.infinity
         var planned: [UInt64: Planned] = [:]
         var order: [UInt64] = []
+        // The journal wakes this thread inside the change's own transaction, which the
+        // drive's group commit may keep open for a few milliseconds: read before it
+        // commits, the mark is not there yet, and the wake would be spent on nothing
+        // (the change then waited for the next pass, seconds later).
+        try drive.commitOpenChanges()
         var dirtyRows = try MirrorRows.dirty(limit: 4096, in: db)
         dirtyRows.sort { $0.ino < $1.ino }
         let bySeq = Dictionary(uniqueKeysWithValues: dirtyRows.map { ($0.ino, $0) })

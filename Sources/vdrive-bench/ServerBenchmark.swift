@@ -314,9 +314,10 @@ final class RunningServer {
     var pid: Int32 { process.processIdentifier }
 
     /// `errors`: a file for the server's stderr (its access log); else the bench's stderr.
-    init(vdrive: String, data: String, extra: [String], errors: String? = nil) throws {
+    /// `listen`: a fixed address (a restart on the same port), else a free port.
+    init(vdrive: String, data: String, extra: [String], errors: String? = nil, listen: String = "127.0.0.1:0") throws {
         process.executableURL = URL(fileURLWithPath: vdrive)
-        process.arguments = ["serve", "--data", data, "--listen", "127.0.0.1:0"] + extra
+        process.arguments = ["serve", "--data", data, "--listen", listen] + extra
         let out = Pipe()
         process.standardOutput = out
         if let errors {

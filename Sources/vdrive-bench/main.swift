@@ -28,6 +28,7 @@ case "online": exit(runReportingFailure(OnlineBenchmark.run, rest))
 case "scale" where ScaleDedup.isSelected(rest): exit(runReportingFailure(ScaleDedup.run, rest))
 case "scale": exit(runReportingFailure(ScaleBenchmark.run, rest))
 case "restore": exit(runReportingFailure(RestoreBenchmark.run, rest))
+case "sync": exit(runReportingFailure(SyncModelBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
     print(PosixBenchmark.usage)
@@ -38,6 +39,7 @@ default:
     print(ScaleBenchmark.usage)
     print(RestoreBenchmark.usage)
     print(ScaleDedup.usage)
+    print(SyncModelBenchmark.usage)
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--long-poll-only] [--long-polls N]")
     exit(64)
 }

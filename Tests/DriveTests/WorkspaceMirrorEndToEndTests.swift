@@ -11,24 +11,7 @@ import TestTraits
 @Suite(.tags(.endToEnd), .needsMount, .serialized) struct WorkspaceMirrorEndToEndTests {
     /// Every name under a mount outside the Camera Roll and the generated trees:
     /// path → "folder", "file <sha256> <size> x<executable>" or "symlink <target>".
-    static func snapshot(_ root: String) throws -> [String: String] {
-        var out: [String: String] = [:]
-        guard let walker = FileManager.default.enumerator(atPath: root) else { return [:] }
-        while let relative = walker.nextObject() as? String {
-            let top = relative.split(separator: "/").first.map(String.init) ?? relative
-            if ["Camera Roll", "Backups", ".backup"].contains(top) { walker.skipDescendants(); continue }
-            let path = root + "/" + relative
-            var st = stat()
-            guard lstat(path, &st) == 0 else { continue }
-            switch st.st_mode & S_IFMT {
-            case S_IFDIR: out[relative] = "folder"
-            case S_IFLNK: out[relative] = "symlink " + ((try? FileManager.default.destinationOfSymbolicLink(atPath: path)) ?? "?")
-            case S_IFREG: out[relative] = "file \(try sha256(ofFile: path)) \(st.st_size) x\(st.st_mode & 0o100 != 0)"
-            default: out[relative] = "special"
-            }
-        }
-        return out
-    }
+    static func snapshot(_ root: String) throws -> [String: String] { try workspaceSnapshot(root) }
 
     static func mkdir(_ path: String) throws { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
 

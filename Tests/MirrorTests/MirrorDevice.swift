@@ -14,11 +14,14 @@ final class MirrorDevice {
     private(set) var engine: MirrorEngine
     let server: MirrorServer
 
-    init(_ name: String, server: MirrorServer, settings: MirrorSettings = MirrorSettings()) throws {
+    /// `groupCommitWindow`: the drive groups its commits as a mount does (else each change
+    /// commits on its own).
+    init(_ name: String, server: MirrorServer, settings: MirrorSettings = MirrorSettings(), groupCommitWindow: Double? = nil) throws {
         self.name = name
         self.server = server
         dir = TemporaryDirectory("vdrive-mirror-\(name)")
         (fs, engine) = try Self.open(dir.path, name, server, settings)
+        if let groupCommitWindow { fs.startBackgroundWork(groupCommitWindow: groupCommitWindow) }
     }
 
     private static func open(_ path: String, _ name: String, _ server: MirrorServer, _ settings: MirrorSettings) throws -> (DriveFileSystem, MirrorEngine) {

@@ -52,6 +52,18 @@ import TestSupport
         #expect(try b.tree()["Docs"] == nil)
     }
 
+    @Test func aChangeGoesUpOnceSettledWhileTheDriveGroupsItsCommits() throws {
+        // The journal wakes the running mirror inside the change's own transaction, which
+        // the drive's group commit keeps open (here for a whole second, so the mirror always
+        // looks before the commit). The change must still go up once settled (0.2 s of
+        // quiet), not at the mirror's next idle pass, 5 s later.
+        let a = try MirrorDevice("a", server: server, groupCommitWindow: 1); defer { a.remove() }
+        a.engine.start(); defer { a.engine.stop() }
+        try a.write("note.txt", "settled")
+        try eventually("the note on the server", within: 3, poll: 0.02) { server.livePaths()["note.txt"] != nil }
+        #expect(server.livePaths()["note.txt"]?.hash == contentHash("settled"))
+    }
+
     @Test func deletesReachTheOtherDevice() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])
