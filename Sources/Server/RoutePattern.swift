@@ -9,6 +9,7 @@ import Protocol
 enum RoutePattern: Int, CaseIterable, Sendable {
     case health, openAPI, metrics, presentContents, uploads, tus, tusUpload, files, fileVersions, changes, watermark
     case content, contentBlocks, block, blockChunks, blockVerify
+    case tree, treeChanges, treeTrash, treeRestore, treeNodeVersions
     case other
 
     var text: String {
@@ -29,6 +30,11 @@ enum RoutePattern: Int, CaseIterable, Sendable {
         case .block: return API.blockPrefix + "{hash}"
         case .blockChunks: return API.blockPrefix + "{hash}" + API.chunksSuffix
         case .blockVerify: return API.blockPrefix + "{hash}" + API.verifySuffix
+        case .tree: return API.tree
+        case .treeChanges: return API.treeChanges
+        case .treeTrash: return API.treeTrash
+        case .treeRestore: return API.treeRestore
+        case .treeNodeVersions: return API.treeNodePrefix + "{id}" + API.versionsSuffix
         case .other: return "other"
         }
     }
@@ -46,6 +52,10 @@ enum RoutePattern: Int, CaseIterable, Sendable {
         case API.fileVersions: self = .fileVersions
         case API.changes: self = .changes
         case API.watermark: self = .watermark
+        case API.tree: self = .tree
+        case API.treeChanges: self = .treeChanges
+        case API.treeTrash: self = .treeTrash
+        case API.treeRestore: self = .treeRestore
         default:
             if path.hasPrefix(API.tusPrefix) {
                 self = .tusUpload
@@ -55,6 +65,8 @@ enum RoutePattern: Int, CaseIterable, Sendable {
                 if path.hasSuffix(API.chunksSuffix) { self = .blockChunks }
                 else if path.hasSuffix(API.verifySuffix) { self = .blockVerify }
                 else { self = .block }
+            } else if path.hasPrefix(API.treeNodePrefix) && path.hasSuffix(API.versionsSuffix) {
+                self = .treeNodeVersions
             } else {
                 self = .other
             }
