@@ -68,6 +68,8 @@ final class Catalog: @unchecked Sendable {
     /// made is one made on its behalf (not told back).
     var journal: ChangeJournal?
     var applyingExternal = false
+    /// The journal recorded changes that are not committed yet: it is told once they are.
+    var journalAwaitsCommit = false
     /// Whether a writable handle is open on an inode (set by the file system; takes only
     /// its leaf lock, so it may be called under the catalog lock).
     var hasWriters: (@Sendable (UInt64) -> Bool)?

@@ -26,6 +26,12 @@ public protocol ChangeJournal: AnyObject, Sendable {
     /// Inside the change's transaction, under the catalog's lock: must be quick (one
     /// insert) and must not call back into the drive. Throwing rolls the change back.
     func record(_ kind: DriveChangeKind, ino: UInt64, in database: Database) throws
+
+    /// After the transaction (or group of them) holding recorded changes committed, under
+    /// the catalog's lock: must be quick. What was recorded is now visible to other
+    /// connections; a follower reading from its own connection looks now, not at
+    /// `record`, which runs before the commit (up to a group's window before it).
+    func committed()
 }
 
 extension Catalog {
@@ -33,5 +39,14 @@ extension Catalog {
     func journal(_ kind: DriveChangeKind, _ ino: UInt64) throws {
         guard let journal, !applyingExternal else { return }
         try journal.record(kind, ino: ino, in: db)
+        journalAwaitsCommit = true
+    }
+
+    /// Tells the journal that what it recorded is committed, if it recorded anything
+    /// since the last time. Called with the lock held, once nothing is left uncommitted.
+    func journalCommitted() {
+        guard journalAwaitsCommit else { return }
+        journalAwaitsCommit = false
+        journal?.committed()
     }
 }

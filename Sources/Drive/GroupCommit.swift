@@ -55,6 +55,7 @@ extension Catalog {
         let removals = removalsAfterCommit
         removalsAfterCommit = []
         if !removals.isEmpty { removeUnnamedBlockFiles(removals) }
+        journalCommitted()
     }
 
     /// Commits the open group now for a change that must be durable at once (a photo's
@@ -85,6 +86,7 @@ extension Catalog {
         }
         guard let started = db.groupStarted, let committer = groupCommitter else {
             inodesCommittedBelow = nextIno   // no group open: everything so far is committed
+            journalCommitted()
             return
         }
         let deadline = started + committer.window
@@ -104,6 +106,7 @@ extension Catalog {
         guard groupsSuspendedAt == nil else { return }   // this loss was handled where it was thrown
         DriveLog.error("\(lost); the drive is back to its state of a few milliseconds earlier: files changed in that time may be missing or older, check free space. Until a commit succeeds again, every change is committed before its reply")
         removalsAfterCommit = []
+        journalAwaitsCommit = false   // what it recorded went with the group
         forgetCaches()
         if inodesCommittedBelow < nextIno { lostInodes.append(inodesCommittedBelow..<nextIno) }
         inodesCommittedBelow = nextIno

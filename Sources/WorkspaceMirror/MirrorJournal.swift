@@ -3,9 +3,10 @@ import Drive
 import Storage
 
 /// The mirror's subscription to the drive's change journal: every change the kernel makes
-/// marks its inode dirty, in the change's own transaction (one insert), and wakes the
-/// engine. What changed is read later from the catalog itself: the mirror sends the
-/// latest settled state, never a replay of each step.
+/// marks its inode dirty, in the change's own transaction (one insert), and the engine is
+/// woken once that commits: woken earlier, its own connection would not see the mark yet
+/// and it would sleep until its next look. What changed is read later from the catalog
+/// itself: the mirror sends the latest settled state, never a replay of each step.
 public final class MirrorJournal: ChangeJournal, @unchecked Sendable {   // `wake` is set once, before the mount serves
     var wake: (@Sendable () -> Void)?
 
@@ -13,8 +14,9 @@ public final class MirrorJournal: ChangeJournal, @unchecked Sendable {   // `wak
 
     public func record(_ kind: DriveChangeKind, ino: UInt64, in database: Database) throws {
         try MirrorRows.markDirty(ino, now: MirrorClock.nanoseconds(), in: database)
-        wake?()
     }
+
+    public func committed() { wake?() }
 }
 
 enum MirrorClock {

@@ -1,6 +1,6 @@
 // vdrive-bench: benchmarks that print figures side by side in one run (never timed tests).
-// Usage: vdrive-bench <drive|posix|backup|server> [options]; see DriveBenchmark.swift,
-// PosixBenchmark.swift, BackupBenchmark.swift and ServerBenchmark.swift.
+// Usage: vdrive-bench <drive|posix|backup|server|sync|…> [options]; see DriveBenchmark.swift,
+// PosixBenchmark.swift, BackupBenchmark.swift, ServerBenchmark.swift, SyncBenchmark.swift.
 import Foundation
 
 /// Runs a benchmark that throws, turning a failure into one line on stderr and exit 1
@@ -28,7 +28,7 @@ case "online": exit(runReportingFailure(OnlineBenchmark.run, rest))
 case "scale" where ScaleDedup.isSelected(rest): exit(runReportingFailure(ScaleDedup.run, rest))
 case "scale": exit(runReportingFailure(ScaleBenchmark.run, rest))
 case "restore": exit(runReportingFailure(RestoreBenchmark.run, rest))
-case "sync": exit(runReportingFailure(SyncModelBenchmark.run, rest))
+case "sync": exit(runReportingFailure(rest.contains("--model") ? SyncModelBenchmark.run : SyncBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
     print(PosixBenchmark.usage)
@@ -39,6 +39,7 @@ default:
     print(ScaleBenchmark.usage)
     print(RestoreBenchmark.usage)
     print(ScaleDedup.usage)
+    print(SyncBenchmark.usage)
     print(SyncModelBenchmark.usage)
     print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--long-poll-only] [--long-polls N]")
     exit(64)

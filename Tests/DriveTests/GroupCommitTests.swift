@@ -114,4 +114,50 @@ import Storage
         #expect(content == ContentHash.of(bytes: Array("jpeg".utf8)).hex)
         #expect(try committedNames(fs).contains("elsewhere.txt"), "the changes before it share its commit")
     }
+
+    /// A follower reads what the journal marked from a connection of its own: it must
+    /// be told once the marks are committed, not when they are recorded (inside a group
+    /// that may stay open for its whole window), or it looks too early and sees nothing.
+    @Test(arguments: [60.0, 0.0])
+    func theJournalIsToldOfCommittedChangesOnlyOnceOtherConnectionsSeeThem(window: TimeInterval) throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try makeFS(dir, window: window)
+        defer { fs.shutdown() }
+        let journal = CommitWatchingJournal(catalogPath: fs.catalogPath)
+        fs.changeJournal = journal
+        _ = try logic.store(fs, "a.txt", Array("first".utf8))
+        _ = try fs.create(parent: 1, name: Array("folder".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
+        if window > 0 {
+            #expect(journal.told.isEmpty, "told before the group committed")
+            try fs.syncAll()
+        }
+        let told = journal.told
+        #expect(!told.isEmpty, "never told that its changes were committed")
+        for unseen in told { #expect(unseen.isEmpty, "told while another connection could not see inodes \(unseen)") }
+        #expect(journal.recorded.count >= 2)
+    }
+}
+
+/// A change journal that checks, each time it is told of a commit, which of the inodes
+/// it recorded another connection cannot see yet. `@unchecked Sendable`: called under
+/// the catalog's lock only, read by the test after the changes returned.
+final class CommitWatchingJournal: ChangeJournal, @unchecked Sendable {
+    let catalogPath: String
+    private(set) var recorded: [UInt64] = []
+    /// One entry per `committed()`: the recorded inodes another connection did not see then.
+    private(set) var told: [[UInt64]] = []
+
+    init(catalogPath: String) { self.catalogPath = catalogPath }
+
+    func record(_ kind: DriveChangeKind, ino: UInt64, in database: Database) throws { recorded.append(ino) }
+
+    func committed() {
+        guard let db = try? Database(path: catalogPath, options: .init(readOnly: true, create: false)) else {
+            told.append(recorded)
+            return
+        }
+        told.append(recorded.filter { ino in
+            ((try? db.queryOne("SELECT 1 FROM inodes WHERE ino = ?", Int64(ino)) { _ in true }) ?? nil) == nil
+        })
+    }
 }

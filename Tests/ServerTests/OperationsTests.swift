@@ -72,6 +72,11 @@ import Glibc
                                                 captureDate: nil, mtime: 1, deviceSequence: 1))
         let missing = try HTTPConnection().perform(method: "GET", url: server.process.base + "/no/such/" + f.digest.hex, headers: [], body: .none)
         #expect(missing.status == 404)
+        // The synced workspace's tree: its routes are named too, the node's id never.
+        let folder = "0123456789abcdef0123456789abcdef"
+        _ = try server.client.applyTreeChanges([.put(TreePut(id: folder, base: 0, parent: TreeNode.rootID, name: "Docs", kind: .folder, mtime: 0))])
+        _ = try server.client.treePage(since: 0)
+        _ = try server.client.nodeVersions(id: folder)
         let lines = server.stopAndReadLog()
 
         for line in lines {
@@ -97,6 +102,10 @@ import Glibc
             #expect(verify.contains("status=201") && verify.contains("device=phone"))
         }
         #expect(lines.contains { $0.contains("route=other status=404") })
+        #expect(lines.contains { $0.contains("method=POST route=/v1/tree/changes status=200") && $0.contains("device=phone") })
+        #expect(lines.contains { $0.contains("method=GET route=/v1/tree status=200") })
+        #expect(lines.contains { $0.contains("method=GET route=/v1/tree/nodes/{id}/versions status=200") })
+        #expect(!lines.contains { $0.contains(folder) }, "a node id reached the log")
     }
 
     /// A connection that never completes its header is closed by the deadline (15 s; no
