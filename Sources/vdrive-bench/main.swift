@@ -38,6 +38,6 @@ default:
     print(ScaleBenchmark.usage)
     print(RestoreBenchmark.usage)
     print(ScaleDedup.usage)
-    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--long-poll-only] [--long-polls N]")
+    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--long-poll-only] [--long-polls N] [--rates-only]")
     exit(64)
 }
