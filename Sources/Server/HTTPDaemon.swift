@@ -36,7 +36,7 @@ final class HTTPDaemon: Sendable {
 
     /// Binds `host:port` (port 0 picks a free one) and starts serving, over TLS with `tls`.
     init(host: String, port: UInt16, handler: HTTPHandler, limits: ConnectionLimits = ConnectionLimits(),
-         memoryLimit: Int = 256 * 1024, threads: Int = HTTPDaemon.defaultThreads, workers: Int = 16,
+         memory: ConnectionMemory = ConnectionMemory(), threads: Int = HTTPDaemon.defaultThreads, workers: Int = 16,
          tls: TLSConfiguration? = nil, observer: (any RequestObserver)? = nil) throws(ServerError) {
         self.handler = handler
         self.observer = observer
@@ -49,7 +49,7 @@ final class HTTPDaemon: Sendable {
         self.workers = WorkerPool(size: workers, name: "vdrive-worker")
         let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
-        guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, connectionNotified, cls, memoryLimit,
+        guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, connectionNotified, cls, memory,
                                  limits.total, limits.perAddress, UInt32(max(1, threads)), limits.idleSeconds) else {
             close(fd)
             guardian.stop()
@@ -316,7 +316,7 @@ private func queue(_ connection: OpaquePointer, _ reply: HTTPResponse, _ state: 
         response = MHD_create_response_from_fd_at_offset64(UInt64(length), fd, UInt64(offset))
     case .stream(let length, let reader):
         let cls = Unmanaged.passRetained(ReaderBox(reader)).toOpaque()
-        // 64 KiB pieces: the buffer comes from the connection's memory pool (256 KiB).
+        // 64 KiB pieces, in a buffer libmicrohttpd allocates with the reply (not from the connection's pool).
         response = MHD_create_response_from_callback(UInt64(length), 64 << 10, streamRead, cls, streamFree)
         if response == nil { streamFree(cls) }
     }

@@ -8,14 +8,14 @@ extension HTTPDaemon {
                       _ handler: MHD_AccessHandlerCallback, _ handlerCls: UnsafeMutableRawPointer,
                       _ completed: MHD_RequestCompletedCallback, _ completedCls: UnsafeMutableRawPointer,
                       _ notify: MHD_NotifyConnectionCallback, _ notifyCls: UnsafeMutableRawPointer,
-                      _ memoryLimit: Int, _ connectionLimit: UInt32, _ perAddress: UInt32, _ threads: UInt32,
+                      _ memory: ConnectionMemory, _ connectionLimit: UInt32, _ perAddress: UInt32, _ threads: UInt32,
                       _ idleTimeout: UInt32) -> OpaquePointer? {
         // The PEM texts as C strings for the length of the call (nil: plain HTTP).
         let certificate = tls.map { Array($0.certificatePEM) + [0] }
         let key = tls.map { Array($0.keyPEM) + [0] }
         return withOptionalCString(certificate) { certificatePEM in
             withOptionalCString(key) { keyPEM in
-                vd_mhd_start(flags, fd, handler, handlerCls, completed, completedCls, notify, notifyCls, memoryLimit, connectionLimit,
+                vd_mhd_start(flags, fd, handler, handlerCls, completed, completedCls, notify, notifyCls, memory.pool, memory.increment, connectionLimit,
                              perAddress, threads, idleTimeout, certificatePEM, keyPEM)
             }
         }

@@ -14,7 +14,9 @@ import Glibc
 /// while they are held, then the time from one record's request (its blocks already
 /// uploaded) until each of them has its answer, and the server CPU that wake-up cost.
 /// The answers may come before the record's own 201 reaches the client: the clock starts
-/// when the record is sent.
+/// when the record is sent. Then the RSS once they are answered (the connections kept
+/// alive), and again after a second round: every device polls again on its own connection,
+/// is held, and a second record answers them (what devices that follow the feed do).
 enum LongPollBenchmark {
     struct Figures {
         let polls: Int
@@ -27,14 +29,18 @@ enum LongPollBenchmark {
         let wakeCPU: Double
         /// After the answers, the connections kept alive for the devices' next polls.
         let answeredRSS: Double
+        /// The second round on the same connections: held again, then answered again.
+        let heldAgainRSS: Double
+        let answeredAgain: Int
+        let answeredAgainRSS: Double
         func percentile(_ p: Double) -> Double {
             let sorted = latencies.sorted()
             return sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] * 1000
         }
         var row: String {
-            String(format: "| %d | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %d | %.2f | %.1f |", polls, idleRSS, heldRSS,
+            String(format: "| %d | %.1f | %.1f | %.3f | %.1f | %.1f | %.1f | %.1f | %d | %.2f | %.1f | %.1f | %d | %.1f |", polls, idleRSS, heldRSS,
                    heldCPU / heldSeconds, recordCall * 1000, percentile(0.5), percentile(0.99), (latencies.max() ?? 0) * 1000,
-                   latencies.count, wakeCPU, answeredRSS)
+                   latencies.count, wakeCPU, answeredRSS, heldAgainRSS, answeredAgain, answeredAgainRSS)
         }
     }
 
@@ -55,7 +61,10 @@ enum LongPollBenchmark {
             let sampler = RSSSampler(pid: server.pid)
             let idle = Double(sampler.sample()) / 1024
 
-            let request = "GET /v1/changes?since=\(latest)&wait=60 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n\r\n"
+            func poll(since: Int64) -> String {
+                "GET /v1/changes?since=\(since)&wait=60 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n\r\n"
+            }
+            let request = poll(since: latest)
             var held: [SlowSocket] = []
             held.reserveCapacity(polls)
             for _ in 0..<polls {
@@ -79,9 +88,22 @@ enum LongPollBenchmark {
             try commit()
             let recordCall = Bench.now() - sent
             let latencies = waitForReplies(held, timeout: 30).map { $0 - sent }
+            let wakeCPU = server.cpuSeconds() - wakeBefore
+            try settle(server)
+            let answeredRSS = Double(sampler.sample()) / 1024
+
+            // The devices poll again, each on its kept-alive connection, after the new record.
+            let next = try client.changesPage(since: 0).latestSequence ?? 0
+            let again = poll(since: next)
+            for c in held where !c.send(again) { throw BenchError("a second poll could not be sent") }
+            try settle(server)
+            let heldAgainRSS = Double(sampler.sample()) / 1024
+            try record(client, in: o.dir, seed: UInt64(1000 + round))()
+            let answeredAgain = waitForReplies(held, timeout: 30).count
+            try settle(server)
             let figures = Figures(polls: polls, idleRSS: idle, heldRSS: heldRSS, heldCPU: heldCPU, heldSeconds: holdSeconds,
-                                  latencies: latencies, recordCall: recordCall, wakeCPU: server.cpuSeconds() - wakeBefore,
-                                  answeredRSS: Double(sampler.sample()) / 1024)
+                                  latencies: latencies, recordCall: recordCall, wakeCPU: wakeCPU, answeredRSS: answeredRSS,
+                                  heldAgainRSS: heldAgainRSS, answeredAgain: answeredAgain, answeredAgainRSS: Double(sampler.sample()) / 1024)
             print(figures.row)
             rows.append(figures)
         }
@@ -163,8 +185,8 @@ enum LongPollBenchmark {
         let median = rows.sorted { $0.percentile(0.5) < $1.percentile(0.5) }[rows.count / 2]
         print("")
         print("Long poll (median round of \(rows.count), by wake latency):")
-        print("| held polls | server RSS idle MiB | RSS with the polls held MiB | server CPU while held (s per s) | record call ms | answer p50 ms | answer p99 ms | last answer ms | answered | server CPU of the wake s | RSS after the answers MiB |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| held polls | server RSS idle MiB | RSS with the polls held MiB | server CPU while held (s per s) | record call ms | answer p50 ms | answer p99 ms | last answer ms | answered | server CPU of the wake s | RSS after the answers MiB | RSS held again MiB | answered again | RSS after the second answers MiB |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         print(median.row)
     }
 }

@@ -16,6 +16,7 @@ import Glibc
 ///     before the clock starts, as the drive has them from the write;
 ///  2. the same client upload with `--sync-every-patch` (the cost of an fdatasync per PATCH),
 ///     and over TLS (`--tls-cert/--tls-key`, a private CA made with openssl: the cost of HTTPS);
+///     the file downloaded whole and block by block, plain and over TLS;
 ///  3. server RSS sampled every 20 ms during a larger upload;
 ///  4. the time to answer a dedup check of 10,000 content hashes against 100,000 stored ones;
 ///  5. a device's backup with 2,000 slow connections held, and health latency (LockoutBenchmark.swift).
@@ -23,6 +24,7 @@ import Glibc
 ///  6. the access log's cost (AccessLogBenchmark.swift); `--access-log-only` runs it alone.
 ///  7. RSS and CPU while 5,000 connections hold a long poll of the change feed, and how soon
 ///     one record answers them all (LongPollBenchmark.swift). `--long-poll-only` runs this row alone.
+/// `--rates-only` runs 1 and 2 alone.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -36,6 +38,8 @@ enum ServerBenchmark {
         var accessLogOnly = false
         var longPollOnly = false
         var longPolls = 5000
+        /// The upload and download rows only (1 and 2), for comparing builds side by side.
+        var ratesOnly = false
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -54,7 +58,7 @@ enum ServerBenchmark {
                 "--repeat": { o.repeats = try Bench.count($0) },
                 "--long-polls": { o.longPolls = try Bench.count($0) },
             ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true },
-                       "--long-poll-only": { o.longPollOnly = true }])
+                       "--long-poll-only": { o.longPollOnly = true }, "--rates-only": { o.ratesOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -105,14 +109,33 @@ enum ServerBenchmark {
             guard codes.allSatisfy({ $0 == "201" || $0 == "200" }) else { throw BenchError("curl -T answered \(Set(codes))") }
             try record(WorkspaceClient(baseURL: server.base, token: token), manifest)
         }
+        // Downloads, after an upload outside the clock: the whole content (GET /v1/contents,
+        // streamed from the blocks) and every block on its own (GET /v1/blocks, a file reply),
+        // each hashed by the client as it arrives, into /dev/null.
+        func ourDownload(blocks: Bool, caFile: String? = nil) -> Timed {
+            Timed(prepare: ourUpload(checksum: true, caFile: caFile), bytes: manifest.size) { server, token in
+                let client = WorkspaceClient(baseURL: server.base, token: token, caFile: caFile)
+                let fd = open("/dev/null", O_WRONLY)
+                defer { close(fd) }
+                if blocks {
+                    for hash in Set(manifest.blocks) { try client.downloadBlock(hash, to: fd) }
+                } else {
+                    try client.download(content: manifest.content, to: fd)
+                }
+            }
+        }
         let pki = try TestCertificates(in: o.dir + "/pki")
-        let configurations: [(String, [String], (RunningServer, String) throws -> Void)] = [
-            ("client (tus PATCH \(o.chunkMiB) MiB, checksum)", [], ourUpload(checksum: true)),
-            ("client, no Upload-Checksum", [], ourUpload(checksum: false)),
-            ("curl -T (one PUT per block)", [], curlUpload),
-            ("client, server --sync-every-patch", ["--sync-every-patch"], ourUpload(checksum: true)),
-            ("client over TLS (tus PATCH \(o.chunkMiB) MiB, checksum)", ["--tls-cert", pki.server.certificate, "--tls-key", pki.server.key],
-             ourUpload(checksum: true, caFile: pki.ca)),
+        let tlsOptions = ["--tls-cert", pki.server.certificate, "--tls-key", pki.server.key]
+        let configurations: [(String, [String], Timed)] = [
+            ("client (tus PATCH \(o.chunkMiB) MiB, checksum)", [], Timed(ourUpload(checksum: true))),
+            ("client, no Upload-Checksum", [], Timed(ourUpload(checksum: false))),
+            ("curl -T (one PUT per block)", [], Timed(curlUpload)),
+            ("client, server --sync-every-patch", ["--sync-every-patch"], Timed(ourUpload(checksum: true))),
+            ("client over TLS (tus PATCH \(o.chunkMiB) MiB, checksum)", tlsOptions, Timed(ourUpload(checksum: true, caFile: pki.ca))),
+            ("download, GET /v1/contents", [], ourDownload(blocks: false)),
+            ("download, GET /v1/blocks per block", [], ourDownload(blocks: true)),
+            ("download over TLS, GET /v1/contents", tlsOptions, ourDownload(blocks: false, caFile: pki.ca)),
+            ("download over TLS, GET /v1/blocks per block", tlsOptions, ourDownload(blocks: true, caFile: pki.ca)),
         ]
         var runs = [[Figures]](repeating: [], count: configurations.count)
         for round in 1...o.repeats {
@@ -121,19 +144,28 @@ enum ServerBenchmark {
         }
         let medians = runs.map { $0.sorted { $0.wall < $1.wall }[$0.count / 2] }
         let (ours, unchecked, curl, synced, tls) = (medians[0], medians[1], medians[2], medians[3], medians[4])
+        let downloads = Array(medians[5...])
         try? FileManager.default.removeItem(atPath: file)
         try? FileManager.default.removeItem(atPath: o.dir + "/blocks")
+        if o.ratesOnly {
+            print("")
+            print("Medians of \(o.repeats) rounds:")
+            print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
+            print("|---|---:|---:|---:|---:|---:|")
+            for r in [ours, unchecked, curl, synced, tls] + downloads { print(r.row) }
+            return
+        }
 
         // 3. RSS during a larger upload.
         let big = o.dir + "/big"
         let bigManifest = try makeFile(big, mib: o.rssSizeMiB)
-        let rss = try measure(o, label: "client, \(o.rssSizeMiB) MiB (RSS run)", extra: []) { server, token in
+        let rss = try measure(o, label: "client, \(o.rssSizeMiB) MiB (RSS run)", extra: [], Timed { server, token in
             let client = WorkspaceClient(baseURL: server.base, token: token)
             let fd = open(big, O_RDONLY)
             defer { close(fd) }
             try client.uploadFile(fd: fd, size: bigManifest.size, manifest: bigManifest, chunkSize: o.chunkMiB << 20)
             try record(client, bigManifest)
-        }
+        })
         try? FileManager.default.removeItem(atPath: big)
 
         // 4. Dedup check of 10,000 content hashes against 100,000 stored contents.
@@ -143,11 +175,12 @@ enum ServerBenchmark {
         print("Medians of \(o.repeats) rounds (the RSS run once):")
         print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
         print("|---|---:|---:|---:|---:|---:|")
-        for r in [ours, unchecked, curl, synced, tls, rss] { print(r.row) }
+        for r in [ours, unchecked, curl, synced, tls] + downloads + [rss] { print(r.row) }
         print("")
         print(String(format: "client throughput vs curl -T: %.0f%%", 100 * ours.mbps / curl.mbps))
         print(String(format: "fdatasync per PATCH costs %.0f%% of throughput", 100 * (1 - synced.mbps / ours.mbps)))
-        print(String(format: "TLS vs plain HTTP: %.2f× throughput", tls.mbps / ours.mbps))
+        print(String(format: "TLS vs plain HTTP: %.2f× throughput (upload), %.2f× (GET /v1/contents), %.2f× (GET /v1/blocks)",
+                     tls.mbps / ours.mbps, downloads[2].mbps / downloads[0].mbps, downloads[3].mbps / downloads[1].mbps))
         print(String(format: "server RSS: idle %.1f MiB; peak %.1f MiB during %lld MiB, %.1f MiB during %lld MiB",
                      ours.idleRSS, ours.peakRSS, o.sizeMiB, rss.peakRSS, o.rssSizeMiB))
         print(String(format: "dedup check of 10,000 hashes (100,000 stored, half present): median %.1f ms, max %.1f ms over %d calls",
@@ -171,26 +204,40 @@ enum ServerBenchmark {
         }
     }
 
-    /// Starts a fresh `vdrive serve`, runs `body` against it, and measures.
-    static func measure(_ o: Options, label: String, extra: [String], _ body: (RunningServer, String) throws -> Void) throws -> Figures {
+    /// What a row times: `body`, after `prepare` (outside the clock); `bytes` moved (nil:
+    /// the bytes the server stores, for uploads).
+    struct Timed {
+        var prepare: ((RunningServer, String) throws -> Void)?
+        var bytes: Int64?
+        var body: (RunningServer, String) throws -> Void
+        init(prepare: ((RunningServer, String) throws -> Void)? = nil, bytes: Int64? = nil, _ body: @escaping (RunningServer, String) throws -> Void) {
+            self.prepare = prepare
+            self.bytes = bytes
+            self.body = body
+        }
+    }
+
+    /// Starts a fresh `vdrive serve`, runs `timed` against it, and measures.
+    static func measure(_ o: Options, label: String, extra: [String], _ timed: Timed) throws -> Figures {
         let data = o.dir + "/data-" + String(label.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init).prefix(12))
         try? FileManager.default.removeItem(atPath: data)
         let token = try DeviceRegistry(dataDirectory: data).add("bench")
         sync()
         let server = try RunningServer(vdrive: o.vdrive, data: data, extra: extra)
         defer { server.stop(); try? FileManager.default.removeItem(atPath: data) }
+        try timed.prepare?(server, token)
         let sampler = RSSSampler(pid: server.pid)
         let idle = Double(sampler.sample()) / 1024
         sampler.start()
         let serverBefore = server.cpuSeconds()
         let selfBefore = Bench.ownCPUSeconds(), childBefore = Bench.childrenCPUSeconds()
         let start = Bench.now()
-        try body(server, token)
+        try timed.body(server, token)
         let wall = Bench.now() - start
         let clientCPU = (Bench.ownCPUSeconds() - selfBefore) + (Bench.childrenCPUSeconds() - childBefore)
         let serverCPU = server.cpuSeconds() - serverBefore
         let peak = Double(sampler.stop()) / 1024
-        let bytes = blobBytes(data + "/blobs")
+        let bytes = timed.bytes ?? blobBytes(data + "/blobs")
         let f = Figures(label: label, bytes: bytes, wall: wall, clientCPU: clientCPU, serverCPU: serverCPU, idleRSS: idle, peakRSS: peak)
         print(f.row)
         return f

@@ -176,6 +176,26 @@ import Testing
         }
     }
 
+    /// A connection's memory pool holds a request's head, so its size bounds the longest
+    /// URL: the longest path a device can have (4096 bytes, every byte percent-encoded:
+    /// 12 KiB) must fit, on a fresh connection and on a kept-alive one (whose head must
+    /// fit in the half of the pool libmicrohttpd gives it to read into).
+    @Test(arguments: Records.all) func theLongestPathFitsInARequest(_ records: Records) throws {
+        let s = try TestServer(records: records)
+        defer { s.stop() }
+        // 16 names of 127 two-byte characters: 4079 bytes, each sent as %XX.
+        let path = (0..<16).map { i in String(repeating: "é", count: 126) + String(UnicodeScalar(UInt8(97 + i))) }.joined(separator: "/")
+        #expect(path.utf8.count <= 4096)
+        let f = try s.uploaded(size: 1000, seed: 31)
+        try s.record(f, at: path)
+        let device = try s.client.deviceName()
+        let fresh = WorkspaceClient(baseURL: s.base, token: s.token)  // its first call opens a connection; the others reuse it
+        for _ in 0..<3 {
+            let versions = try fresh.fileVersions(device: device, path: path)
+            #expect(versions.map(\.path) == [path])
+        }
+    }
+
     @Test(arguments: Records.all) func oversizedHeadersAreRefused(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
