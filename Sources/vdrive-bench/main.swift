@@ -28,6 +28,7 @@ case "online": exit(runReportingFailure(OnlineBenchmark.run, rest))
 case "scale" where ScaleDedup.isSelected(rest): exit(runReportingFailure(ScaleDedup.run, rest))
 case "scale": exit(runReportingFailure(ScaleBenchmark.run, rest))
 case "restore": exit(runReportingFailure(RestoreBenchmark.run, rest))
+case "sync" where SyncModelBenchmark.isSelected(rest): exit(runReportingFailure(SyncModelBenchmark.run, rest))
 case "sync": exit(runReportingFailure(SyncModelBenchmark.run, rest))
 default:
     print(DriveBenchmark.usage)
