@@ -14,10 +14,13 @@ import TestSupport
 enum SyncModelBenchmark {
     static let usage = "       vdrive-bench sync --model [--seed N] [--ops N] [--devices N] [--dir DIR]"
 
+    /// `sync --model` is this benchmark (other modes of `sync` may be others').
+    static func isSelected(_ args: [String]) -> Bool { args.contains("--model") }
+
     static func run(_ args: [String]) throws {
         var model = false
         var seed = UInt64.random(in: 1...UInt64(UInt32.max)), ops = 5_000, devices = 3
-        var dir = "/var/tmp/vdrive-bench-sync"
+        var dir = "/var/tmp/vdrive-bench-sync-model"
         try Bench.parseOptions(args, values: [
             "--seed": { seed = UInt64(try Bench.count($0)) },
             "--ops": { ops = try Bench.count($0) },
@@ -28,7 +31,20 @@ enum SyncModelBenchmark {
         guard devices >= 2 else { throw Bench.UsageError(description: "--devices takes 2 or more (one workspace shared by several devices)") }
 
         let vdrive = Bench.sibling("vdrive")
+        // The folder is emptied first: never one that holds a mount (another run's, or
+        // someone's drive), whose files `rm -r` would delete through it.
+        let mounts = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
+        if mounts.split(separator: "\n").contains(where: { line in
+            let fields = line.split(separator: " ")
+            return fields.count > 4 && (fields[4] == dir || fields[4].hasPrefix(dir + "/"))
+        }) {
+            throw Bench.UsageError(description: "\(dir) holds a mount (another run?): give another --dir, or unmount it first")
+        }
         try Bench.sh("rm -rf '\(dir)' && mkdir -p '\(dir)'")
+        // Removed after the mounts and the server stopped (defers run last first), and
+        // only after a run that passed (`KEEP=1` keeps it too): a failure's states and logs stay.
+        var passed = false
+        defer { if passed && ProcessInfo.processInfo.environment["KEEP"] == nil { try? Bench.sh("rm -rf '\(dir)'") } }
         let world = try ModelWorld(vdrive: vdrive, dir: dir, devices: devices)
         defer { world.stop() }
         let options = MirrorModelOptions(seed: seed, operations: ops, devices: devices)
@@ -50,7 +66,7 @@ enum SyncModelBenchmark {
             throw Bench.Failure(description: "the model found \(report.problems.count) problem(s), replay with --seed \(seed) --ops \(ops) --devices \(devices):\n"
                                 + report.problems.joined(separator: "\n"))
         }
-        if ProcessInfo.processInfo.environment["KEEP"] == nil { try? Bench.sh("rm -rf '\(dir)'") }
+        passed = true
     }
 
     /// Mounts of one embedded server, in `dir`: `server/`, and `dN/` per device (its mount
