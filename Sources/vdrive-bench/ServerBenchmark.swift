@@ -24,7 +24,8 @@ import Glibc
 ///  6. the access log's cost (AccessLogBenchmark.swift); `--access-log-only` runs it alone.
 ///  7. RSS and CPU while 5,000 connections hold a long poll of the change feed, and how soon
 ///     one record answers them all (LongPollBenchmark.swift). `--long-poll-only` runs this row alone.
-/// `--rates-only` runs 1 and 2 alone.
+/// `--rates-only` runs 1 and 2 alone; `--tls-only` the plain and the TLS upload alone,
+/// alternated, with each round's TLS/plain ratio.
 enum ServerBenchmark {
     struct Options {
         var sizeMiB: Int64 = 2048
@@ -40,6 +41,8 @@ enum ServerBenchmark {
         var longPolls = 5000
         /// The upload and download rows only (1 and 2), for comparing builds side by side.
         var ratesOnly = false
+        /// The plain and the TLS upload alone, alternated round by round.
+        var tlsOnly = false
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -58,7 +61,8 @@ enum ServerBenchmark {
                 "--repeat": { o.repeats = try Bench.count($0) },
                 "--long-polls": { o.longPolls = try Bench.count($0) },
             ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true },
-                       "--long-poll-only": { o.longPollOnly = true }, "--rates-only": { o.ratesOnly = true }])
+                       "--long-poll-only": { o.longPollOnly = true }, "--rates-only": { o.ratesOnly = true },
+                       "--tls-only": { o.tlsOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -70,6 +74,22 @@ enum ServerBenchmark {
             print("vdrive-bench server: \(error)")
             return 70
         }
+    }
+
+    /// The plain and the TLS upload alternated, each round's figures and ratio as it ends:
+    /// on a machine shared with other work the ratio of one round is what can be compared.
+    static func compareTLS(_ o: Options, plain: (String, [String], Timed), tls: (String, [String], Timed)) throws {
+        var ratios: [Double] = []
+        print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for round in 1...o.repeats {
+            let p = try measure(o, label: plain.0, extra: plain.1, plain.2)
+            let t = try measure(o, label: tls.0, extra: tls.1, tls.2)
+            ratios.append(t.mbps / p.mbps)
+            print(String(format: "round %d: TLS / plain %.2f", round, t.mbps / p.mbps))
+        }
+        print("TLS / plain per round: " + ratios.map { String(format: "%.2f", $0) }.joined(separator: ", ")
+              + String(format: "; median %.2f×", ratios.sorted()[ratios.count / 2]))
     }
 
     static func run(_ o: Options) throws {
@@ -137,6 +157,7 @@ enum ServerBenchmark {
             ("download over TLS, GET /v1/contents", tlsOptions, ourDownload(blocks: false, caFile: pki.ca)),
             ("download over TLS, GET /v1/blocks per block", tlsOptions, ourDownload(blocks: true, caFile: pki.ca)),
         ]
+        if o.tlsOnly { return try compareTLS(o, plain: configurations[0], tls: configurations[4]) }
         var runs = [[Figures]](repeating: [], count: configurations.count)
         for round in 1...o.repeats {
             print("round \(round) of \(o.repeats)")
