@@ -14,14 +14,7 @@
    With a certificate (NULL: plain HTTP) the daemon speaks HTTPS through libmicrohttpd's
    TLS (GnuTLS): a PEM certificate (its chain may follow) and an unencrypted PEM key,
    both NUL-terminated; they are added as an option array, so one list of options
-   serves both.
-   GnuTLS's NORMAL set, reordered: AES-128-GCM first and chosen by the server's order, not
-   the client's (OpenSSL clients, curl and ours, ask for AES-256-GCM first). It is as safe
-   for this data and costs fewer rounds per byte on both ends of an upload; the other
-   ciphers stay, so every client that connected before still connects. */
-static const char *const vd_mhd_tls_priorities =
-    "NORMAL:%SERVER_PRECEDENCE:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305"
-    ":+AES-128-CCM:+AES-256-CCM:+AES-128-CBC:+AES-256-CBC";
+   serves both. */
 static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
                                               MHD_AccessHandlerCallback handler, void *handler_cls,
                                               MHD_RequestCompletedCallback completed, void *completed_cls,
@@ -33,7 +26,6 @@ static inline struct MHD_Daemon *vd_mhd_start(unsigned int flags, int listen_fd,
     struct MHD_OptionItem tls[] = {
         { MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)certificate_pem },
         { MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key_pem },
-        { MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)vd_mhd_tls_priorities },
         { MHD_OPTION_END, 0, NULL },
     };
     struct MHD_OptionItem none[] = { { MHD_OPTION_END, 0, NULL } };
