@@ -42,7 +42,7 @@ enum SyncBenchmark {
         var idleSeconds = 600
         var stormSeconds = 60
         var files = 100_000
-        var dir = "/var/tmp/vdrive-bench-sync"
+        var dir = "/var/tmp/vdrive-bench-sync-rows"
         var vdrive = Bench.sibling("vdrive")
         /// `perf record` of A's mount, B's mount and the server during the bulk row's copy
         /// (`PREFIX-a`, `-b`, `-server`, each with its `.txt` report by symbol).
