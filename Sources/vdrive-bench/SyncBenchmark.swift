@@ -11,7 +11,7 @@ import TestSupport
 /// - `propagation`: 100 changes of 2 KB files on device A (a create, then a rewrite of
 ///   it, by turns), each timed from its `close` on A until B's mount reads the new bytes
 ///   (B polled every 2 ms). Target: median ≤ 0.5 s, p99 ≤ 1 s.
-/// - `bulk`: 10,000 files of 4-64 KiB of random bytes (346 MB, 100 folders) copied into
+/// - `bulk`: 10,000 files of 4-64 KiB of random bytes (347 MB, 100 folders) copied into
 ///   A (`cp -r`) until every one reads back identical on B, beside `rsync -a` of the
 ///   same folder to an `rsync --daemon` and beside two Syncthing instances (the copy into
 ///   one until the other has every file identical), on loopback, in the same run. The
