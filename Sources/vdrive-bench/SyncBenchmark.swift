@@ -11,7 +11,7 @@ import TestSupport
 /// - `propagation`: 100 changes of 2 KB files on device A (a create, then a rewrite of
 ///   it, by turns), each timed from its `close` on A until B's mount reads the new bytes
 ///   (B polled every 2 ms). Target: median ≤ 0.5 s, p99 ≤ 1 s.
-/// - `bulk`: 10,000 files of 4-64 KiB of random bytes (346 MB, 100 folders) copied into
+/// - `bulk`: 10,000 files of 4-64 KiB of random bytes (347 MB, 100 folders) copied into
 ///   A (`cp -r`) until every one reads back identical on B, beside `rsync -a` of the
 ///   same folder to an `rsync --daemon` and beside two Syncthing instances (the copy into
 ///   one until the other has every file identical), on loopback, in the same run. The
@@ -31,7 +31,7 @@ import TestSupport
 /// One mode for now, the rows; another mode (a model-based run) would be another branch
 /// of `run` with its own options.
 enum SyncBenchmark {
-    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH]"
+    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH] [--perf PREFIX]"
 
     static let allRows = ["propagation", "bulk", "idle", "storm", "first-mount"]
 
@@ -42,8 +42,11 @@ enum SyncBenchmark {
         var idleSeconds = 600
         var stormSeconds = 60
         var files = 100_000
-        var dir = "/var/tmp/vdrive-bench-sync"
+        var dir = "/var/tmp/vdrive-bench-sync-rows"
         var vdrive = Bench.sibling("vdrive")
+        /// `perf record` of A's mount, B's mount and the server during the bulk row's copy
+        /// (`PREFIX-a`, `-b`, `-server`, each with its `.txt` report by symbol).
+        var perf: String?
     }
 
     /// One line of the final table.
@@ -70,6 +73,7 @@ enum SyncBenchmark {
             "--files": { o.files = try Bench.count($0) },
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
+            "--perf": { o.perf = $0 },
         ])
         guard FileManager.default.isExecutableFile(atPath: o.vdrive) else {
             throw Bench.UsageError(description: "no vdrive at \(o.vdrive): build it beside vdrive-bench (swift build -c release) or pass --vdrive PATH")
@@ -151,7 +155,18 @@ enum SyncBenchmark {
         // vdrive: cp -r into A until B reads every file back identical.
         let drive = try withPair(o, "bulk") { workspace, a, b -> Transfer in
             let copy = "cp -r '\(source)' '\(a.path("bulk"))'"
-            let t = try timedTransfer(expected: expected, receiver: b.path("bulk"), pids: [a.pid, b.pid, workspace.server.pid]) { try Bench.sh(copy) }
+            let offset = workspace.accessLogOffset
+            var t = Transfer(seconds: 0, sendSeconds: 0, processCPU: 0, machineCPU: 0)
+            let transfer = { t = try timedTransfer(expected: expected, receiver: b.path("bulk"), pids: [a.pid, b.pid, workspace.server.pid]) { try Bench.sh(copy) } }
+            if let perf = o.perf {
+                try Bench.profile(pid: a.pid, into: perf + "-a") {
+                    try Bench.profile(pid: b.pid, into: perf + "-b") { try Bench.profile(pid: workspace.server.pid, into: perf + "-server", during: transfer) }
+                }
+                say("  profiles of the copy: \(perf)-a.txt, \(perf)-b.txt, \(perf)-server.txt")
+            } else {
+                try transfer()
+            }
+            printRequests(workspace.accessLines(from: offset))
             say("  vdrive: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: mounts and server \(Bench.f(t.processCPU)), machine \(Bench.f(t.machineCPU))")
             return t
         }
@@ -234,7 +249,9 @@ enum SyncBenchmark {
                 let fields = logfmt(line)
                 let device = fields["device"] ?? "-"
                 perDevice[device, default: 0] += 1
-                perRoute["\(device) \(fields["method"] ?? "?") \(fields["route"] ?? "?")", default: 0] += 1
+                // A line without a request: a connection closed idle (its `end` says how).
+                let what = fields["method"] == "-" ? "no request, \(fields["end"] ?? "?")" : "\(fields["method"] ?? "?") \(fields["route"] ?? "?")"
+                perRoute["\(device == "-" ? "no device" : device) \(what)", default: 0] += 1
             }
             let periods = seconds / 30
             let rate = [a, b].map { Double(perDevice[$0.name] ?? 0) / periods }
@@ -368,6 +385,21 @@ enum SyncBenchmark {
     }
 
     // MARK: - Helpers
+
+    /// Requests by device and route, with the time the server spent on them.
+    static func printRequests(_ lines: [Substring]) {
+        var count: [String: Int] = [:], milliseconds: [String: Double] = [:]
+        for line in lines {
+            let f = logfmt(line)
+            guard f["method"] != "-" else { continue }
+            let key = "\(f["device"] ?? "-") \(f["method"] ?? "?") \(f["route"] ?? "?")"
+            count[key, default: 0] += 1
+            milliseconds[key, default: 0] += Double(f["ms"] ?? "0") ?? 0
+        }
+        for (key, n) in count.sorted(by: { $0.key < $1.key }) {
+            say("    \(n) × \(key): \(Bench.f(milliseconds[key] ?? 0, 0)) ms in the server")
+        }
+    }
 
     static func ms(_ seconds: Double) -> String { Bench.f(seconds * 1000, 0) + " ms" }
     static func met(_ ok: Bool) -> String { ok ? "met" : "not met" }

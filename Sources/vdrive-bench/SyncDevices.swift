@@ -24,7 +24,7 @@ final class SyncWorkspace {
     /// A token for `name` (in `DIR/NAME.token`), the way an administrator makes one.
     func addToken(_ name: String) throws -> String {
         let file = dir + "/\(name).token"
-        let out = try Bench.sh("'\(vdrive)' serve device add '\(name)' --data '\(data)'")
+        let out = try Bench.sh("'\(vdrive)' serve device add '\(name)' --data '\(data)' 2>/dev/null")
         guard let token = out.split(separator: "\n").first, !token.contains(" ") else {
             throw Bench.Failure(description: "vdrive serve device add \(name) printed no token: \(out)")
         }
