@@ -9,14 +9,20 @@ import Storage
 extension MirrorEngine {
     enum Applied { case done, deferred }
 
-    func applyRemote() throws {
+    /// Applies what the feed brought for at most `budget` seconds, so that while other
+    /// devices keep changing the workspace this device's own changes still go up between
+    /// (a pass applies, then sends). Returns true when rows may remain.
+    @discardableResult
+    func applyRemote(budget: Double = 0.5) throws -> Bool {
+        let deadline = Date().addingTimeInterval(budget)
         var deferred = Set<String>()
         while !stopping {
             let rows = try MirrorRows.remote(limit: 512, in: db).filter { !deferred.contains($0.id) }
-            if rows.isEmpty { return }
+            if rows.isEmpty { return false }
             var progressed = false
             for r in rows {
-                if stopping { return }
+                if stopping { return false }
+                if Date() > deadline { return true }
                 let lists = try blockLists(for: r)
                 let outcome: Applied
                 do {
@@ -40,8 +46,9 @@ extension MirrorEngine {
                 if outcome == .done, let lists { arrivals?.contentArrived(blocks: lists, size: r.size) }
                 if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
             }
-            if !progressed { return }
+            if !progressed { return false }
         }
+        return false
     }
 
     /// The block list of a content this node brings that the drive does not know.

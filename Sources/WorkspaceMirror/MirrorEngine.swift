@@ -162,8 +162,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         while !stopping {
             var next = 1.0
             do {
-                try applyRemote()
+                let more = try applyRemote()
                 next = try sendLocal(force: false)
+                if more { next = min(next, 0.01) }
                 failures = 0
                 state.withLock { $0.status.offline = false }
             } catch {
@@ -183,7 +184,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         try scanIfNew()
         while try pullPage(wait: 0) {}
         for _ in 0..<passes {
-            try applyRemote()
+            try applyRemote(budget: .infinity)
             _ = try sendLocal(force: true)
             while try pullPage(wait: 0) {}
             let idle = try db.queryOne("SELECT (SELECT count(*) FROM mirror_dirty) + (SELECT count(*) FROM mirror_remote)") { $0.int64(0) } ?? 0

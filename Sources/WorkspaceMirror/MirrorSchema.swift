@@ -155,3 +155,13 @@ enum MirrorRows {
         try db.run("INSERT INTO mirror_state(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
     }
 }
+
+extension SyncedNode {
+    /// The synced row of an inode, on any connection to the catalog (a command beside a
+    /// running mount reads it on a read-only one), and whether a change of the inode
+    /// waits to go up; nil when the node is not in the synced tree.
+    public static func stored(ino: UInt64, in db: Database) throws -> (synced: SyncedNode, changedHere: Bool)? {
+        guard let synced = try MirrorRows.synced(ino: ino, in: db) else { return nil }
+        return (synced, try MirrorRows.isDirty(ino, in: db))
+    }
+}

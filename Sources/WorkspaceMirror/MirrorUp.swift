@@ -145,8 +145,12 @@ extension MirrorEngine {
                     $0.fullUntil = Date().timeIntervalSince1970 + 60
                 }
                 break
+            } catch let gone as Errno where gone == .noSuchFileOrDirectory {
+                // The file changed while its content was read (a block of the version being
+                // sent went with a newer commit): the newer version is sent at the next pass.
+                nextDue = min(nextDue, 0.05)
             } catch {
-                noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)")
+                noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)", retryIn: 5)
             }
         }
         if planned.isEmpty { return nextDue.isFinite ? nextDue : 5 }

@@ -95,14 +95,12 @@ struct CatalogNode {
             }
             ino = child
         }
-        let row = try? db.queryOne("""
-            SELECT node, parent, name, kind, hash, size, executable, version, EXISTS (SELECT 1 FROM mirror_dirty d WHERE d.ino = m.ino)
-            FROM mirror_nodes m WHERE ino = ?
-            """, ino) { r in
-            CatalogNode(ino: ino, id: r.string(0) ?? "", parent: r.string(1) ?? "", name: r.string(2) ?? "", kind: r.string(3) ?? "",
-                        hash: r.string(4), size: r.int64(5), executable: r.int64(6) != 0, version: r.int64(7), changedHere: r.int64(8) != 0)
+        let row = (try? SyncedNode.stored(ino: ino, in: db)).flatMap { $0 }.map { stored -> CatalogNode in
+            let n = stored.synced.node
+            return CatalogNode(ino: ino, id: n.id, parent: n.parent, name: n.name, kind: n.kind.rawValue, hash: n.hash, size: n.size,
+                               executable: n.executable, version: n.version, changedHere: stored.changedHere)
         }
-        guard let node = row ?? nil, node.version > 0 else {
+        guard let node = row, node.version > 0 else {
             throw CLIError("'\(path.path)' is not on the workspace server yet (it is sent once the drive is mounted with a server); try again in a moment ('vdrive status' shows what waits)",
                            code: ExitCode.tempFail)
         }

@@ -15,8 +15,9 @@
    could make it valid. Run by hand without these variables, nothing is pinned.
 
 3. A feed request (`/v1/changes`, `/v1/tree`) with `wait` and nothing newer than its `since` is held until
-   its wait ends (up to 60 s), past the fuzzer's request timeout. Positive cases wait
-   at most one second: the same hold and the same empty answer, sooner.
+   its wait ends (up to 60 s), past the fuzzer's request timeout. Every valid `wait`
+   (drawn as a number or as digits, in any mode) is at most one second: the same hold
+   and the same empty answer, sooner.
 """
 import base64
 import hashlib
@@ -50,8 +51,22 @@ def _chosen(case):
     return zlib.crc32(drawn) % 2 == 0
 
 
+def _wait(value):
+    """A `wait` as a number, whether schemathesis drew it as one or as its digits."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit() and len(value) < 6:
+        return int(value)
+    return None
+
+
 @schemathesis.hook
 def map_case(context, case):
+    # A held feed request answers after its wait in any mode (the coverage phase also
+    # calls valid values negative): every valid wait over a second becomes one second.
+    wait = _wait((case.query or {}).get("wait"))
+    if case.operation.path in ("/v1/changes", "/v1/tree") and wait is not None and 1 < wait <= 60:
+        case.query = {**case.query, "wait": 1}
     if case.meta is None or case.meta.generation.mode != GenerationMode.POSITIVE:
         return case
     headers = case.headers or {}
@@ -60,9 +75,6 @@ def map_case(context, case):
         # calls positive, though "0" breaks its pattern; the body's real checksum is what
         # a positive case means (and exercises the server's check).
         case.headers = {**headers, "Upload-Checksum": _checksum(case.body)}
-    wait = (case.query or {}).get("wait")
-    if case.operation.path in ("/v1/changes", "/v1/tree") and isinstance(wait, int) and wait > 1:
-        case.query = {**case.query, "wait": 1}
     if not _chosen(case):
         return case
     path = case.operation.path
