@@ -28,9 +28,7 @@ extension Validation {
     /// A node's name: 1 to 255 characters, no `/`, no NUL, not `.` or `..` (the
     /// document's rule), and at most 255 bytes of UTF-8 (checked last, `.inconsistent`).
     public static func nodeName(_ value: String, field: String = "name") throws(ValidationError) -> String {
-        if value.isEmpty { throw ValidationError(field: field, message: "'\(field)' is empty; a node's name has 1 to 255 bytes") }
-        if value.unicodeScalars.count > maxNameBytes { throw ValidationError(field: field, message: "'\(field)' is longer than \(maxNameBytes) characters") }
-        if value.utf8.contains(0) { throw ValidationError(field: field, message: "'\(field)' contains a NUL byte") }
+        try text(value, field: field, most: maxNameBytes, what: "a node's name")
         if value.utf8.contains(UInt8(ascii: "/")) { throw ValidationError(field: field, message: "'\(field)' contains '/'; a name is one path component (a folder is a node of its own)") }
         if value == "." || value == ".." { throw ValidationError(field: field, message: "'\(field)' must not be '.' or '..'") }
         return value
@@ -38,24 +36,31 @@ extension Validation {
 
     /// The byte rule of a name, which the document cannot state (its maxLength counts characters).
     public static func nodeNameBytes(_ value: String, field: String = "name") throws(ValidationError) -> String {
-        guard value.utf8.count <= maxNameBytes else {
-            throw ValidationError(field: field, message: "'\(field)' has \(value.utf8.count) bytes of UTF-8; a name has at most \(maxNameBytes) (a Linux file name's limit)",
-                                  code: TreeResult.invalid, kind: .inconsistent)
-        }
-        return value
+        try utf8(value, field: field, most: maxNameBytes, what: "a name has at most \(maxNameBytes) (a Linux file name's limit)")
     }
 
     /// A symlink's target: 1 to 4,096 characters, no NUL; its byte rule is `targetBytes`.
     public static func target(_ value: String, field: String = "target") throws(ValidationError) -> String {
-        if value.isEmpty { throw ValidationError(field: field, message: "'\(field)' is empty; a symlink's target has 1 to \(maxTargetBytes) bytes") }
-        if value.unicodeScalars.count > maxTargetBytes { throw ValidationError(field: field, message: "'\(field)' is longer than \(maxTargetBytes) characters") }
-        if value.utf8.contains(0) { throw ValidationError(field: field, message: "'\(field)' contains a NUL byte") }
+        try text(value, field: field, most: maxTargetBytes, what: "a symlink's target")
         return value
     }
 
     public static func targetBytes(_ value: String, field: String = "target") throws(ValidationError) -> String {
-        guard value.utf8.count <= maxTargetBytes else {
-            throw ValidationError(field: field, message: "'\(field)' has \(value.utf8.count) bytes of UTF-8; a symlink's target has at most \(maxTargetBytes)",
+        try utf8(value, field: field, most: maxTargetBytes, what: "a symlink's target has at most \(maxTargetBytes)")
+    }
+
+    /// The rules the document states of a name or a target: not empty, at most `most`
+    /// characters, no NUL.
+    private static func text(_ value: String, field: String, most: Int, what: String) throws(ValidationError) {
+        if value.isEmpty { throw ValidationError(field: field, message: "'\(field)' is empty; \(what) has 1 to \(most) bytes") }
+        if value.unicodeScalars.count > most { throw ValidationError(field: field, message: "'\(field)' is longer than \(most) characters") }
+        if value.utf8.contains(0) { throw ValidationError(field: field, message: "'\(field)' contains a NUL byte") }
+    }
+
+    /// The byte rule the document cannot state: at most `most` bytes of UTF-8 (a change's 422).
+    private static func utf8(_ value: String, field: String, most: Int, what: String) throws(ValidationError) -> String {
+        guard value.utf8.count <= most else {
+            throw ValidationError(field: field, message: "'\(field)' has \(value.utf8.count) bytes of UTF-8; \(what)",
                                   code: TreeResult.invalid, kind: .inconsistent)
         }
         return value

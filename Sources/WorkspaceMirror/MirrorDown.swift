@@ -149,11 +149,7 @@ extension MirrorEngine {
                 try db.run("DELETE FROM mirror_dirty WHERE ino = ?", occupant.ino)
                 return occupant.ino
             }
-            let text = MirrorRules.wireName(name) ?? "file"
-            let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
-                (try? edit.child(parent, Array($0.utf8))) != nil
-            }
-            try edit.move(parent: parent, name: name, to: parent, Array(newName.utf8))
+            try moveToConflictName(parent: parent, name: name, edit)
             try MirrorRows.markDirty(occupant.ino, now: MirrorClock.nanoseconds(), in: db)
             state.withLock { $0.status.conflicts += 1 }
             return nil
@@ -173,12 +169,20 @@ extension MirrorEngine {
     }
 
     private func setAttributes(_ ino: UInt64, _ local: DriveEntry, _ r: RemoteNode, _ edit: ExternalEdit) throws {
-        let executable = local.permissions & 0o100 != 0
-        let wanted: UInt32? = executable == r.executable ? nil
-            : r.executable ? local.permissions | ((local.permissions & 0o444) >> 2) : local.permissions & ~UInt32(0o111)
+        let wanted = MirrorRules.permissions(local.permissions, executable: r.executable)
         if wanted != nil || (r.kind != .folder && local.mtime != r.mtime) {
             try edit.setAttributes(ino, permissions: wanted, mtime: r.kind == .folder ? nil : r.mtime)
         }
+    }
+
+    /// Moves the name `(parent, name)` here to its conflict name beside it: ours is kept
+    /// under it (and sent under it), the other side's version takes the name.
+    func moveToConflictName(parent: UInt64, name: [UInt8], _ edit: ExternalEdit) throws {
+        let text = MirrorRules.wireName(name) ?? "file"
+        let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
+            (try? edit.child(parent, Array($0.utf8))) != nil
+        }
+        try edit.move(parent: parent, name: name, to: parent, Array(newName.utf8))
     }
 
     func kind(_ k: RemoteNode.Kind) -> DriveEntry.Kind {

@@ -44,10 +44,11 @@ public enum MirrorRules {
         }
     }
 
-    /// `name (restored)`-style names for any label: the same stem and extension rule.
-    static func labelled(_ name: String, _ label: String) -> String {
-        let (stem, ext) = split(name)
-        return fitted(stem, "(\(label))", ext)
+    /// The permission bits that give `permissions` the executable bit the workspace says
+    /// (execute for whoever may read, as `chmod +x` does), nil when it already has it.
+    public static func permissions(_ permissions: UInt32, executable: Bool) -> UInt32? {
+        guard (permissions & 0o100 != 0) != executable else { return nil }
+        return executable ? permissions | ((permissions & 0o444) >> 2) : permissions & ~UInt32(0o111)
     }
 
     /// The stem and the extension (with its dot) of a name; a dot-file has no extension.

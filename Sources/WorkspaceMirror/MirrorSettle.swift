@@ -104,11 +104,7 @@ extension MirrorEngine {
         try drive.applyExternal(owner: owner) { edit in
             let db = edit.database
             guard let local = try edit.entry(p.ino) else { return }
-            let text = MirrorRules.wireName(local.name) ?? "file"
-            let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
-                (try? edit.child(local.parent, Array($0.utf8))) != nil
-            }
-            try edit.move(parent: local.parent, name: local.name, to: local.parent, Array(newName.utf8))
+            try moveToConflictName(parent: local.parent, name: local.name, edit)
             try MirrorRows.forget(ino: p.ino, in: db)
             try MirrorRows.markDirty(p.ino, now: MirrorClock.nanoseconds(), in: db)
             guard let parent = try inode(of: theirs.parent, db) else { return }
@@ -157,10 +153,8 @@ extension MirrorEngine {
         if node.kind == .file, let hash = node.hash, hash != local.content?.hex ?? Self.emptyContent, let content = SHA256Digest(hex: hash) {
             try edit.setContent(ino, content: content, blocks: lists ?? [], size: node.size, mtime: node.mtime)
         }
-        let executable = local.permissions & 0o100 != 0
-        if node.kind == .file && (executable != node.executable || local.mtime != node.mtime) {
-            let wanted: UInt32? = executable == node.executable ? nil
-                : node.executable ? local.permissions | ((local.permissions & 0o444) >> 2) : local.permissions & ~UInt32(0o111)
+        let wanted = MirrorRules.permissions(local.permissions, executable: node.executable)
+        if node.kind == .file && (wanted != nil || local.mtime != node.mtime) {
             try edit.setAttributes(ino, permissions: wanted, mtime: node.mtime)
         }
     }
@@ -177,11 +171,7 @@ extension MirrorEngine {
     private func renameToConflictName(_ ino: UInt64) throws {
         try drive.applyExternal(owner: owner) { edit in
             guard let local = try edit.entry(ino) else { return }
-            let text = MirrorRules.wireName(local.name) ?? "file"
-            let newName = MirrorRules.conflictName(text, device: device, at: Int64(Date().timeIntervalSince1970)) {
-                (try? edit.child(local.parent, Array($0.utf8))) != nil
-            }
-            try edit.move(parent: local.parent, name: local.name, to: local.parent, Array(newName.utf8))
+            try moveToConflictName(parent: local.parent, name: local.name, edit)
             try MirrorRows.markDirty(ino, now: MirrorClock.nanoseconds(), in: edit.database)
         }
         state.withLock { $0.status.conflicts += 1; $0.clashes[ino] = nil }
