@@ -21,6 +21,8 @@ extension API {
     public static let maxTreePage = 5_000
     /// At most this many changes per `POST /v1/tree/changes`.
     public static let maxTreeChanges = 1_000
+    /// A file of at most this many blocks (64 MiB) comes in the feed with its block list.
+    public static let feedBlockListBlocks = 16
     /// At most this many ids per restore, and entries per trash page.
     public static let maxTreeRestore = 1_000
     public static let maxTrashPage = 5_000
@@ -55,13 +57,17 @@ public struct TreeNode: Codable, Sendable, Equatable, Hashable {
     /// The device that made the last change, and when (server time, seconds).
     public var device: String
     public var changedAt: Int64
+    /// The feed only, for a live file of at most `API.feedBlockListBlocks` blocks: its
+    /// content's block list (hex, zero blocks included), so a device applying many small
+    /// files does not ask for each list on its own.
+    public var blocks: [String]?
 
     public init(id: String, parent: String, name: String, kind: TreeNodeKind, hash: String? = nil, size: Int64? = nil, mtime: Int64,
                 executable: Bool? = nil, target: String? = nil, version: Int64, deleted: Bool = false, deletedAt: Int64? = nil,
-                deletedBy: String? = nil, device: String, changedAt: Int64) {
+                deletedBy: String? = nil, device: String, changedAt: Int64, blocks: [String]? = nil) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.hash = hash; self.size = size; self.mtime = mtime
         self.executable = executable; self.target = target; self.version = version; self.deleted = deleted; self.deletedAt = deletedAt
-        self.deletedBy = deletedBy; self.device = device; self.changedAt = changedAt
+        self.deletedBy = deletedBy; self.device = device; self.changedAt = changedAt; self.blocks = blocks
     }
 
     /// The root folder's id: it always exists, is a folder and never changes.

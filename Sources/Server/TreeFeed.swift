@@ -1,3 +1,4 @@
+import Crypto
 import Protocol
 import Storage
 
@@ -44,7 +45,38 @@ enum TreeFeed {
                 sent.insert(node.id)
                 nodes.append(node)
             }
+            try addBlockLists(&nodes, in: db)
             return TreePage(nodes: nodes, next: last.version, latest: latest, workspace: workspace)
+        }
+    }
+
+    /// Each live, non-empty file of at most `API.feedBlockListBlocks` blocks gets its
+    /// content's block list: a few queries a page, where the device would otherwise ask
+    /// once per file. A list that does not fit its size (a damaged row) is left out: the
+    /// device then asks for it, and hears the error there.
+    private static func addBlockLists(_ nodes: inout [TreeNode], in db: any RecordSession) throws {
+        let limit = Int64(API.feedBlockListBlocks) * Int64(Blocks.size)
+        var wanted: [String] = []
+        var seen = Set<String>()
+        for n in nodes where n.kind == .file && !n.deleted {
+            guard let hash = n.hash, let size = n.size, size > 0, size <= limit, seen.insert(hash).inserted else { continue }
+            wanted.append(hash)
+        }
+        var lists: [String: [String]] = [:]
+        for start in stride(from: 0, to: wanted.count, by: 500) {
+            let slice = Array(wanted[start..<min(start + 500, wanted.count)])
+            let marks = Array(repeating: "?", count: slice.count).joined(separator: ",")
+            let rows = try db.query("SELECT hash, size, blocks FROM contents WHERE hash IN (\(marks))", arguments: slice) {
+                ($0.string(0) ?? "", $0.int64(1), $0.string(2) ?? "")
+            }
+            for (hash, size, text) in rows {
+                guard let list = Metadata.decodeBlockList(text), size >= 0, list.count == Blocks.count(forSize: size) else { continue }
+                lists[hash] = list.map(\.hex)
+            }
+        }
+        if lists.isEmpty { return }
+        for i in nodes.indices where nodes[i].kind == .file && !nodes[i].deleted {
+            if let hash = nodes[i].hash { nodes[i].blocks = lists[hash] }
         }
     }
 

@@ -81,18 +81,8 @@ enum TreeHandlers {
             }
         }
         do {
-            var results: [TreeResult] = []
-            results.reserveCapacity(checked.count)
-            for item in checked {
-                switch item {
-                case .failure(let e):
-                    results.append(TreeResult(status: 422, error: TreeResult.code(e.code), message: e.message, field: e.field))
-                case .success(let change):
-                    let (result, changed) = try context.applyTreeChange(change, device: device)
-                    if changed { context.treeListener.treeChanged() }
-                    results.append(result)
-                }
-            }
+            let (results, changed) = try context.applyTreeChanges(checked, device: device)
+            if changed { context.treeListener.treeChanged() }
             return .json(200, TreeChangesResponse(results: results))
         } catch {
             return ServerContext.failure(error)
@@ -157,36 +147,64 @@ enum TreeHandlers {
 }
 
 extension ServerContext {
-    /// One checked change, in a transaction of its own. A put of a file first looks at
-    /// its content outside the transaction, as `POST /v1/files` does (which blocks of a
-    /// new content the workspace lacks, a block of the wrong length); the transaction
-    /// decides the tree's outcomes before the content's, so a put that conflicts says
-    /// `conflict`, not `missing_blocks`.
-    func applyTreeChange(_ change: CheckedTreeChange, device: Metadata.Device) throws -> (result: TreeResult, changed: Bool) {
-        let now = Self.now()
-        switch change {
-        case .delete(let id, let base):
-            return try metadata.withSession { db in try db.transaction { try Self.announced(TreeNodes.delete(id: id, base: base, device: device, now: now, in: db), db) } }
-        case .put(let put, let manifest):
-            var content: TreeNodes.Content?
-            if put.kind == .file, let hash = put.hash, let size = put.size {
-                var absent: [String] = []
-                if let manifest, try metadata.manifest(manifest.content) == nil {
-                    do { absent = try absentBlocks(manifest).map(\.digest.hex) } catch let failure as RequestFailure {
-                        return (TreeResult(failure), false)
-                    }
-                }
-                content = TreeNodes.Content(hash: hash, size: size, manifest: manifest, absent: absent)
-            }
-            return try metadata.withSession { db in try db.transaction { try Self.announced(TreeNodes.put(put, content: content, device: device, now: now, in: db), db) } }
+    /// A request's changes, in order, in ONE transaction: a device sending a thousand
+    /// changes pays one commit (one `fdatasync`, one round of locks), not a thousand, and
+    /// a failure of the records (not a refusal: those are results) changes nothing of the
+    /// request. A put of a file first looks at its content outside the transaction, as
+    /// `POST /v1/files` does (which blocks of a new content the workspace lacks, a block
+    /// of the wrong length); the transaction decides the tree's outcomes before the
+    /// content's, so a put that conflicts says `conflict`, not `missing_blocks`.
+    /// Returns one result per change and whether any changed the tree (announced to the
+    /// other server processes inside the transaction: NOTIFY is delivered at the commit).
+    func applyTreeChanges(_ changes: [Result<CheckedTreeChange, ValidationError>], device: Metadata.Device) throws -> (results: [TreeResult], changed: Bool) {
+        enum Step {
+            case refused(TreeResult)
+            case delete(id: String, base: Int64)
+            case put(TreePut, TreeNodes.Content?)
         }
-    }
-
-    /// A change that wrote is announced to the other server processes inside its own
-    /// transaction (NOTIFY is delivered at the commit, and only if it commits).
-    private static func announced(_ outcome: (result: TreeResult, changed: Bool), _ db: any RecordSession) throws -> (result: TreeResult, changed: Bool) {
-        if outcome.changed { try ChangeFeed.tree.announce(in: db) }
-        return outcome
+        var steps: [Step] = []
+        steps.reserveCapacity(changes.count)
+        for item in changes {
+            switch item {
+            case .failure(let e):
+                steps.append(.refused(TreeResult(status: 422, error: TreeResult.code(e.code), message: e.message, field: e.field)))
+            case .success(.delete(let id, let base)):
+                steps.append(.delete(id: id, base: base))
+            case .success(.put(let put, let manifest)):
+                var content: TreeNodes.Content?
+                if put.kind == .file, let hash = put.hash, let size = put.size {
+                    var absent: [String] = []
+                    if let manifest, try metadata.manifest(manifest.content) == nil {
+                        do { absent = try absentBlocks(manifest).map(\.digest.hex) } catch let failure as RequestFailure {
+                            steps.append(.refused(TreeResult(failure)))
+                            continue
+                        }
+                    }
+                    content = TreeNodes.Content(hash: hash, size: size, manifest: manifest, absent: absent)
+                }
+                steps.append(.put(put, content))
+            }
+        }
+        let now = Self.now()
+        return try metadata.withSession { db in
+            try db.transaction {
+                var results: [TreeResult] = []
+                results.reserveCapacity(steps.count)
+                var changed = false
+                for step in steps {
+                    let outcome: (result: TreeResult, changed: Bool)
+                    switch step {
+                    case .refused(let result): outcome = (result, false)
+                    case .delete(let id, let base): outcome = try TreeNodes.delete(id: id, base: base, device: device, now: now, in: db)
+                    case .put(let put, let content): outcome = try TreeNodes.put(put, content: content, device: device, now: now, in: db)
+                    }
+                    changed = changed || outcome.changed
+                    results.append(outcome.result)
+                }
+                if changed { try ChangeFeed.tree.announce(in: db) }
+                return (results, changed)
+            }
+        }
     }
 }
 

@@ -55,10 +55,11 @@ extension MirrorEngine {
     private func blockLists(for r: RemoteNode) throws -> [SHA256Digest]? {
         guard r.kind == .file, !r.deleted, r.size > 0, let hash = r.hash else { return nil }
         if let s = try MirrorRows.synced(node: r.id, in: db), s.node.hash == hash { return nil }
+        let fits = { (list: [SHA256Digest]) in list.count == Blocks.count(forSize: r.size) && ContentHash.of(blocks: list).hex == hash }
+        // The feed's list when it came with the node (small files), else asked for.
+        if let brought = r.blocks?.compactMap(SHA256Digest.init(hex:)), fits(brought) { return brought }
         let list = try server.blockList(of: hash).compactMap(SHA256Digest.init(hex:))
-        guard list.count == Blocks.count(forSize: r.size), ContentHash.of(blocks: list).hex == hash else {
-            throw MirrorRefusal("the server's block list of \(hash) does not match it")
-        }
+        guard fits(list) else { throw MirrorRefusal("the server's block list of \(hash) does not match it") }
         return list
     }
 

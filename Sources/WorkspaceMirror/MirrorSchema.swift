@@ -47,6 +47,8 @@ public enum MirrorSchema {
         CREATE INDEX mirror_remote_by_version ON mirror_remote(version);
         CREATE TABLE mirror_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
         """),
+        // The block list the feed brings with a small file, space-separated hex.
+        Migration("mirror-2-remote-blocks", "ALTER TABLE mirror_remote ADD COLUMN blocks TEXT;"),
     ]
 }
 
@@ -121,17 +123,17 @@ enum MirrorRows {
         try db.queryOne("SELECT 1 FROM mirror_dirty WHERE ino = ?", ino) { _ in true } ?? false
     }
 
-    static let remoteColumns = "node, parent, name, kind, hash, size, mtime, executable, target, version, deleted, device"
+    static let remoteColumns = "node, parent, name, kind, hash, size, mtime, executable, target, version, deleted, device, blocks"
 
     static func saveRemote(_ n: RemoteNode, in db: Database) throws {
         try db.run("""
-            INSERT INTO mirror_remote(\(remoteColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO mirror_remote(\(remoteColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(node) DO UPDATE SET parent = excluded.parent, name = excluded.name, kind = excluded.kind, hash = excluded.hash,
                 size = excluded.size, mtime = excluded.mtime, executable = excluded.executable, target = excluded.target,
-                version = excluded.version, deleted = excluded.deleted, device = excluded.device
+                version = excluded.version, deleted = excluded.deleted, device = excluded.device, blocks = excluded.blocks
             WHERE excluded.version >= mirror_remote.version
             """, n.id, n.parent, n.name, n.kind.rawValue, n.hash, n.size, n.mtime, n.executable ? 1 : 0, n.target, n.version,
-                   n.deleted ? 1 : 0, n.device)
+                   n.deleted ? 1 : 0, n.device, n.blocks?.joined(separator: " "))
     }
 
     static func remote(limit: Int, in db: Database) throws -> [RemoteNode] {
@@ -139,6 +141,7 @@ enum MirrorRows {
             var n = node(r, from: 0)
             n.deleted = r.int64(10) != 0
             n.device = r.string(11)
+            n.blocks = r.string(12).map { $0.isEmpty ? [] : $0.split(separator: " ").map(String.init) }
             return n
         }
     }

@@ -44,6 +44,8 @@ extension MirrorEngine {
             noteFailure(p.ino, "the folder of '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")' is gone from the workspace server for good (purged from its trash); move the file to a folder that exists", retryIn: 300)
 
         case .contentMissing:
+            // Sent with its blocks and still missing (a block collected between): the next
+            // pass reads the content again.
             state.withLock { _ = $0.contentMissing.insert(p.ino) }
 
         case .serverFull:

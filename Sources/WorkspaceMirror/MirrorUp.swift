@@ -116,18 +116,14 @@ extension MirrorEngine {
                 fresh.version = 0
                 try db.transaction { try MirrorRows.save(SyncedNode(ino: d.ino, node: fresh), in: db) }
             }
+            // A new content goes with its block list; the server says which blocks it lacks
+            // (or takes it at once: content it has, from any device or backup).
             var manifest: [String]?
             if local.kind == .file, local.size > 0, desired.hash != synced?.node.hash || state.withLock({ $0.contentMissing.contains(d.ino) }) {
                 let list = try drive.committedBlocks(d.ino)
                 // Committed between the two reads: this pass sends nothing for it.
                 guard ContentHash.of(blocks: list).hex == desired.hash else { nextDue = min(nextDue, 0.1); return false }
-                let hexes = list.map(\.hex)
-                try server.sendContent(desired.hash!, size: desired.size, blocks: hexes, open: { hex in
-                    guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
-                    return try self.blocks.open(digest)
-                }, stop: { [weak self] in self?.stopping ?? true })
-                state.withLock { _ = $0.contentMissing.remove(d.ino) }
-                manifest = hexes
+                manifest = list.map(\.hex)
             }
             let base = synced?.node.version ?? 0
             planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .put(desired, base: base, blocks: manifest),
@@ -136,40 +132,77 @@ extension MirrorEngine {
             return true
         }
 
-        for d in dirtyRows {
+        // In slices of the dirty rows: each slice's changes go up before the next slice is
+        // planned, so a big copy reaches the other devices as it goes, not after it all.
+        // A folder delete plans its descendants with it, so they share its slice.
+        var sent = 0
+        for start in stride(from: 0, to: dirtyRows.count, by: Self.slice) {
             if stopping { break }
-            do { _ = try plan(d) } catch let e as MirrorUnreachable { throw e } catch let full as MirrorServerFull {
+            let first = order.count
+            for d in dirtyRows[start..<min(start + Self.slice, dirtyRows.count)] {
+                if stopping { break }
+                do { _ = try plan(d) } catch let gone as Errno where gone == .noSuchFileOrDirectory {
+                    // The file changed while its content was read (a block of the version being
+                    // sent went with a newer commit): the newer version is sent at the next pass.
+                    nextDue = min(nextDue, 0.05)
+                } catch {
+                    noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)", retryIn: 5)
+                }
+            }
+            let fresh = order[first...].compactMap { planned[$0] }
+            if fresh.isEmpty { continue }
+            sent += fresh.count
+            do { try send(fresh, now: now) } catch let full as MirrorServerFull {
                 state.withLock {
                     $0.status.serverFull = true
                     $0.status.lastProblem = full.description
                     $0.fullUntil = Date().timeIntervalSince1970 + 60
                 }
                 break
-            } catch let gone as Errno where gone == .noSuchFileOrDirectory {
-                // The file changed while its content was read (a block of the version being
-                // sent went with a newer commit): the newer version is sent at the next pass.
-                nextDue = min(nextDue, 0.05)
-            } catch {
-                noteFailure(d.ino, "could not prepare '\(( try? drive.path(of: d.ino)) ?? nil ?? "#\(d.ino)")': \(error)", retryIn: 5)
             }
         }
-        if planned.isEmpty { return nextDue.isFinite ? nextDue : 5 }
+        if sent == 0 { return nextDue.isFinite ? nextDue : 5 }
+        state.withLock { if $0.fullUntil < clock { $0.status.serverFull = false } }
+        return 0.05
+    }
 
-        // Deletes of files first (they free names), then puts parents first (the order they
-        // were planned in), then deletes of folders deepest first (their children went before).
-        let all = order.compactMap { planned[$0] }
-        let fileDeletes = all.filter { if case .delete = $0.change { return $0.base?.kind != .folder }; return false }
-        let puts = all.filter { if case .put = $0.change { return true }; return false }
-        let folderDeletes = all.filter { if case .delete = $0.change { return $0.base?.kind == .folder }; return false }
+    /// How many dirty rows a slice plans and sends at a time.
+    static let slice = 500
+
+    /// Sends planned changes and settles each answer. Deletes of files first (they free
+    /// names), then puts parents first (the order they were planned in), then deletes of
+    /// folders deepest first (their children went before). A put whose content the server
+    /// lacks is answered `contentMissing`: the blocks it lacks go up, then that put again.
+    private func send(_ planned: [Planned], now: Int64) throws {
+        let fileDeletes = planned.filter { if case .delete = $0.change { return $0.base?.kind != .folder }; return false }
+        let puts = planned.filter { if case .put = $0.change { return true }; return false }
+        let folderDeletes = planned.filter { if case .delete = $0.change { return $0.base?.kind == .folder }; return false }
             .sorted { $0.depth > $1.depth }
         let batch = fileDeletes + puts + folderDeletes
         for start in stride(from: 0, to: batch.count, by: 1000) {
             let slice = Array(batch[start..<min(start + 1000, batch.count)])
-            let outcomes = try server.send(slice.map(\.change))
-            for (p, outcome) in zip(slice, outcomes) { try settle(p, outcome, now: now) }
+            var outcomes = try server.send(slice.map(\.change))
+            var lacking: [Int] = []
+            var uploads: [String: OutgoingContent] = [:]
+            for (i, outcome) in outcomes.enumerated() {
+                guard case .contentMissing(let missing) = outcome, case .put(let node, _, let blocks?) = slice[i].change,
+                      let hash = node.hash else { continue }
+                lacking.append(i)
+                uploads[hash, default: OutgoingContent(content: hash, size: node.size, blocks: blocks, missing: [])].missing += missing
+            }
+            if !lacking.isEmpty {
+                try server.sendContents(Array(uploads.values), open: { hex in
+                    guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
+                    return try self.blocks.open(digest)
+                }, stop: { [weak self] in self?.stopping ?? true })
+                let again = try server.send(lacking.map { slice[$0].change })
+                for (k, i) in lacking.enumerated() { outcomes[i] = again[k] }
+            }
+            for (p, outcome) in zip(slice, outcomes) {
+                if case .applied = outcome { state.withLock { _ = $0.contentMissing.remove(p.ino) } }
+                try settle(p, outcome, now: now)
+            }
         }
-        state.withLock { if $0.fullUntil < clock { $0.status.serverFull = false } }
-        return 0.05
     }
 
     /// The wire name of an entry in the workspace, nil when it is not in it: in the Camera

@@ -21,12 +21,16 @@ public struct RemoteNode: Sendable, Equatable {
     public var deleted: Bool
     /// The device that made the last change (for conflict names), when the server says.
     public var device: String?
+    /// A file's block list (hex), when the feed brought it (small files): applying the
+    /// node then needs no question of its own. Checked against `hash` before use.
+    public var blocks: [String]?
 
     public init(id: String, parent: String, name: String, kind: Kind, hash: String? = nil, size: Int64 = 0, mtime: Int64 = 0,
-                executable: Bool = false, target: String? = nil, version: Int64 = 0, deleted: Bool = false, device: String? = nil) {
+                executable: Bool = false, target: String? = nil, version: Int64 = 0, deleted: Bool = false, device: String? = nil,
+                blocks: [String]? = nil) {
         self.id = id; self.parent = parent; self.name = name; self.kind = kind; self.hash = hash; self.size = size
         self.mtime = mtime; self.executable = executable; self.target = target; self.version = version
-        self.deleted = deleted; self.device = device
+        self.deleted = deleted; self.device = device; self.blocks = blocks
     }
 
     /// Same place, kind, content and attributes (versions and authors aside).
@@ -75,12 +79,26 @@ public enum ChangeOutcome: Sendable, Equatable {
     case notEmpty(RemoteNode?)
     /// The parent is unknown to the server, purged, or not a folder.
     case parentMissing
-    /// The content is not on the server yet: send it, then the change again.
-    case contentMissing
+    /// The content is not on the server yet: send it (the blocks the server named, or
+    /// all of them when it named none), then the change again.
+    case contentMissing([String])
     /// The workspace is over its quota.
     case serverFull
     /// Refused for good (a name or value the server does not accept): the reason.
     case refused(String)
+}
+
+/// A content to make present on the server.
+public struct OutgoingContent: Sendable, Equatable {
+    public var content: String
+    public var size: Int64
+    /// Every block (hex) in order, zero blocks included.
+    public var blocks: [String]
+    /// The blocks the server said it lacks; empty: it did not say (send what it asks for).
+    public var missing: [String]
+    public init(content: String, size: Int64, blocks: [String], missing: [String]) {
+        self.content = content; self.size = size; self.blocks = blocks; self.missing = missing
+    }
 }
 
 /// The workspace server, as the mirror needs it (implemented by the wiring over the
@@ -91,11 +109,11 @@ public protocol MirrorServer: Sendable {
     func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage
     /// Sends changes in order; one outcome each.
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome]
-    /// Makes a content present on the server: sends the blocks it lacks, reading each
+    /// Makes contents present on the server: sends the blocks it lacks, reading each
     /// through `open` (a descriptor of the block's bytes alone, closed by the caller's side).
     /// Given up (throwing) soon after `stop` answers true; sent again later, it resumes.
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
-                     stop: @escaping @Sendable () -> Bool) throws
+    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
+                      stop: @escaping @Sendable () -> Bool) throws
     /// A content's block list (hex), zero blocks included.
     func blockList(of content: String) throws -> [String]
 }

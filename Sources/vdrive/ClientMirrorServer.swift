@@ -41,13 +41,22 @@ final class ClientMirrorServer: MirrorServer {
         return results.map(Self.outcome)
     }
 
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
-                     stop: @escaping @Sendable () -> Bool) throws {
-        guard let digest = SHA256Digest(hex: content) else { throw MirrorRefusal("not a content hash: \(content)") }
-        let list = blocks.compactMap(SHA256Digest.init(hex:))
+    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
+                      stop: @escaping @Sendable () -> Bool) throws {
+        for c in contents {
+            if stop() { throw MirrorUnreachable("stopped") }
+            try sendContent(c, open: open, stop: stop)
+        }
+    }
+
+    /// One content through the upload plan: the server names the blocks it lacks and how
+    /// each goes (tus, or a presigned PUT to a scaled server's store).
+    private func sendContent(_ c: OutgoingContent, open: (String) throws -> Int32, stop: @escaping @Sendable () -> Bool) throws {
+        guard let digest = SHA256Digest(hex: c.content) else { throw MirrorRefusal("not a content hash: \(c.content)") }
+        let list = c.blocks.compactMap(SHA256Digest.init(hex:))
         var renewals = 0
         while true {
-            guard case .blocks(let tickets, _) = try mapped({ try client.createUpload(content: digest, size: size, blocks: list) }) else { return }
+            guard case .blocks(let tickets, _) = try mapped({ try client.createUpload(content: digest, size: c.size, blocks: list) }) else { return }
             do {
                 for ticket in tickets {
                     let fd = try open(ticket.hash.hex)
@@ -77,7 +86,7 @@ final class ClientMirrorServer: MirrorServer {
     static func node(_ n: TreeNode) -> RemoteNode {
         RemoteNode(id: n.id, parent: n.parent, name: n.name, kind: RemoteNode.Kind(rawValue: n.kind.rawValue) ?? .file, hash: n.hash,
                    size: n.size ?? 0, mtime: n.mtime, executable: n.executable ?? false, target: n.target, version: n.version,
-                   deleted: n.deleted, device: n.device)
+                   deleted: n.deleted, device: n.device, blocks: n.blocks)
     }
 
     static func outcome(_ r: TreeResult) -> ChangeOutcome {
@@ -89,7 +98,7 @@ final class ClientMirrorServer: MirrorServer {
         case TreeResult.cycle: return .cycle(current)
         case TreeResult.notEmpty: return .notEmpty(current)
         case TreeResult.parentMissing: return .parentMissing
-        case "missing_blocks", "content_missing", "size_conflict": return .contentMissing
+        case "missing_blocks", "content_missing", "size_conflict": return .contentMissing(r.missing ?? [])
         default:
             if r.status == 507 { return .serverFull }
             return .refused([r.error, r.field.map { "field \($0)" }, r.message].compactMap { $0 }.joined(separator: ": "))

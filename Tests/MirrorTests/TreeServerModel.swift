@@ -13,6 +13,8 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     /// Changes answered so far (puts and deletes), and contents sent.
     private(set) var changesReceived = 0
     private(set) var contentsSent = 0
+    /// Blocks sent (a put naming a new content is refused until its blocks are here).
+    private var blocks = Set<String>()
     /// When set, every call fails as an unreachable server.
     var offline = false
 
@@ -27,6 +29,10 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
                 if sent.contains(n.id) { return }
                 if n.parent != RemoteNode.rootID, let p = nodes[n.parent], p.version > since { emit(p) }
                 sent.insert(n.id)
+                // As the server's feed does for small files; every other version without,
+                // so that both ways of learning a block list are taken.
+                var n = n
+                if n.kind == .file, !n.deleted, n.version % 2 == 0, let hash = n.hash { n.blocks = contents[hash] }
                 out.append(n)
             }
             for n in nodes.values.filter({ $0.version > since }).sorted(by: { $0.version < $1.version }) { emit(n) }
@@ -39,14 +45,16 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
         return lock.withLock { changes.map(apply) }
     }
 
-    func sendContent(_ content: String, size: Int64, blocks: [String], open: (String) throws -> Int32,
-                     stop: @escaping @Sendable () -> Bool) throws {
+    func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> Int32,
+                      stop: @escaping @Sendable () -> Bool) throws {
         try unreachable()
-        for b in blocks {
-            let fd = try open(b)
-            close(fd)
+        for u in uploads {
+            for b in u.blocks {
+                let fd = try open(b)
+                close(fd)
+            }
+            lock.withLock { blocks.formUnion(u.blocks); contentsSent += 1 }
         }
-        lock.withLock { contents[content] = blocks; contentsSent += 1 }
     }
 
     func blockList(of content: String) throws -> [String] {
@@ -123,8 +131,10 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
                 }
             }
             if node.kind == .file, let hash = node.hash, contents[hash] == nil {
-                guard let blocks else { return .contentMissing }
-                contents[hash] = blocks
+                guard let list = blocks else { return .contentMissing([]) }
+                let missing = list.filter { !self.blocks.contains($0) }
+                if !missing.isEmpty { return .contentMissing(missing) }
+                contents[hash] = list
             }
             // A put into a folder in the trash brings the folder back (and its trashed ancestors).
             var p = node.parent
