@@ -138,6 +138,96 @@ public final class BlockCache: @unchecked Sendable {
         }
     }
 
+    /// Small blocks fetched ahead together (the files another device just made): a few
+    /// exchanges for many blocks instead of one each. Blocks held, being fetched, or
+    /// partly here are left out (the last go the one-block way, which resumes them).
+    public func prefetch(_ blocks: [(hash: SHA256Digest, length: Int)]) {
+        var wanted: [(hash: SHA256Digest, length: Int)] = []
+        var seen = Set<SHA256Digest>()
+        for b in blocks where b.length > 0 && seen.insert(b.hash).inserted {
+            if (!isDamaged(b.hash) && blobs.contains(b.hash)) || (try? catalog.inlineBlock(b.hash)) != nil || fetched.holds(b.hash) { continue }
+            if (try? catalog.verifiedChunks(b.hash)) != 0 { prefetch(b.hash, length: b.length, knownNotHeld: true); continue }
+            wanted.append(b)
+        }
+        let taken = state.withLock { s -> [(hash: SHA256Digest, length: Int)] in
+            guard s.remote != nil else { return [] }
+            return wanted.filter { s.prefetching.insert($0.hash).inserted }
+        }
+        var group: [(hash: SHA256Digest, length: Int)] = []
+        var bytes = 0
+        func flush() {
+            guard !group.isEmpty else { return }
+            let batch = group
+            group = []; bytes = 0
+            prefetchWorkers.run { [self] in
+                defer { state.withLock { s in for b in batch { s.prefetching.remove(b.hash) } } }
+                prefetchTogether(batch)
+            }
+        }
+        for b in taken {
+            if bytes + b.length > Self.prefetchGroupBytes || group.count == Self.prefetchGroupBlocks { flush() }
+            group.append(b)
+            bytes += b.length
+        }
+        flush()
+    }
+
+    /// A group's bytes and blocks at most: one exchange each, a few of them in flight.
+    static let prefetchGroupBytes = 8 << 20
+    static let prefetchGroupBlocks = 512
+
+    /// One group: the blocks no one else is fetching are claimed (never waited for: two
+    /// groups claiming in different orders must not wait on each other), fetched in one
+    /// exchange, each checked against its digest and kept; the claims are released as
+    /// each is kept, and all of them whatever happens.
+    private func prefetchTogether(_ group: [(hash: SHA256Digest, length: Int)]) {
+        guard let remote else { return }
+        var mine: [SHA256Digest: Int] = [:]
+        busy.lock()
+        for b in group where !busyHashes.contains(b.hash) {
+            busyHashes.insert(b.hash)
+            mine[b.hash] = b.length
+        }
+        busy.unlock()
+        var claimed = Set(mine.keys)
+        defer { for hash in claimed { release(hash) } }
+        for (hash, _) in mine {
+            noteUse(hash)
+            if let fd = openResident(hash) { FileIO.close(fd); mine[hash] = nil }
+        }
+        if mine.isEmpty { return }
+        let order = group.map(\.hash).filter { mine[$0] != nil }
+        _ = try? remoteCall(order[0]) { () throws(RemoteFailure) in
+            try remote.wholeBlocks(order, interactive: false) { hash, bytes in
+                guard let length = mine[hash] else { return }
+                state.withLock { $0.stats.bytesFetched += Int64(bytes.count) }
+                let hasher = SHA256Hasher()
+                hasher.update(bytes)
+                guard bytes.count == length, hasher.finish() == hash else {
+                    // Left to a reader, which fetches it the one-block way (and says so if it fails).
+                    state.withLock { $0.stats.digestMismatches += 1 }
+                    return
+                }
+                do {
+                    let wasDamaged = isDamaged(hash)
+                    let (fd, path) = try blobs.makeStagingFile()
+                    do {
+                        defer { FileIO.close(fd) }
+                        try FileIO.pwrite(fd, bytes, at: 0)
+                    } catch {
+                        _ = unlink(path)
+                        throw error
+                    }
+                    try keep(path, hash, length: length, wasDamaged: wasDamaged)
+                } catch {
+                    DriveLog.error("block \(hash.hex) was fetched but could not be kept in the store (\(error)): it is fetched again when read")
+                }
+                release(hash)
+                claimed.remove(hash)
+            }
+        }
+    }
+
     /// A prefetch: as `descriptor` for a whole block, except that the block's write to
     /// the store may go to `storeWriters`, which then lets the block go (`release`) once
     /// it is adopted. Until then a reader finds it in `fetched` or waits for it.

@@ -24,6 +24,13 @@ public protocol RemoteContent: AnyObject, Sendable {
     /// may be shorter). Lets a partial read be verified without fetching the whole block.
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest]
 
+    /// Several whole blocks in one exchange (small files fetched ahead), each handed to
+    /// `each` as it arrives, in the order asked. Not trusted either: the drive checks
+    /// every block against its digest. A remote that has no such exchange answers each
+    /// block on its own (the extension below).
+    func wholeBlocks(_ hashes: [SHA256Digest], interactive: Bool,
+                     each: (SHA256Digest, UnsafeRawBufferPointer) -> Void) throws(RemoteFailure)
+
     /// Which of these file contents the server holds whole now (every block verified).
     /// Asked right before a backed-up original is made online-only: the local copy goes
     /// only when the server says, at that moment, that it can give it back.
@@ -42,4 +49,15 @@ public enum RemoteFailure: Error, Sendable, Equatable {
     /// The server answered, but not with the block: a refused token, a redirect the
     /// client will not follow, a reply of the wrong length. Said as it is, not as "missing".
     case refused(String)
+}
+
+extension RemoteContent {
+    public func wholeBlocks(_ hashes: [SHA256Digest], interactive: Bool,
+                            each: (SHA256Digest, UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) {
+        for hash in hashes {
+            var bytes: [UInt8] = []
+            _ = try wholeBlock(hash, into: nil, direct: nil, interactive: interactive) { bytes.append(contentsOf: $0) }
+            bytes.withUnsafeBytes { each(hash, $0) }
+        }
+    }
 }

@@ -6,5 +6,7 @@ import Crypto
 /// on another device reads at once here. Called on the mirror's worker thread after
 /// the change committed; it must return quickly (start work, do not do it).
 public protocol MirrorArrivals: AnyObject, Sendable {
-    func contentArrived(blocks: [SHA256Digest], size: Int64)
+    /// The contents one pass brought, together (so that many small files can be fetched
+    /// in a few exchanges): each file's block list and size.
+    func contentsArrived(_ contents: [(blocks: [SHA256Digest], size: Int64)])
 }

@@ -16,6 +16,8 @@ extension MirrorEngine {
     func applyRemote(budget: Double = 0.5) throws -> Bool {
         let deadline = Date().addingTimeInterval(budget)
         var deferred = Set<String>()
+        var arrived: [(blocks: [SHA256Digest], size: Int64)] = []
+        defer { if !arrived.isEmpty { arrivals?.contentsArrived(arrived) } }
         while !stopping {
             let rows = try MirrorRows.remote(limit: 512, in: db).filter { !deferred.contains($0.id) }
             if rows.isEmpty { return false }
@@ -43,7 +45,7 @@ extension MirrorEngine {
                     continue
                 }
                 state.withLock { _ = $0.unapplied.removeValue(forKey: r.id) }
-                if outcome == .done, let lists { arrivals?.contentArrived(blocks: lists, size: r.size) }
+                if outcome == .done, let lists { arrived.append((lists, r.size)) }
                 if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
             }
             if !progressed { return false }

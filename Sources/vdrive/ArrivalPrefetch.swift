@@ -26,12 +26,15 @@ final class ArrivalPrefetch: MirrorArrivals {
         self.wakePins = wakePins
     }
 
-    func contentArrived(blocks: [SHA256Digest], size: Int64) {
+    func contentsArrived(_ contents: [(blocks: [SHA256Digest], size: Int64)]) {
         wakePins()
-        guard size > 0, size <= Self.smallFileBytes else { return }
-        for (index, block) in blocks.enumerated() {
-            let length = Blocks.length(ofBlock: index, fileSize: size)
-            if length > 0, !Blocks.isZero(block, length: length) { cache.prefetch(block, length: length) }
+        var small: [(hash: SHA256Digest, length: Int)] = []
+        for (blocks, size) in contents where size > 0 && size <= Self.smallFileBytes {
+            for (index, block) in blocks.enumerated() {
+                let length = Blocks.length(ofBlock: index, fileSize: size)
+                if length > 0, !Blocks.isZero(block, length: length) { small.append((block, length)) }
+            }
         }
+        if !small.isEmpty { cache.prefetch(small) }
     }
 }

@@ -20,6 +20,7 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         /// Contents this server says it does not hold (every other one it holds).
         var lostContents: Set<SHA256Digest> = []
         var presenceChecks = 0
+        var groupRequests = 0
     }
     let state = Mutex(State())
 
@@ -55,6 +56,17 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
             piece(raw)
         }
         return bytes.count
+    }
+
+    /// Counts exchanges of several blocks (`groupRequests`); each block as `wholeBlock` sends it.
+    func wholeBlocks(_ hashes: [SHA256Digest], interactive: Bool,
+                     each: (SHA256Digest, UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) {
+        state.withLock { $0.groupRequests += 1 }
+        for hash in hashes {
+            let length = state.withLock { $0.blocks[hash]?.count } ?? 0
+            let bytes = try blockBytes(hash, offset: 0, length: length, interactive: interactive)
+            bytes.withUnsafeBytes { each(hash, $0) }
+        }
     }
 
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
@@ -240,6 +252,41 @@ extension FakeRemote {
         let digests = Set(try fs.catalog.storedBlocks(ino).values)
         #expect(try fs.catalog.holdsAll(digests))
         #expect(digests.allSatisfy { fs.blobs.contains($0) })
+    }
+
+    /// Small files another device made are fetched ahead together: one exchange for
+    /// hundreds of blocks. A block that fails its digest is not kept, its claim is let go,
+    /// and a read fetches it the one-block way.
+    @Test func smallBlocksFetchedAheadTogetherAreCheckedAndKept() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        let remote = FakeRemote()
+        var files: [(ino: UInt64, bytes: [UInt8], digest: SHA256Digest)] = []
+        for i in 0..<300 {
+            let bytes = pseudoRandomBytes(InlineBlocks.limit + 1 + i * 97, seed: UInt64(i + 1))   // past the catalog's inline blocks
+            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f\(i)".utf8), mode: 0o644, uid: 0, gid: 0)
+            _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
+            try fs.flush(fh)
+            fs.release(fh)
+            let digest = try #require(try fs.catalog.storedBlocks(a.ino)[0])
+            #expect(remote.add(bytes) == digest)
+            try fs.catalog.evict(digest, onlyNamedBy: [a.ino])
+            files.append((a.ino, bytes, digest))
+        }
+        #expect(files.allSatisfy { !fs.blobs.contains($0.digest) && (try? fs.catalog.inlineBlock($0.digest)) == nil })
+        fs.blockCache.remote = remote
+        remote.state.withLock { $0.corrupt[0] = 1 }   // the first block sent comes wrong
+        fs.blockCache.prefetch(files.map { ($0.digest, $0.bytes.count) })
+        try eventually("299 blocks kept", within: 30) { files.filter { fs.blobs.contains($0.digest) }.count == 299 }
+        // About 24 MB: three exchanges of at most 8 MiB, not 300.
+        let bytes = files.map(\.bytes.count).reduce(0, +)
+        #expect(remote.state.withLock { $0.groupRequests } == (bytes + BlockCache.prefetchGroupBytes - 1) / BlockCache.prefetchGroupBytes)
+        #expect(fs.blockCache.statistics.digestMismatches == 1)
+        let wrong = try #require(files.first { !fs.blobs.contains($0.digest) })
+        #expect(wrong.digest == files[0].digest)
+        for f in files { #expect(try read(fs, f.ino, count: f.bytes.count, at: 0) == f.bytes) }
+        #expect(fs.blobs.contains(wrong.digest))
     }
 
     @Test func aDamagedBlockIsFetchedBackFromTheServer() throws {
