@@ -191,18 +191,35 @@ extension MirrorEngine {
                 uploads[hash, default: OutgoingContent(content: hash, size: node.size, blocks: blocks, missing: [])].missing += missing
             }
             if !lacking.isEmpty {
-                try server.sendContents(Array(uploads.values), open: { hex in
+                let unread = try server.sendContents(Array(uploads.values), open: { hex in
                     guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
                     return try self.blocks.open(digest)
                 }, stop: { [weak self] in self?.stopping ?? true })
-                let again = try server.send(lacking.map { slice[$0].change })
-                for (k, i) in lacking.enumerated() { outcomes[i] = again[k] }
+                var again: [Int] = []
+                for i in lacking {
+                    guard case .put(let node, _, _) = slice[i].change, let hash = node.hash, let why = unread[hash] else { again.append(i); continue }
+                    try noteUnreadable(slice[i].ino, hash, why)
+                }
+                if !again.isEmpty {
+                    let answers = try server.send(again.map { slice[$0].change })
+                    for (k, i) in again.enumerated() { outcomes[i] = answers[k] }
+                }
             }
             for (p, outcome) in zip(slice, outcomes) {
                 if case .applied = outcome { state.withLock { _ = $0.contentMissing.remove(p.ino) } }
                 try settle(p, outcome, now: now)
             }
         }
+    }
+
+    /// A content whose block could not be read here. Changed since (the block went with
+    /// a newer commit): that one goes next pass. Still this content: its block is lost
+    /// from the drive's store, a failure to report, never a delete or an empty version;
+    /// the server keeps the last synced version.
+    private func noteUnreadable(_ ino: UInt64, _ hash: String, _ why: String) throws {
+        guard try drive.committedEntry(ino)?.content?.hex == hash else { return }
+        let path = (try? drive.path(of: ino)) ?? nil ?? "#\(ino)"
+        noteFailure(ino, "could not send '\(path)': a block of its content could not be read from this drive's store (\(why)); the workspace keeps its last synced version (run 'vdrive check')", retryIn: 60)
     }
 
     /// The wire name of an entry in the workspace, nil when it is not in it: in the Camera

@@ -112,8 +112,10 @@ public protocol MirrorServer: Sendable {
     /// Makes contents present on the server: sends the blocks it lacks, reading each
     /// through `open` (a descriptor of the block's bytes alone, closed by the caller's side).
     /// Given up (throwing) soon after `stop` answers true; sent again later, it resumes.
+    /// A content whose block `open` could not give is left out, the others sent: returns
+    /// those left out, with why.
     func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
-                      stop: @escaping @Sendable () -> Bool) throws
+                      stop: @escaping @Sendable () -> Bool) throws -> [String: String]
     /// A content's block list (hex), zero blocks included.
     func blockList(of content: String) throws -> [String]
 }

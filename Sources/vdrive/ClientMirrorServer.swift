@@ -3,6 +3,7 @@ import Client
 import Crypto
 import HTTPClient
 import Protocol
+import Storage
 import WorkspaceMirror
 
 /// The mirror's `MirrorServer` over `WorkspaceClient`: the tree's calls, and a content's
@@ -42,11 +43,13 @@ final class ClientMirrorServer: MirrorServer {
     }
 
     func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
-                      stop: @escaping @Sendable () -> Bool) throws {
+                      stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
+        var unread: [String: String] = [:]
         for c in contents {
             if stop() { throw MirrorUnreachable("stopped") }
-            try sendContent(c, open: open, stop: stop)
+            do { try sendContent(c, open: open, stop: stop) } catch let e as Errno { unread[c.content] = "\(e)" }
         }
+        return unread
     }
 
     /// One content through the upload plan: the server names the blocks it lacks and how

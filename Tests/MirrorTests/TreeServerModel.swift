@@ -46,15 +46,22 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     }
 
     func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> Int32,
-                      stop: @escaping @Sendable () -> Bool) throws {
+                      stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
         try unreachable()
+        var unread: [String: String] = [:]
         for u in uploads {
-            for b in u.blocks {
-                let fd = try open(b)
-                close(fd)
+            do {
+                for b in u.blocks {
+                    let fd = try open(b)
+                    close(fd)
+                }
+            } catch {
+                unread[u.content] = "\(error)"
+                continue
             }
             lock.withLock { blocks.formUnion(u.blocks); contentsSent += 1 }
         }
+        return unread
     }
 
     func blockList(of content: String) throws -> [String] {
