@@ -29,8 +29,8 @@ enum BlockPackUpload {
         } catch {
             return .respond(ServerContext.failure(error))
         }
-        if let objects = context.objects { return .read(PackBody(staging: ObjectPackStaging(context: context, objects: objects))) }
-        return .read(PackBody(staging: FolderPackStaging(context: context)))
+        if let objects = context.objects { return .read(PackBody(context: context, staging: ObjectPackStaging(context: context, objects: objects))) }
+        return .read(PackBody(context: context, staging: FolderPackStaging(context: context)))
     }
 }
 
@@ -66,12 +66,15 @@ protocol PackStaging: AnyObject {
 
 /// Reads a pack's body record by record into its staging, hashing each block on the way.
 final class PackBody: RequestBody, BufferedInMemory {
+    private let context: ServerContext
     private let staging: any PackStaging
     private var decoder = BlockPackDecoder()
     private var current: (record: PackRecord, hasher: SHA256Hasher?)?
     private var failure: HTTPResponse?
+    /// The record whose bytes did not hash to its digest.
+    private var mismatch: PackRecord?
 
-    init(staging: any PackStaging) { self.staging = staging }
+    init(context: ServerContext, staging: any PackStaging) { self.context = context; self.staging = staging }
 
     var memoryBound: Int { staging.memoryBound }
 
@@ -97,6 +100,7 @@ final class PackBody: RequestBody, BufferedInMemory {
                     guard let hasher else { return }
                     let actual = hasher.finish()
                     guard actual == record.digest else {
+                        mismatch = record
                         throw RequestFailure(400, "block_checksum_mismatch", "record \(record.index) (counting from 0) names block \(record.digest.hex), but its \(record.length) bytes hash to \(actual.hex); "
                                                  + "nothing of this pack was stored: read the block again (its file may have changed) and send the pack again")
                     }
@@ -123,6 +127,11 @@ final class PackBody: RequestBody, BufferedInMemory {
                 fail(.error(400, "bad_request", "\(error) (the body has \(decoder.records) records, the last one cut short); nothing of this pack was stored: "
                             + "Content-Length must be the sum of the records' sizes (36 bytes and the block's length each)"))
             }
+        }
+        // A record naming a block the workspace has at another length cannot hash to it
+        // either: the length is the better diagnosis (asked here, off the connection's thread).
+        if let record = mismatch, let stored = try? context.metadata.blockSize(record.digest.hex), stored != Int64(record.length) {
+            return PackRefusal.sizeConflict(record, stored: stored).response
         }
         if let failure { return failure }
         return staging.commit()
