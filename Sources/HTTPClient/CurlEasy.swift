@@ -10,6 +10,16 @@ public enum RequestBodySource: Sendable {
     case bytes([UInt8])
     /// `length` bytes of `fd` from `offset`, read in pieces as libcurl asks (constant memory).
     case file(fd: Int32, offset: Int64, length: Int64)
+    /// `length` bytes made by `source` in pieces as libcurl asks (a body read from several files).
+    case stream(length: Int64, source: any RequestBodyStream)
+}
+
+/// A request body made piece by piece as it is sent (`RequestBodySource.stream`). Called
+/// on the thread running the request only, in order, until `length` bytes came.
+public protocol RequestBodyStream: AnyObject, Sendable {
+    /// Fills the start of `buffer` with the next bytes; returns how many (more than 0),
+    /// or a negative errno when they cannot be read (the request then fails with `.localIO`).
+    func read(into buffer: UnsafeMutableRawBufferPointer) -> Int
 }
 
 /// A reply: status, headers (names lowercased) and the body (unless it went to a file).
@@ -17,6 +27,7 @@ public struct HTTPResult: Sendable {
     public let status: Int
     public let headers: [String: String]
     public let body: [UInt8]
+    public init(status: Int, headers: [String: String], body: [UInt8]) { self.status = status; self.headers = headers; self.body = body }
     public func header(_ name: String) -> String? { headers[name.lowercased()] }
 }
 
@@ -80,6 +91,7 @@ private final class Transfer {
     /// The caller's buffer, valid during the transfer (`perform(bytes:)`).
     var raw: UnsafeRawPointer?
     var fd: Int32 = -1
+    var stream: (any RequestBodyStream)?
     var position: Int64 = 0
     var end: Int64 = 0
     var readError: Int32 = 0
@@ -116,6 +128,15 @@ private func readCallback(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _
         UnsafeMutableRawPointer(buffer).copyMemory(from: raw + Int(t.position), byteCount: want)
         t.position += Int64(want)
         return want
+    }
+    if let stream = t.stream {
+        let n = stream.read(into: UnsafeMutableRawBufferPointer(start: buffer, count: want))
+        if n <= 0 {
+            t.readError = n < 0 ? Int32(clamping: -n) : EIO
+            return Int(CURL_READFUNC_ABORT)
+        }
+        t.position += Int64(n)
+        return n
     }
     if t.fd < 0 {
         t.bytes.withUnsafeBytes { raw in
@@ -308,6 +329,9 @@ public final class HTTPConnection: Sendable {
                 transfer.fd = fd
                 transfer.position = offset
                 transfer.end = offset + length
+            case .stream(let length, let source):
+                transfer.stream = source
+                transfer.end = length
             }
             if case .none = body, raw == nil {} else {
                 vd_curl_setopt_long(h, CURLOPT_UPLOAD, 1)

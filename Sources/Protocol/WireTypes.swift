@@ -57,8 +57,36 @@ public enum API {
     public static let maxChangesWait = 60
     /// At most this many records per file-listing page.
     public static let maxListPage = 5_000
+    /// `POST /v1/blocks`: many blocks in one body (`BlockPack`), stored with one commit.
+    public static let blockPack = "/v1/blocks"
+    /// `POST /v1/blocks/fetch`: many blocks in one reply, in the order asked.
+    public static let blockPackFetch = "/v1/blocks/fetch"
+    /// The largest pack a device may send (413 beyond, before a byte is read): 16 MiB,
+    /// thousands of small blocks or four whole ones, one durable commit.
+    public static let maxPackBody = 16 << 20
+    /// At most this many hashes per `POST /v1/blocks/fetch` (413 beyond).
+    public static let maxPackHashes = 1_024
+    /// The most bytes one `POST /v1/blocks/fetch` may answer, records' headers included
+    /// (413 beyond: ask for fewer blocks).
+    public static let maxPackReply = 64 << 20
     public static let tusVersion = "1.0.0"
     public static let tusExtensions = "creation,checksum,expiration,termination"
+}
+
+/// `POST /v1/blocks` answered: how many of the pack's blocks were stored by it and how
+/// many the workspace had already (a block sent twice in one pack counts once stored,
+/// then present).
+public struct BlockPackResponse: Codable, Sendable, Equatable {
+    public var stored: Int
+    public var present: Int
+    public init(stored: Int, present: Int) { self.stored = stored; self.present = present }
+}
+
+/// `POST /v1/blocks/fetch`: the blocks wanted, each a hash of a block the workspace has,
+/// at most `API.maxPackHashes`.
+public struct BlockPackRequest: Codable, Sendable {
+    public var hashes: [String]
+    public init(hashes: [String]) { self.hashes = hashes }
 }
 
 /// `GET /v1/health`

@@ -24,6 +24,10 @@ extension PresentRequest: DeclaredFields {
     static var declaredFields: [String] { ["hashes"] }
 }
 
+extension BlockPackRequest: DeclaredFields {
+    static var declaredFields: [String] { ["hashes"] }
+}
+
 extension FileRecord: DeclaredFields {
     /// `device`, `sequence` and `recordedAt` are the server's (readOnly): known, and ignored in a request.
     static var declaredFields: [String] { ["path", "hash", "size", "blocks", "captureDate", "mtime", "deviceSequence", "device", "sequence", "recordedAt"] }

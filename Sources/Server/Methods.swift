@@ -19,7 +19,7 @@ enum Methods {
         case API.changes: return ["GET"]
         case API.watermark: return ["GET", "PUT"]
         case API.tree, API.treeTrash: return ["GET"]
-        case API.treeChanges, API.treeRestore: return ["POST"]
+        case API.treeChanges, API.treeRestore, API.blockPack, API.blockPackFetch: return ["POST"]
         default: break
         }
         if path.hasPrefix(API.treeNodePrefix) { return path.hasSuffix(API.versionsSuffix) ? ["GET"] : nil }

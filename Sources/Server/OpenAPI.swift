@@ -45,6 +45,7 @@ enum OpenAPI {
       "FileList": {"type": "object", "additionalProperties": false, "required": ["files"], "properties": {"files": {"type": "array", "items": {"$ref": "#/components/schemas/FileRecord"}}, "next": {"type": "string", "nullable": true, "description": "pass as 'after' for the next page; null or absent on the last; a path with 'device', else DEVICE/PATH"}}},
 \#(OpenAPI.versionSchemas)
 \#(OpenAPI.chunkSchemas)
+\#(OpenAPI.packSchemas)
 \#(OpenAPI.treeSchemas)
       "Changes": {"type": "object", "additionalProperties": false, "required": ["changes", "nextSequence"], "properties": {"changes": {"type": "array", "items": {"$ref": "#/components/schemas/FileRecord"}}, "deletions": {"type": "array", "description": "versions the administrator deleted, in the same sequence range", "items": {"$ref": "#/components/schemas/VersionDeletion"}}, "nextSequence": {"type": "integer", "format": "int64", "minimum": 0}, "latestSequence": {"type": "integer", "format": "int64", "minimum": 0, "description": "the highest sequence handed out; a since above it means the server forgot part of its feed (reset, or restored from an older copy): read again from 0"}, "workspace": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "the workspace's identity, the same from every server process of it; another value than last time means another workspace (or a reset server): read again from 0"}}},
       "VersionDeletion": {"type": "object", "additionalProperties": false, "required": ["sequence", "device", "path", "hash", "version"], "properties": {"sequence": {"type": "integer", "format": "int64"}, "device": {"$ref": "#/components/schemas/DeviceName"}, "path": {"$ref": "#/components/schemas/Path"}, "hash": {"$ref": "#/components/schemas/Hash"}, "version": {"type": "integer", "format": "int64", "description": "the sequence of the deleted version"}}},
@@ -137,6 +138,7 @@ enum OpenAPI {
         "responses": {"200": {"description": "files by path", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/FileList"}}}}, "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"}}}},
 \#(OpenAPI.versionPaths)
 \#(OpenAPI.chunkPaths)
+\#(OpenAPI.packPaths)
 \#(OpenAPI.storePaths)
 \#(OpenAPI.metricsPaths)
 \#(OpenAPI.treePaths)

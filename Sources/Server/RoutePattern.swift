@@ -8,7 +8,7 @@ import Protocol
 /// The cases follow `Methods.allowed`, which says what each path answers.
 enum RoutePattern: Int, CaseIterable, Sendable {
     case health, openAPI, metrics, presentContents, uploads, tus, tusUpload, files, fileVersions, changes, watermark
-    case content, contentBlocks, block, blockChunks, blockVerify
+    case content, contentBlocks, block, blockChunks, blockVerify, blockPack, blockPackFetch
     case tree, treeChanges, treeTrash, treeRestore, treeNodeVersions
     case other
 
@@ -30,6 +30,8 @@ enum RoutePattern: Int, CaseIterable, Sendable {
         case .block: return API.blockPrefix + "{hash}"
         case .blockChunks: return API.blockPrefix + "{hash}" + API.chunksSuffix
         case .blockVerify: return API.blockPrefix + "{hash}" + API.verifySuffix
+        case .blockPack: return API.blockPack
+        case .blockPackFetch: return API.blockPackFetch
         case .tree: return API.tree
         case .treeChanges: return API.treeChanges
         case .treeTrash: return API.treeTrash
@@ -56,6 +58,8 @@ enum RoutePattern: Int, CaseIterable, Sendable {
         case API.treeChanges: self = .treeChanges
         case API.treeTrash: self = .treeTrash
         case API.treeRestore: self = .treeRestore
+        case API.blockPack: self = .blockPack
+        case API.blockPackFetch: self = .blockPackFetch
         default:
             if path.hasPrefix(API.tusPrefix) {
                 self = .tusUpload

@@ -67,6 +67,10 @@ final class Router: HTTPHandler {
             }
         case ("GET", API.treeTrash):
             return authenticated(request) { _ in .respond(TreeHandlers.trash(request, context: self.context)) }
+        case ("POST", API.blockPack):
+            return authenticated(request) { _ in BlockPackUpload.start(request, context: self.context) }
+        case ("POST", API.blockPackFetch):
+            return authenticated(request) { _ in json(request, Declared<BlockPackRequest>.self) { BlockPackFetch.answer($0.value, context: self.context) } }
         case ("POST", API.treeRestore):
             return authenticated(request) { device in json(request, TreeRestoreRequest.self) { TreeHandlers.restore($0, device: device, context: self.context) } }
         default: break
