@@ -38,6 +38,14 @@ final class ServerBlocks: RemoteContent {
         do { return Int(try client.streamBlock(hash, to: fd, direct: direct, piece: piece)) } catch { throw Self.failure(error) }
     }
 
+    func wholeBlocks(_ hashes: [SHA256Digest], interactive: Bool,
+                     each: (SHA256Digest, UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) {
+        if !interactive, let why = hold() { throw .held(why) }
+        do { try client.fetchBlockPack(hashes) { each($0, $1) } } catch let error as ClientError { throw Self.failure(error) } catch {
+            throw .refused("\(error)")
+        }
+    }
+
     func chunkDigests(_ hash: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
         do { return try client.chunkDigests(hash) } catch { throw Self.failure(error) }
     }
