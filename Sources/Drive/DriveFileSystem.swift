@@ -133,6 +133,9 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// The content-addressed block store of this workspace (`<state>/blobs`).
     public var blobStore: BlobStore { blobs }
 
+    /// Followers' reads of what is committed (ExternalChanges.swift).
+    let committedReads = CommittedReads()
+
     /// Removes blocks that lost their last reference through another connection.
     public func collectGarbage() { try? catalog.collectGarbage() }
 

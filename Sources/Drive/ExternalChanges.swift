@@ -172,9 +172,12 @@ extension DriveFileSystem {
     /// reads its own tables after this, not before the change is there to read).
     public func commitOpenChanges() throws { try committed { _ in } }
 
-    /// The committed entry of an inode, nil when it has no name (removed).
+    /// The committed entry of an inode, nil when it has no name (removed). Read on a
+    /// connection of its own (`CommittedReads`): what the last commit left, without
+    /// taking the catalog's lock or committing the open group (a follower reading each
+    /// file of a large copy must not commit the group once per file under the writer).
     public func committedEntry(_ ino: UInt64) throws -> DriveEntry? {
-        try committed { _ in try catalog.entry(ino) }
+        try committedReads.read(catalogPath) { db in try CommittedReads.entry(ino, in: db) }
     }
 
     /// The committed entries of a folder.
@@ -187,8 +190,10 @@ extension DriveFileSystem {
 
     /// A file's full block list (zero blocks included), as committed.
     public func committedBlocks(_ ino: UInt64) throws -> [SHA256Digest] {
-        try committed { db in
-            let size = try catalog.node(ino).size
+        try committedReads.read(catalogPath) { db in
+            guard let size = try db.queryOne("SELECT size FROM inodes WHERE ino = ?", ino, row: { $0.int64(0) }) else {
+                throw Errno.noSuchFileOrDirectory
+            }
             return Catalog.fullList(try catalog.blockRows(ino, db), size: size)
         }
     }
@@ -214,5 +219,35 @@ extension DriveFileSystem {
         for ino in edit.staleInodes { kernelCacheIsStale?(ino) }
         for ino in edit.removed { releaseIfUnused(ino) }
         return result
+    }
+}
+
+/// A connection to the catalog of its own, for followers reading what is committed: in
+/// WAL mode a reader sees the last commit, never the open group. Opened on first use;
+/// one reader at a time (a connection is used by one thread at a time).
+final class CommittedReads: @unchecked Sendable {   // `db` under `lock`
+    private let lock = NSLock()
+    private var db: Database?
+
+    func read<T>(_ path: String, _ body: (Database) throws -> T) throws -> T {
+        try lock.withLock {
+            let db = try self.db ?? Database(path: path)
+            self.db = db
+            // One read transaction: the rows of one commit, not of two.
+            return try db.transaction(immediate: false) { try body(db) }
+        }
+    }
+
+    static func entry(_ ino: UInt64, in db: Database) throws -> DriveEntry? {
+        guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
+                                                   row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return nil }
+        return try db.queryOne("SELECT mode, size, mtime_ns, content, nlink, target FROM inodes WHERE ino = ?", ino) { r in
+            let mode = UInt32(truncatingIfNeeded: r.int64(0))
+            let type = mode & UInt32(S_IFMT)
+            let kind: DriveEntry.Kind = type == UInt32(S_IFDIR) ? .folder : type == UInt32(S_IFREG) ? .file : type == UInt32(S_IFLNK) ? .symlink : .special
+            return DriveEntry(ino: ino, parent: parent, name: name, kind: kind, permissions: mode & 0o7777, size: r.int64(1),
+                              mtime: r.int64(2), content: kind == .file ? r.string(3).flatMap(SHA256Digest.init(hex:)) : nil,
+                              target: kind == .symlink ? (r.bytes(5) ?? []) : nil, names: UInt32(truncatingIfNeeded: r.int64(4)))
+        }
     }
 }

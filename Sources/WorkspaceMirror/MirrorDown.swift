@@ -22,35 +22,53 @@ extension MirrorEngine {
             let rows = try MirrorRows.remote(limit: 512, in: db).filter { !deferred.contains($0.id) }
             if rows.isEmpty { return false }
             var progressed = false
-            for r in rows {
+            for start in stride(from: 0, to: rows.count, by: Self.applyBatch) {
                 if stopping { return false }
                 if Date() > deadline { return true }
-                let lists = try blockLists(for: r)
-                let outcome: Applied
+                let batch = Array(rows[start..<min(start + Self.applyBatch, rows.count)])
+                let lists = try batch.map { try blockLists(for: $0) }
+                // Together in one transaction (one commit for many small files); when one
+                // of them fails, each again on its own, so that it alone waits.
+                var outcomes: [Applied?]
                 do {
-                    outcome = try drive.applyExternal(owner: owner) { edit in try apply(r, lists, edit) }
+                    outcomes = try drive.applyExternal(owner: owner) { edit in try zip(batch, lists).map { try apply($0, $1, edit) } }
                 } catch let e as MirrorUnreachable {
                     throw e
                 } catch {
-                    // One node that cannot be applied yet must not stop the others. It stays,
-                    // and is tried again at the next pass: a move into a folder that is inside
-                    // it here waits until this device's own move of that folder is settled.
-                    let text = "could not apply the workspace's change to '\(r.name)': \(error)"
-                    let first = state.withLock { s -> Bool in
-                        defer { s.unapplied[r.id] = text }
-                        return s.unapplied[r.id] != text
-                    }
-                    if first { MirrorLog.error(text) }
-                    deferred.insert(r.id)
-                    continue
+                    outcomes = batch.indices.map { i in applyAlone(batch[i], lists[i]) }
                 }
-                state.withLock { _ = $0.unapplied.removeValue(forKey: r.id) }
-                if outcome == .done, let lists { arrived.append((lists, r.size)) }
-                if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
+                for (i, outcome) in outcomes.enumerated() {
+                    let r = batch[i]
+                    guard let outcome else { deferred.insert(r.id); continue }
+                    state.withLock { _ = $0.unapplied.removeValue(forKey: r.id) }
+                    if outcome == .done, let list = lists[i] { arrived.append((list, r.size)) }
+                    if outcome == .deferred { deferred.insert(r.id) } else { progressed = true }
+                }
             }
             if !progressed { return false }
         }
         return false
+    }
+
+    /// Remote nodes applied in one transaction at most.
+    static let applyBatch = 64
+
+    /// One node in a transaction of its own; nil when it cannot be applied yet. One node
+    /// that cannot be applied must not stop the others: it stays, and is tried again at
+    /// the next pass (a move into a folder that is inside it here waits until this
+    /// device's own move of that folder is settled).
+    private func applyAlone(_ r: RemoteNode, _ lists: [SHA256Digest]?) -> Applied? {
+        do {
+            return try drive.applyExternal(owner: owner) { edit in try apply(r, lists, edit) }
+        } catch {
+            let text = "could not apply the workspace's change to '\(r.name)': \(error)"
+            let first = state.withLock { s -> Bool in
+                defer { s.unapplied[r.id] = text }
+                return s.unapplied[r.id] != text
+            }
+            if first { MirrorLog.error(text) }
+            return nil
+        }
     }
 
     /// The block list of a content this node brings that the drive does not know.

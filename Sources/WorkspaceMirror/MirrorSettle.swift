@@ -5,10 +5,12 @@ import Storage
 
 /// What the mirror does with the server's answer to one change (Docs/sync.md, "Conflicts").
 extension MirrorEngine {
-    func settle(_ p: Planned, _ outcome: ChangeOutcome, now: Int64) throws {
-        switch outcome {
-        case .applied(let node):
-            try db.transaction {
+    /// Changes the server applied: each node's new state is the synced one, and its mark
+    /// goes unless the inode changed again since it was read. One transaction for all.
+    func settleApplied(_ applied: [(Planned, RemoteNode)], now: Int64) throws {
+        if applied.isEmpty { return }
+        try db.transaction {
+            for (p, node) in applied {
                 if node.deleted {
                     try MirrorRows.forget(ino: p.ino, in: db)
                 } else {
@@ -16,7 +18,19 @@ extension MirrorEngine {
                 }
                 try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
             }
-            state.withLock { $0.clashes[p.ino] = nil }
+        }
+        state.withLock { s in
+            for (p, _) in applied {
+                s.clashes[p.ino] = nil
+                s.contentMissing.remove(p.ino)
+            }
+        }
+    }
+
+    func settle(_ p: Planned, _ outcome: ChangeOutcome, now: Int64) throws {
+        switch outcome {
+        case .applied(let node):
+            try settleApplied([(p, node)], now: now)
 
         case .conflict(let theirs):
             try resolveConflict(p, theirs: theirs, now: now)

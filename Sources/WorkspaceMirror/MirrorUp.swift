@@ -36,6 +36,10 @@ extension MirrorEngine {
         dirtyRows.sort { $0.ino < $1.ino }
         let bySeq = Dictionary(uniqueKeysWithValues: dirtyRows.map { ($0.ino, $0) })
         var visiting = Set<UInt64>()
+        // New nodes' ids, kept before anything is sent: saved together before the slice goes
+        // (one transaction for the slice, not one per file, beside the drive's writer).
+        var newNodes: [UInt64: SyncedNode] = [:]
+        func known(_ ino: UInt64) throws -> SyncedNode? { try newNodes[ino] ?? MirrorRows.synced(ino: ino, in: db) }
 
         /// Plans one inode (its parent first, when the parent is new too). Returns false when
         /// it cannot be sent yet.
@@ -53,7 +57,7 @@ extension MirrorEngine {
             }
             if drive.hasWriters(d.ino) { nextDue = min(nextDue, 0.5); return false }
             let s = try MirrorRows.synced(ino: d.ino, in: db)
-            guard let local = try drive.committedEntry(d.ino), let placement = try place(local) else {
+            guard let local = try drive.committedEntry(d.ino), let placement = try place(local, isKnown: { newNodes[$0] != nil }) else {
                 // Gone here, or out of the workspace (into the Camera Roll, a temporary name).
                 guard let s, s.node.version > 0 else {
                     try db.transaction {
@@ -81,9 +85,9 @@ extension MirrorEngine {
             // The parent first: a new folder's children name its id.
             var parentID = RemoteNode.rootID
             if local.parent != 1 {
-                if let p = try MirrorRows.synced(ino: local.parent, in: db) {
+                if let p = try known(local.parent) {
                     parentID = p.node.id
-                } else if let pd = bySeq[local.parent], try plan(pd), let p = try MirrorRows.synced(ino: local.parent, in: db) {
+                } else if let pd = bySeq[local.parent], try plan(pd), let p = try known(local.parent) {
                     parentID = p.node.id
                 } else {
                     return false
@@ -114,7 +118,7 @@ extension MirrorEngine {
                 // The id is kept before anything is sent: a create sent again after a kill is the same.
                 var fresh = desired
                 fresh.version = 0
-                try db.transaction { try MirrorRows.save(SyncedNode(ino: d.ino, node: fresh), in: db) }
+                newNodes[d.ino] = SyncedNode(ino: d.ino, node: fresh)
             }
             // A new content goes with its block list; the server says which blocks it lacks
             // (or takes it at once: content it has, from any device or backup).
@@ -150,6 +154,10 @@ extension MirrorEngine {
                 }
             }
             let fresh = order[first...].compactMap { planned[$0] }
+            if !newNodes.isEmpty {
+                try db.transaction { for n in newNodes.values { try MirrorRows.save(n, in: db) } }
+                newNodes = [:]
+            }
             if fresh.isEmpty { continue }
             sent += fresh.count
             do { try send(fresh, now: now) } catch let full as MirrorServerFull {
@@ -205,10 +213,15 @@ extension MirrorEngine {
                     for (k, i) in again.enumerated() { outcomes[i] = answers[k] }
                 }
             }
+            // Applied changes are recorded together, in order with the others' settling.
+            var applied: [(Planned, RemoteNode)] = []
             for (p, outcome) in zip(slice, outcomes) {
-                if case .applied = outcome { state.withLock { _ = $0.contentMissing.remove(p.ino) } }
+                if case .applied(let node) = outcome { applied.append((p, node)); continue }
+                try settleApplied(applied, now: now)
+                applied = []
                 try settle(p, outcome, now: now)
             }
+            try settleApplied(applied, now: now)
         }
     }
 
@@ -224,13 +237,15 @@ extension MirrorEngine {
 
     /// The wire name of an entry in the workspace, nil when it is not in it: in the Camera
     /// Roll, a special file, a name the server cannot take, a temporary name.
-    func place(_ e: DriveEntry) throws -> String? {
+    /// `isKnown`: a folder the mirror knows of that is not in its tables yet.
+    func place(_ e: DriveEntry, isKnown: (UInt64) -> Bool = { _ in false }) throws -> String? {
         if e.kind == .special { return nil }
         guard let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return nil }
         if e.parent == 1 { return name == MirrorRules.cameraRoll ? nil : name }
         // Inside a folder the mirror knows: in the workspace. Else walk up (a new folder).
+        if isKnown(e.parent) { return name }
         if try MirrorRows.synced(ino: e.parent, in: db) != nil { return name }
-        guard let parent = try drive.committedEntry(e.parent), try place(parent) != nil else { return nil }
+        guard let parent = try drive.committedEntry(e.parent), try place(parent, isKnown: isKnown) != nil else { return nil }
         return name
     }
 
