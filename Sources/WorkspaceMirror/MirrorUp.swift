@@ -129,7 +129,13 @@ extension MirrorEngine {
                 let hexes = list.map(\.hex)
                 try server.sendContent(desired.hash!, size: desired.size, blocks: hexes, open: { hex in
                     guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
-                    return try self.blocks.open(digest)
+                    do { return try self.blocks.open(digest) } catch Errno.noSuchFileOrDirectory {
+                        // Gone with a newer commit: that one goes next pass. Still this content:
+                        // the block is lost from the store, a failure to show (retried at once,
+                        // it would ask the server for a plan every pass, and say nothing).
+                        guard try self.drive.committedEntry(d.ino)?.content?.hex == desired.hash else { throw Errno.noSuchFileOrDirectory }
+                        throw MirrorRefusal("block \(hex) of its content is missing from this drive's store; the server keeps its last synced version (unmount and run 'vdrive check')")
+                    }
                 }, stop: { [weak self] in self?.stopping ?? true })
                 state.withLock { _ = $0.contentMissing.remove(d.ino) }
                 manifest = hexes
