@@ -123,6 +123,11 @@ extension MirrorEngine {
             // A new content goes with its block list; the server says which blocks it lacks
             // (or takes it at once: content it has, from any device or backup).
             var manifest: [String]?
+            if local.kind == .file, local.size == 0, desired.hash != synced?.node.hash {
+                // The empty content has no blocks to send, but a server that never recorded
+                // it needs its (empty) list with the put, as for any content it lacks.
+                manifest = []
+            }
             if local.kind == .file, local.size > 0, desired.hash != synced?.node.hash || state.withLock({ $0.contentMissing.contains(d.ino) }) {
                 let list = try drive.committedBlocks(d.ino)
                 // Committed between the two reads: this pass sends nothing for it.

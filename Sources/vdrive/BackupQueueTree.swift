@@ -26,6 +26,8 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     private let status: @Sendable () -> BackupStatus
     /// The workspace mirror's status, when it runs (its line follows the backup's).
     var mirrorStatus: (@Sendable () -> MirrorStatus)?
+    /// Whether a writable handle is open on an inode (the drive's `hasWriters`).
+    var hasWriters: (@Sendable (UInt64) -> Bool)?
     private var cache: [BackupItemState: (at: Double, items: [String: BackupListing], names: [String])] = [:]
 
     init(catalogPath: String, status: @escaping @Sendable () -> BackupStatus) throws {
@@ -63,7 +65,8 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
         if mirrorStatus != nil {
             let name = String(path.split(separator: "/").last ?? "")
             let excluded = CameraRollRules.isInCameraRoll(path) || path == MirrorRules.cameraRoll || MirrorRules.isTemporary(name)
-            if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, in: db) {
+            let writing = hasWriters?(ino) ?? false
+            if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, hasWriters: writing, in: db) {
                 sync[DriveFileSystem.syncAttribute] = Array(state.rawValue.utf8)
             }
         }

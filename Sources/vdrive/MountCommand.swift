@@ -108,7 +108,10 @@ enum MountCommand {
         let pins = backup.residency.pins
         let mirror = try MirrorWiring(fs: fs, remote: remote,
                                       arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }))
-        if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree { tree.mirrorStatus = { engine.status } }
+        if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
+            tree.mirrorStatus = { engine.status }
+            tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
+        }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }
         let pidFile = MountRegistry.pidFile(for: mountPoint)

@@ -9,7 +9,7 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     private let lock = NSLock()
     private var nodes: [String: RemoteNode] = [:]
     private var version: Int64 = 0
-    private var contents: [String: [String]] = [MirrorEngine.emptyContent: []]
+    private var contents: [String: [String]] = [:]
     /// Changes answered so far (puts and deletes), and contents sent.
     private(set) var changesReceived = 0
     private(set) var contentsSent = 0
