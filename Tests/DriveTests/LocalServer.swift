@@ -88,9 +88,10 @@ final class LocalServer {
             + (seaweed.map { ["--store", $0.storeURL] } ?? []) + databaseArguments + serveArguments
         if let seaweed { p.environment = ProcessInfo.processInfo.environment.merging(seaweed.environment) { $1 } }
         p.standardOutput = FileHandle(forWritingAtPath: outputFile)
-        // Its log (the access log's lines, errors) beside its output, for a test to read.
-        FileManager.default.createFile(atPath: outputFile + ".log", contents: nil)
-        p.standardError = FileHandle(forWritingAtPath: outputFile + ".log") ?? FileHandle.nullDevice
+        // Its log (the access log's lines, errors) beside its output, for a test to read;
+        // appended to, so what a process said before a restart stays (`accessLog(since:)`).
+        let log = open(outputFile + ".log", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        p.standardError = log >= 0 ? FileHandle(fileDescriptor: log, closeOnDealloc: true) : FileHandle.nullDevice
         try p.run()
         processes[i] = p
         for _ in 0..<200 {
@@ -110,20 +111,39 @@ final class LocalServer {
         seaweed?.stop()
     }
 
-    /// The server processes' logs (access log lines, errors), all processes together.
-    func log() -> String {
-        folders.map { (try? String(contentsOfFile: $0.output + ".log", encoding: .utf8)) ?? "" }.joined(separator: "\n")
-    }
-
-    /// Stops the server processes only (a restart keeps the store running).
-    func stopServer() {
+    /// Stops the server processes only (a restart keeps the store running); `signal`
+    /// SIGKILL: as a crash, nothing finished.
+    func stopServer(signal: Int32 = SIGTERM) {
         for i in processes.indices {
             guard let p = processes[i] else { continue }
-            kill(p.processIdentifier, SIGTERM)
+            kill(p.processIdentifier, signal)
             p.waitUntilExit()
             processes[i] = nil
         }
     }
+
+    /// Where each process's log ends now; `accessLog(since:)` reads what follows.
+    func logMark() -> [UInt64] {
+        folders.map { (try? FileManager.default.attributesOfItem(atPath: $0.output + ".log")[.size] as? UInt64) ?? 0 }
+    }
+
+    /// The access log lines every process wrote since `mark` (across restarts).
+    func accessLog(since mark: [UInt64]) -> [AccessLine] {
+        zip(folders, mark).flatMap { folder, offset -> [AccessLine] in
+            guard let handle = FileHandle(forReadingAtPath: folder.output + ".log") else { return [] }
+            defer { try? handle.close() }
+            try? handle.seek(toOffset: offset)
+            let text = String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
+            return text.split(separator: "\n").compactMap(AccessLine.init)
+        }
+    }
+
+    /// The tree's latest version: `treeChanges(since:)` counts the changes applied after it.
+    func treeVersion() -> Int64 { Int64(records("SELECT max(version) FROM tree_nodes").first ?? "") ?? 0 }
+
+    /// The nodes a change applied after `version` touched (each node counted once: its
+    /// last change).
+    func treeChanges(since version: Int64) -> Int { Int(records("SELECT count(*) FROM tree_nodes WHERE version > \(version)").first ?? "") ?? 0 }
 
     /// Bytes the server processes have written so far (/proc/PID/io wchar): received blob bytes plus a little metadata.
     func bytesWritten() -> Int64 {
@@ -182,4 +202,45 @@ final class LocalServer {
     func mountArguments(tokenFile: String, process: Int = 0) -> [String] {
         ["--server", urls[process % urls.count], "--token-file", tokenFile]
     }
+}
+
+/// One line of a server's access log (`access method=PATCH route=/v1/tus/{id} status=204 in=4194304 …`,
+/// Sources/Server/AccessLog.swift); nil for any other line.
+struct AccessLine {
+    let method: String
+    let route: String
+    let status: Int
+    let bytesIn: Int64
+    /// The device whose token the request carried; nil for none (a presigned tus PATCH).
+    let device: String?
+
+    init?(_ line: Substring) {
+        guard line.hasPrefix("access ") else { return nil }
+        var fields: [Substring: Substring] = [:]
+        for pair in line.split(separator: " ") {
+            guard let eq = pair.firstIndex(of: "=") else { continue }
+            fields[pair[..<eq]] = pair[pair.index(after: eq)...]
+        }
+        guard let method = fields["method"], let route = fields["route"], let status = fields["status"].flatMap({ Int($0) }),
+              let bytesIn = fields["in"].flatMap({ Int64($0) }) else { return nil }
+        self.method = String(method)
+        self.route = String(route)
+        self.status = status
+        self.bytesIn = bytesIn
+        device = fields["device"].flatMap { $0 == "-" ? nil : String($0) }
+    }
+
+    /// A block's bytes reaching the server: a tus PATCH or a whole-block PUT (embedded),
+    /// or the verification that follows each presigned PUT to the store (scaled: the
+    /// bytes go to the store, the server hears of each block once).
+    var isBlockUpload: Bool {
+        (method == "PATCH" && route == "/v1/tus/{id}") || (method == "PUT" && route == "/v1/blocks/{hash}")
+            || (method == "POST" && route == "/v1/blocks/{hash}/verify")
+    }
+
+    /// Asking for a content's upload plan (`POST /v1/uploads`).
+    var isUploadPlan: Bool { method == "POST" && route == "/v1/uploads" }
+
+    /// A batch of tree changes (`POST /v1/tree/changes`).
+    var isTreeChanges: Bool { method == "POST" && route == "/v1/tree/changes" }
 }
