@@ -34,7 +34,7 @@ let package = Package(
         .target(name: "Postgres", dependencies: ["CPostgres"]),
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
-        .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto"]),
+        .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto", "Backup"]),
         .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto", "CLinux"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 

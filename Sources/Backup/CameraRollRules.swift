@@ -1,9 +1,13 @@
-/// Which names the backup sees. The drive asks these before it enqueues a commit:
-/// photos, videos and their edit sidecars inside the camera roll, by extension; never
-/// temporary names; nothing else (Docs/operations.md, "What the camera backup takes").
+/// What is in the Camera Roll, in one place: photos, videos and their edit sidecars inside
+/// its folder, by extension; never temporary names; nothing else (Docs/operations.md,
+/// "What the camera backup takes"). The drive knows none of it: the backup's follower of
+/// the drive's changes asks `isInCameraRoll` of each committed or renamed file's path, the
+/// mirror leaves `folderName` out of the workspace, the wiring makes the folder in a new
+/// workspace.
 public enum CameraRollRules {
-    /// The workspace folder whose files are backed up, at any depth.
+    /// The workspace folder at the root whose files are backed up, at any depth.
     public static let folderName = "Camera Roll"
+    private static let folderPrefix = Array((folderName + "/").utf8)
 
     /// True for a workspace path the camera backup takes: inside the camera roll
     /// ("Camera Roll/2024/IMG_1.jpg"), no component a temporary name (a file inside a
@@ -11,6 +15,8 @@ public enum CameraRollRules {
     /// sidecar by its extension (`kind(ofName:)`). False for the folder itself, and for
     /// anything else dropped there (`README.md`, `notes.txt`, `.DS_Store`, `Thumbs.db`).
     public static func isInCameraRoll(_ path: String) -> Bool {
+        // Asked of every file the drive commits: a path elsewhere is turned down on its bytes.
+        guard path.utf8.starts(with: folderPrefix) else { return false }
         var components = path.split(separator: "/", omittingEmptySubsequences: true)
         guard components.count >= 2, components.first == Substring(folderName) else { return false }
         components.removeFirst()

@@ -16,8 +16,8 @@ public protocol ServerLedger: AnyObject, Sendable {
 
     /// The server answered that it does not hold version `content` of `path`, which the
     /// ledger counted as there (the server was reset, or restored from an older copy):
-    /// send it again. Called in a write transaction on the catalog; the camera-roll
-    /// observer is told after it commits (the backup engine wakes).
+    /// send it again. Called in a write transaction on the catalog, committed at once;
+    /// the change journals are told `committed` after it (the backup engine wakes).
     func serverLacks(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws
 }
 
@@ -126,7 +126,7 @@ extension BlockCache {
         }
         let lacking = originals.filter { !present.contains($0.content) }
         if !lacking.isEmpty {
-            try catalog.changingBackups { db in
+            try catalog.writingForLedger { db in
                 for f in lacking { try ledger.serverLacks(ino: f.ino, path: f.path, content: f.content, in: db) }
             }
             DriveLog.error("the server does not hold \(lacking.count) file version(s) this drive had sent (was it reset, or restored from an older copy?): "

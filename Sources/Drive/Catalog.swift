@@ -2,38 +2,6 @@ import Foundation
 import Crypto
 import Storage
 
-/// Something that wants to hear, inside the commit's own transaction, that a file
-/// under `Camera Roll` was committed or renamed into place. The backup engine
-/// implements it to queue the file in the same transaction, so that a file is
-/// never committed without being queued.
-public protocol CameraRollObserver: AnyObject, Sendable {
-    /// Inside the commit's transaction: throwing rolls the whole commit back.
-    func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws
-    /// Inside a transaction: the last writable handle of `inode` was released, so the
-    /// versions committed while it was open have settled (see `CameraRollChange.settled`).
-    /// Returns true when that made something new eligible (then `cameraRollCommitted` follows).
-    func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool
-    /// After that transaction committed (the rows are visible to other connections).
-    func cameraRollCommitted()
-}
-
-/// One camera-roll commit, with the change sequence that orders it.
-public struct CameraRollChange: Sendable {
-    public let sequence: Int64
-    public let ino: UInt64
-    public let path: String           // workspace path, e.g. "Camera Roll/2024/IMG_1.jpg"
-    /// The content hash (Crypto's `ContentHash`: SHA-256 of the block digests).
-    public let hash: SHA256Digest
-    /// Every block's digest in order, zero blocks (holes) included.
-    public let blocks: [SHA256Digest]
-    public let size: Int64
-    public let mtimeNanoseconds: Int64
-    /// False when a writable handle is still open on the file: a writer's child closing
-    /// an inherited descriptor commits a half-written version, which must not be sent.
-    /// The version settles when the last writable handle is released.
-    public let settled: Bool
-}
-
 /// The namespace and attributes of the workspace, in SQLite.
 ///
 /// Thread safety: one connection, used under `lock`. Every method takes the lock
@@ -45,7 +13,6 @@ public struct CameraRollChange: Sendable {
 /// accessed under `lock`.
 final class Catalog: @unchecked Sendable {
     static let rootIno: UInt64 = 1
-    static let cameraRollName = "Camera Roll"
     static let maxNameLength = 255
 
     let db: Database
@@ -57,28 +24,28 @@ final class Catalog: @unchecked Sendable {
     var attributeCache: [UInt64: NodeAttributes] = [:]
     /// See `securityXattrInodes`.
     private var securityInodes: Set<UInt64>?
-    /// Folder inode → whether it is the Camera Roll or inside it (`cameraRollPath`).
-    /// Emptied whenever a folder moves or goes, so it is never stale.
-    var cameraRollFolders: [UInt64: Bool] = [:]
+    /// Folder inode → its workspace path (`pathThroughFolders`). Emptied whenever a folder
+    /// moves or goes, and when a change is rolled back, so it is never stale.
+    var folderPaths: [UInt64: String] = [:]
     /// Inodes naming a block this drive does not hold (online only): their `stored`
     /// counts only what is here (see `heldHere`). Loaded on first use; eviction adds.
     var onlineInodes: Set<UInt64>?
-    var observer: CameraRollObserver?
-    /// The follower of every change (ChangeJournal.swift), and whether the change being
-    /// made is one made on its behalf (not told back).
-    var journal: ChangeJournal?
+    /// The followers of every change (ChangeJournal.swift), and whether the change being
+    /// made is one made on a follower's behalf (told to none).
+    var journals: [ChangeJournal] = []
     var applyingExternal = false
-    /// The journal recorded changes that are not committed yet: it is told once they are.
+    /// The followers recorded changes that are not committed yet: they are told once they are.
     var journalAwaitsCommit = false
     /// Whether a writable handle is open on an inode (set by the file system; takes only
     /// its leaf lock, so it may be called under the catalog lock).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
-    /// Set by a transaction that recorded a camera-roll change; read after it commits.
-    var cameraRollTouched = false
-    /// Inodes with a camera-roll version committed unsettled (a writable handle was
-    /// open): the ones a release must settle. May hold extra inodes (a rolled-back
-    /// commit): settling those finds nothing to do.
-    var unsettledCameraRoll: Set<UInt64> = []
+    /// Set when a follower asked for the change being made to commit at once
+    /// (`DriveChange.commitAtOnce`); read after its transaction.
+    var commitRequested = false
+    /// Inodes with a version a follower took unsettled (a writable handle was open): the
+    /// ones a release must settle. May hold extra inodes (a rolled-back commit): settling
+    /// those finds nothing to do.
+    var unsettledInodes: Set<UInt64> = []
     /// Group commit (GroupCommit.swift): the thread committing a group at its deadline,
     /// nil while every change commits at once.
     var groupCommitter: GroupCommitter?
@@ -100,24 +67,22 @@ final class Catalog: @unchecked Sendable {
     var inodesCommittedBelow: UInt64 = rootIno + 1
     var lostInodes: [Range<UInt64>] = []
 
-    /// Runs a write transaction, then tells the observer about camera-roll changes it
-    /// committed. Called with the lock held.
+    /// Runs a write transaction that may tell the followers of its changes; commits it at
+    /// once when one of them asked (a photo is durable at its close, and the backup reads
+    /// its queue on its own connection), which tells them `committed`. Called with the
+    /// lock held.
     func write<T>(_ body: () throws -> T) throws -> T {
-        cameraRollTouched = false
+        commitRequested = false
+        defer { commitRequested = false }
         let result = try db.transaction(body)
-        if cameraRollTouched {
-            cameraRollTouched = false
-            // A photo is durable at its close, and the backup reads the queue on its own
-            // connection: a camera-roll change commits the group at once.
-            try commitGroupKeepingChanges()
-            observer?.cameraRollCommitted()
-        }
+        if commitRequested { try commitGroupKeepingChanges() }
         return result
     }
 
     /// `extraMigrations` are other pieces' tables in this database (the backup queue),
-    /// applied after the drive's own, in one ordered list.
-    init(path: String, blobs: BlobStore, extraMigrations: [Migration] = []) throws {
+    /// applied after the drive's own, in one ordered list. `rootFolders`: folders a new
+    /// catalog starts with at its root (the wiring's Camera Roll).
+    init(path: String, blobs: BlobStore, extraMigrations: [Migration] = [], rootFolders: [String] = []) throws {
         self.blobs = blobs
         db = try Database(path: path)
         let migrations = CatalogSchema.migrations + RecordsTable.migrations + extraMigrations
@@ -147,13 +112,17 @@ final class Catalog: @unchecked Sendable {
         inodesCommittedBelow = nextIno
         generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
         try BlockMigration.removeSplitBlobFiles(db, store: blobs)
-        try bootstrapIfNew()
+        try bootstrapIfNew(rootFolders: rootFolders)
         // Every change of an inode row through this connection drops its cached copy;
         // a rollback drops them all (a row read inside the transaction may not stand).
         // Only this connection writes inodes, so the cache is exact.
+        // A folder path remembered inside a rolled-back change (a folder moved in it) goes too.
         db.observeChanges(rowChanged: { [unowned self] table, rowid in
             if table == "inodes" { attributeCache.removeValue(forKey: UInt64(rowid)) }
-        }, rolledBack: { [unowned self] in attributeCache.removeAll() })
+        }, rolledBack: { [unowned self] in
+            attributeCache.removeAll()
+            folderPaths.removeAll()
+        })
     }
 
     var databasePath: String { db.path }
@@ -172,20 +141,22 @@ final class Catalog: @unchecked Sendable {
     /// Drops every cache of rows (the rows they hold may have been rolled back).
     func forgetCaches() {
         attributeCache.removeAll()
-        cameraRollFolders.removeAll()
+        folderPaths.removeAll()
         securityInodes = nil
         onlineInodes = nil
     }
 
-    private func bootstrapIfNew() throws {
+    private func bootstrapIfNew(rootFolders: [String]) throws {
         let hasRoot = try db.queryOne("SELECT 1 FROM inodes WHERE ino = ?", Self.rootIno) { _ in true } ?? false
         if hasRoot { return }
         let now = nowNanoseconds()
         try db.transaction {
             try db.run("INSERT INTO inodes(ino, mode, uid, gid, nlink, atime_ns, mtime_ns, ctime_ns) VALUES (?, ?, ?, ?, 2, ?, ?, ?)",
                        Self.rootIno, UInt32(S_IFDIR) | 0o755, getuid(), getgid(), now, now, now)
-            _ = try insertNode(parent: Self.rootIno, name: Array(Self.cameraRollName.utf8), mode: UInt32(S_IFDIR) | 0o755,
-                               uid: getuid(), gid: getgid(), rdev: 0, target: nil, now: now)
+            for folder in rootFolders {
+                _ = try insertNode(parent: Self.rootIno, name: Array(folder.utf8), mode: UInt32(S_IFDIR) | 0o755,
+                                   uid: getuid(), gid: getgid(), rdev: 0, target: nil, now: now)
+            }
             try db.run("INSERT INTO drive_meta(key, value) VALUES ('created_ns', ?)", now)
         }
     }
@@ -353,7 +324,7 @@ final class Catalog: @unchecked Sendable {
         try withDatabase { db in
             try Self.checkName(name)
             // The checks inside the write transaction: one set of locks for the whole create.
-            let a = try db.transaction {
+            let a = try write {
                 let dir = try directory(parent)
                 if dir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
                 if try child(parent, name) != nil { throw Errno.fileExists }
@@ -380,7 +351,7 @@ final class Catalog: @unchecked Sendable {
             _ = try directory(newParent)
             if try child(newParent, newName) != nil { throw Errno.fileExists }
             let now = nowNanoseconds()
-            try db.transaction {
+            try write {
                 try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", newParent, newName, ino)
                 try db.run("UPDATE inodes SET nlink = nlink + 1, ctime_ns = ? WHERE ino = ?", now, ino)
                 try touchDirectory(newParent, now: now)
@@ -408,7 +379,7 @@ final class Catalog: @unchecked Sendable {
                 throw Errno.isDirectory
             }
             let now = nowNanoseconds()
-            try db.transaction {
+            try write {
                 try unlinkEntry(parent: parent, name: name, victim: victim, now: now)
                 try journal(.removed, victim.ino)
             }
@@ -419,7 +390,7 @@ final class Catalog: @unchecked Sendable {
     func unlinkEntry(parent: UInt64, name: [UInt8], victim: NodeAttributes, now: Int64) throws {
         try db.run("DELETE FROM entries WHERE parent = ? AND name = ?", parent, name)
         if victim.isDirectory {
-            cameraRollFolders.removeAll()
+            folderPaths.removeAll()
             try db.run("UPDATE inodes SET nlink = 0, ctime_ns = ? WHERE ino = ?", now, victim.ino)
             try touchDirectory(parent, now: now, linkDelta: -1)
         } else {
@@ -469,7 +440,7 @@ final class Catalog: @unchecked Sendable {
             if destinationDir.nlink == 0 { throw Errno.noSuchFileOrDirectory }
             let target = try child(newParent, newName)
             if source.isDirectory, try isAncestor(source.ino, of: newParent) { throw Errno.invalidArgument }
-            if source.isDirectory || target?.isDirectory == true { cameraRollFolders.removeAll() }
+            if source.isDirectory || target?.isDirectory == true { folderPaths.removeAll() }
             let now = nowNanoseconds()
 
             if flags & Self.renameExchange != 0 {
@@ -487,8 +458,6 @@ final class Catalog: @unchecked Sendable {
                         try touchDirectory(newParent, now: now)
                     }
                     try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino IN (?, ?)", now, source.ino, target.ino)
-                    try recordCameraRollRename(source.ino)
-                    try recordCameraRollRename(target.ino)
                     try journal(.renamed, source.ino)
                     try journal(.renamed, target.ino)
                 }
@@ -523,7 +492,6 @@ final class Catalog: @unchecked Sendable {
                     if newParent != parent { try touchDirectory(newParent, now: now) }
                 }
                 try db.run("UPDATE inodes SET ctime_ns = ? WHERE ino = ?", now, source.ino)
-                if !source.isDirectory { try recordCameraRollRename(source.ino) }
                 try journal(.renamed, source.ino)
             }
             return replaced
@@ -559,8 +527,8 @@ final class Catalog: @unchecked Sendable {
             changes.apply(to: &a)
             a.ctime = nowNanoseconds()
             // What a follower keeps (the mode, the modification time) told with the change.
-            let followed = journal != nil && (a.mode != before.mode || a.mtime != before.mtime)
-            try db.transaction {
+            let followed = !journals.isEmpty && (a.mode != before.mode || a.mtime != before.mtime)
+            try write {
                 try db.run("UPDATE inodes SET mode = ?, uid = ?, gid = ?, atime_ns = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?",
                            a.mode, a.uid, a.gid, a.atime, a.mtime, a.ctime, ino)
                 if followed { try journal(.attributes, ino) }

@@ -12,7 +12,7 @@ struct ContentCommit {
     var staged: [(digest: SHA256Digest, path: String, length: Int)] = []
     /// New blocks of small files, kept in the catalog (InlineBlocks.swift).
     var inlined: [(digest: SHA256Digest, bytes: [UInt8])] = []
-    /// False while a writable handle stays open (see `CameraRollChange.settled`).
+    /// False while a writable handle stays open (see `ContentVersion.settled`).
     var settled = true
     /// chmod, chown, utimens made while the file was being written, committed with it.
     var attributes = AttributeChanges()
@@ -60,22 +60,24 @@ extension Catalog {
     }
 
     /// Points a file at new content in one transaction: block rows, the file's block
-    /// list, its content hash, size and times, and (under Camera Roll) the change record
-    /// and the observer's rows. New block files are hard-linked into the store first,
-    /// under the lock; on failure nothing changes and the files this call linked go.
+    /// list, its content hash, size and times, and what its followers record of it (the
+    /// backup queue's rows for a photo). New block files are hard-linked into the store
+    /// first, under the lock; on failure nothing changes and the files this call linked go.
     func commit(ino: UInt64, _ change: ContentCommit) throws -> NodeAttributes {
         try withDatabase { db in
             var a = try node(ino)
             var linkedHere: [SHA256Digest] = []
             var staged = change.staged
             var inlined = change.inlined
-            // A photo stays a file whatever its size: the backup and "optimize storage"
-            // work on block files (an inline block cannot be made online-only).
             var written: [String] = []
             defer { for path in written { _ = unlink(path) } }
-            // Its path when it is in the Camera Roll (else nil, without walking to the root).
-            let path = a.nlink > 0 ? try cameraRollPath(of: ino) : nil
-            if !inlined.isEmpty, path != nil {
+            // Asked of the followers before the transaction, told to them inside it: a path
+            // worked out for the first is not looked up again for the second.
+            let asked = DriveChange(.content, ino, catalog: self)
+            // A photo stays a file whatever its size when its follower says so: the backup
+            // and "optimize storage" work on block files (an inline block cannot be made
+            // online-only).
+            if !inlined.isEmpty, !journals.isEmpty, try followersKeepBlockFiles(asked) {
                 for block in inlined {
                     let (fd, stagingPath) = try blobs.makeStagingFile()
                     written.append(stagingPath)
@@ -123,11 +125,9 @@ extension Catalog {
                     a.ctime = now
                     try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
                                content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
-                    if let path {
-                        try recordCameraRollCommit(ino: ino, path: path, content: content, blocks: blocks, size: change.size,
-                                                   mtime: a.mtime, settled: change.settled, now: now)
-                    }
-                    try journal(.content, ino)
+                    try journal(DriveChange(.content, ino, catalog: self, sharingPathWith: asked,
+                                            version: ContentVersion(hash: content, blocks: blocks, size: change.size,
+                                                                    mtimeNanoseconds: a.mtime, settled: change.settled)))
                     return (a, try takeUnreferencedBlocks())
                 }
                 removeBlockFiles(garbage)
@@ -162,67 +162,22 @@ extension Catalog {
         throw Errno.current
     }
 
-    /// `path`: the file's path when the caller has it (else it is walked here).
-    func recordCameraRollCommit(ino: UInt64, path known: String? = nil, content: SHA256Digest, blocks: [SHA256Digest], size: Int64,
-                                mtime: Int64, settled: Bool, now: Int64) throws {
-        guard let path = try known ?? path(of: ino), Self.isInCameraRoll(path) else { return }
-        try db.run("INSERT INTO camera_changes(ino, path, hash, size, mtime_ns, committed_ns) VALUES (?, ?, ?, ?, ?, ?)",
-                   ino, path, content.hex, size, mtime, now)
-        let change = CameraRollChange(sequence: db.lastInsertRowID, ino: ino, path: path, hash: content, blocks: blocks,
-                                      size: size, mtimeNanoseconds: mtime, settled: settled)
-        try observer?.cameraRollChanged(change, in: db)
-        if !settled { unsettledCameraRoll.insert(ino) }
-        cameraRollTouched = true
-    }
-
-    /// A file renamed into (or within) the Camera Roll counts as a commit under its new
-    /// name: a file copied under a temporary name and renamed into place is backed up
-    /// under its final name. Its content is already known, so nothing is re-read.
-    func recordCameraRollRename(_ ino: UInt64) throws {
-        let settled = !(hasWriters?(ino) ?? false)
-        let a = try node(ino)
-        guard a.isRegularFile, a.size > 0, let content = a.content else { return }
-        let blocks = Self.fullList(try blockRows(ino, db), size: a.size)
-        try recordCameraRollCommit(ino: ino, content: content, blocks: blocks, size: a.size, mtime: a.mtime,
-                                   settled: settled, now: nowNanoseconds())
-    }
-
-    static func isInCameraRoll(_ path: String) -> Bool {
-        path.hasPrefix(cameraRollName + "/")
-    }
-
-    /// The path of a file in the Camera Roll, or nil. A file elsewhere costs one query
-    /// and a lookup of its folder (`cameraRollFolders`), not a walk to the root (a query
-    /// per folder: 15-20 µs of every commit of `tar x`).
-    func cameraRollPath(of ino: UInt64) throws -> String? {
-        guard let parent = try db.queryOne("SELECT parent FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino, row: { UInt64($0.int64(0)) }),
-              try folderIsInCameraRoll(parent),
-              let path = try path(of: ino), Self.isInCameraRoll(path) else { return nil }
-        return path
-    }
-
-    private func folderIsInCameraRoll(_ folder: UInt64) throws -> Bool {
-        if folder == Self.rootIno { return false }
-        if let known = cameraRollFolders[folder] { return known }
-        guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", folder,
-                                                   row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return false }
-        let inside = parent == Self.rootIno ? name == Array(Self.cameraRollName.utf8) : try folderIsInCameraRoll(parent)
-        if cameraRollFolders.count >= 65_536 { cameraRollFolders.removeAll() }
-        cameraRollFolders[folder] = inside
-        return inside
-    }
-
-    /// The last writable handle of a camera-roll file was released: its versions settle.
+    /// The last writable handle of a file was released: the versions a follower took
+    /// unsettled settle.
     func settle(_ ino: UInt64) throws {
-        guard let observer else { return }
+        guard !journals.isEmpty else { return }
         try withDatabase { db in
-            // Only a camera-roll version committed unsettled in this process can need it
-            // (those of an earlier process are settled at start): every other release
+            // Only an inode whose unsettled version a follower took in this process can need
+            // it (those of an earlier process are settled at start): every other release
             // costs no query.
-            guard unsettledCameraRoll.remove(ino) != nil else { return }
-            guard let path = try path(of: ino), Self.isInCameraRoll(path) else { return }
+            guard unsettledInodes.remove(ino) != nil else { return }
             try write {
-                if try observer.cameraRollSettled(inode: ino, in: db) { cameraRollTouched = true }
+                for follower in journals {
+                    if try follower.settled(ino: ino, in: db) {
+                        journalAwaitsCommit = true
+                        commitRequested = true
+                    }
+                }
             }
         }
     }

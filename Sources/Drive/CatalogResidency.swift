@@ -275,13 +275,14 @@ extension Catalog {
     /// Runs `body` on the catalog's connection under the lock (the backup ledger's queries).
     func reading<T>(_ body: (Database) throws -> T) throws -> T { try withDatabase(body) }
 
-    /// The same in one write transaction that changes the backup queue (the ledger's):
-    /// the camera-roll observer hears of it after the commit, and the backup wakes.
-    func changingBackups(_ body: (Database) throws -> Void) throws {
+    /// The same in one write transaction in which the ledger queues versions to send again:
+    /// committed at once, then every follower is told `committed` (the backup wakes).
+    func writingForLedger(_ body: (Database) throws -> Void) throws {
         try withDatabase { db in
             try write {
                 try body(db)
-                cameraRollTouched = true
+                journalAwaitsCommit = true
+                commitRequested = true
             }
         }
     }

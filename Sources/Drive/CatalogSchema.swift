@@ -20,8 +20,9 @@ import Storage
 ///   (and on other tables that pin blobs, such as the backup queue), so a
 ///   reference count can never drift from the rows that hold it. `gen` is the
 ///   commit generation that stored the blob (see Durability.swift).
-/// - `camera_changes`: every commit in `Camera Roll`, numbered by a monotonic
-///   change sequence: the backup engine's input.
+/// - `numbered_changes` (`camera_changes` until drive-006): every change a follower asked
+///   a number for (`DriveChange.sequence`: the backup numbers each photo version it
+///   queues), by a sequence that only grows over the catalog's life.
 enum CatalogSchema {
     static let migrations: [Migration] = [
         Migration("drive-001-catalog", """
@@ -166,6 +167,12 @@ enum CatalogSchema {
         ) WITHOUT ROWID;
         CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks
         BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
+        """),
+        // The drive no longer tells which files are in the Camera Roll: the backup asks for
+        // a number for each version it queues, from the same sequence (the rename carries
+        // the table's AUTOINCREMENT counter, so numbers go on from the highest given).
+        Migration("drive-006-numbered-changes", """
+        ALTER TABLE camera_changes RENAME TO numbered_changes;
         """),
     ]
 }

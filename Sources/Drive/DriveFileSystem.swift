@@ -53,11 +53,14 @@ public final class DriveFileSystem: @unchecked Sendable {
     public let blockCache: BlockCache
 
     /// Opens (or creates) the workspace state in `statePath`: `catalog.sqlite` and `blobs/`.
-    /// `extraMigrations` are the tables other pieces keep in the catalog (the backup queue).
-    public init(statePath: String, extraMigrations: [Migration] = [], flushInterval: TimeInterval = 1.0) throws {
+    /// `extraMigrations` are the tables other pieces keep in the catalog (the backup queue);
+    /// `rootFolders`, the folders a new workspace starts with (the camera backup's folder).
+    public init(statePath: String, extraMigrations: [Migration] = [], rootFolders: [String] = [],
+                flushInterval: TimeInterval = 1.0) throws {
         self.statePath = statePath
         blobs = try BlobStore(root: statePath + "/blobs")
-        catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs, extraMigrations: extraMigrations)
+        catalog = try Catalog(path: statePath + "/catalog.sqlite", blobs: blobs, extraMigrations: extraMigrations,
+                              rootFolders: rootFolders)
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
         blockCache = try BlockCache(catalog: catalog, blobs: blobs)
         catalog.hasWriters = { [unowned self] ino in tables.withLock { (openNodes[ino]?.writers ?? 0) > 0 } }
@@ -74,16 +77,10 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// wiring fetches what became pinned (PinnedContent.swift). Set before the mount serves.
     public var pinsChanged: (@Sendable () -> Void)?
 
-    /// The follower of every change the kernel makes (ChangeJournal.swift). Set before the
-    /// mount serves.
-    public var changeJournal: ChangeJournal? {
-        get { catalog.journal }
-        set { catalog.journal = newValue }
-    }
-
-    public var cameraRollObserver: CameraRollObserver? {
-        get { catalog.observer }
-        set { catalog.observer = newValue }
+    /// Adds a follower of every change the kernel makes (ChangeJournal.swift): the mirror,
+    /// the camera backup. Before the mount serves.
+    public func addFollower(_ journal: ChangeJournal) {
+        catalog.withDatabaseUnchecked { catalog.journals.append(journal) }
     }
 
     /// Runs the checks a mount needs before serving: leftovers of a kill, and after an
@@ -114,8 +111,8 @@ public final class DriveFileSystem: @unchecked Sendable {
         catalog.startGroupCommits(window: groupCommitWindow)
     }
 
-    /// How long a change outside the Camera Roll may wait for the commit it shares with
-    /// the changes after it (see GroupCommit.swift): 10 ms, or `VDRIVE_COMMIT_WINDOW_MS`
+    /// How long a change may wait for the commit it shares with the changes after it,
+    /// unless a follower asks for it at once (see GroupCommit.swift): 10 ms, or `VDRIVE_COMMIT_WINDOW_MS`
     /// (0: every change is committed before its reply, as before group commit).
     public static let defaultGroupCommitWindow: TimeInterval = {
         if let text = ProcessInfo.processInfo.environment["VDRIVE_COMMIT_WINDOW_MS"], let ms = Double(text), ms >= 0 {
@@ -895,7 +892,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             }
             // No writable handle left: the versions committed while it was open settle.
             if lastWriter {
-                do { try catalog.settle(h.node.ino) } catch { DriveLog.error("settling inode \(h.node.ino) for backup failed: \(error)") }
+                do { try catalog.settle(h.node.ino) } catch { DriveLog.error("settling inode \(h.node.ino) for its followers failed: \(error)") }
             }
         }
         closeNode(h.node)
@@ -961,10 +958,6 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     public static let contentHashAttribute = "user.vdrive.content-hash"
-    /// The folder at the root whose photos and videos the camera backup takes, per device:
-    /// the drive makes it; the backup (which media files in it it takes) and the mirror
-    /// (which leaves it out of the workspace) name it through this.
-    public static let cameraRollFolder = Catalog.cameraRollName
 
     /// Where the file stands with the workspace's mirror (synced, pending, online-only, …).
     public static let syncAttribute = "user.vdrive.sync"

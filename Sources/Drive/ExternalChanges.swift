@@ -119,7 +119,7 @@ public final class ExternalEdit {
         guard destination.isDirectory, destination.nlink > 0 else { throw Errno.notDirectory }
         if source.kind == .folder {
             if try catalog.isAncestor(source.ino, of: newParent) { throw Errno.invalidArgument }
-            catalog.cameraRollFolders.removeAll()
+            catalog.folderPaths.removeAll()
         }
         let now = nowNanoseconds()
         try database.run("UPDATE entries SET parent = ?, name = ? WHERE parent = ? AND name = ?", newParent, newName, parent, name)

@@ -2,15 +2,15 @@ import Foundation
 import Crypto
 import Storage
 
-/// Group commit: outside the Camera Roll, the catalog's changes of a few milliseconds
-/// share one SQLite commit (Docs/architecture.md, "Group commit").
+/// Group commit: the catalog's changes of a few milliseconds share one SQLite commit
+/// (Docs/architecture.md, "Group commit").
 ///
 /// Each change still runs whole or not at all (a savepoint of the open transaction),
 /// and the catalog's own connection, which serves every FUSE request, sees it at once.
 /// What changes is only when a change survives a kill of the process: at the group's
-/// commit, at most `window` after the change, instead of before its reply. A change
-/// under the Camera Roll (a photo's close, the backup queue), `fsync`, the flusher and
-/// an unmount commit the group at once. What a kill loses is always the newest changes
+/// commit, at most `window` after the change, instead of before its reply. A change a
+/// follower asks to commit at once (`DriveChange.commitAtOnce`: the backup, for a photo
+/// it queued), `fsync`, the flusher and an unmount commit the group at once. What a kill loses is always the newest changes
 /// in the order they were made: the catalog after a kill is the drive as it was at some
 /// moment, never a mix.
 ///
@@ -43,7 +43,7 @@ extension Catalog {
     }
 
     /// Commits the open group now; throws when that failed (the caller needs it durable:
-    /// fsync, the flusher, a camera-roll change). Called with the lock held.
+    /// fsync, the flusher, a change a follower asked to commit at once). Called with the lock held.
     func commitGroup() throws {
         do {
             try db.commitGroup()

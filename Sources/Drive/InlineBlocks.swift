@@ -22,8 +22,9 @@ import Synchronization
 /// What differs: the block is staged in memory while written (a `memfd`, moved to a
 /// staging file on the disk if the file grows past `limit`); it is durable with the
 /// catalog's transaction, so the check after an unclean stop has nothing to re-hash;
-/// it is never made online-only. Files in the Camera Roll always get block files
-/// (the backup and "optimize storage" work on those).
+/// it is never made online-only. Files a change follower keeps as block files
+/// (`ChangeJournal.keepsBlockFiles`: the backup's photos) always get them (the backup and
+/// "optimize storage" work on those).
 public enum InlineBlocks {
     /// 64 KiB: 96% of the files of `/usr/include`; a block this size adds 16 pages to
     /// the commit's WAL write, about what a new inode and its directory entries cost.

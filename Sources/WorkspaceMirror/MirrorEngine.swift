@@ -101,7 +101,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         feedDB = try Database(path: drive.catalogPath)
         statusDB = try Database(path: drive.catalogPath)
         journal.wake = { [weak self] in self?.wake() }
-        drive.changeJournal = journal
+        drive.addFollower(journal)
     }
 
     public var status: MirrorStatus {

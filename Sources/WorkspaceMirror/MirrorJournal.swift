@@ -12,8 +12,8 @@ public final class MirrorJournal: ChangeJournal, @unchecked Sendable {   // `wak
 
     public init() {}
 
-    public func record(_ kind: DriveChangeKind, ino: UInt64, in database: Database) throws {
-        try MirrorRows.markDirty(ino, now: MirrorClock.nanoseconds(), in: database)
+    public func record(_ change: DriveChange, in database: Database) throws {
+        try MirrorRows.markDirty(change.ino, now: MirrorClock.nanoseconds(), in: database)
     }
 
     public func committed() { wake?() }

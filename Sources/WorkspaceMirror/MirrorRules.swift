@@ -1,11 +1,12 @@
 import Foundation
-import Drive
+import Backup
 
 /// What the workspace holds and how a conflict copy is named (Docs/sync.md, "What is
 /// synced", "Conflicts").
 public enum MirrorRules {
-    /// The camera roll's folder at the root: the backup's, per device, never the workspace's.
-    public static let cameraRoll = DriveFileSystem.cameraRollFolder
+    /// The camera roll's folder at the root: the backup's, per device, never the workspace's
+    /// (the backup's rule names it).
+    public static let cameraRoll = CameraRollRules.folderName
 
     /// Names editors and tools give their temporary files: never sent (a save through a
     /// temporary name is sent once, under its final name).

@@ -6,29 +6,57 @@ import Drive
 import Storage
 import WorkspaceMirror
 
-/// The drive's camera-roll commits, queued for backup in the commit's own transaction
-/// (so a file is never committed without being queued), then the engine woken once
-/// the transaction is visible.
-final class BackupHook: CameraRollObserver {
+/// The camera backup's follower of the drive's changes (ChangeJournal.swift). A file
+/// committed, or renamed into place, at a path the camera roll's rule takes
+/// (`CameraRollRules.isInCameraRoll`: media files under `Camera Roll/`, temporary names
+/// never) is queued in the change's own transaction, so a file is never committed without
+/// being queued; that transaction commits at once, and the engine is woken after it.
+final class BackupHook: ChangeJournal {
     private let engine = Mutex<BackupEngine?>(nil)
+    /// Something was queued or settled since the followers were last told of a commit: the
+    /// engine wakes for that commit only (the others, a `tar x` elsewhere, wake nothing).
+    private let queued = Atomic<Bool>(false)
 
     func attach(_ e: BackupEngine?) { engine.withLock { $0 = e } }
 
-    func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws {
-        // Temporary names (.part, dot-files, rsync's .name.XXXXXX) are never queued: the
-        // rename into the final name is recorded as a change of its own.
-        guard CameraRollRules.isInCameraRoll(change.path) else { return }
+    func record(_ change: DriveChange, in database: Database) throws {
+        // A rename into place counts as a commit under the final name: a copy under a
+        // temporary name (.part, rsync's .name.XXXXXX) is queued once, when renamed.
+        guard change.kind == .content || change.kind == .renamed,
+              let path = try change.path(), CameraRollRules.isInCameraRoll(path),
+              let version = try change.version() else { return }
+        // An empty file renamed into place is a placeholder, not a photo yet.
+        if change.kind == .renamed && version.size == 0 { return }
         try BackupQueue.enqueue(in: database, item: CameraRollCommit(
-            changeSequence: change.sequence, inode: change.ino, path: change.path, hash: change.hash,
-            size: change.size, mtime: change.mtimeNanoseconds / 1_000_000_000,
-            blocks: change.blocks, settled: change.settled))
+            changeSequence: try change.sequence(), inode: change.ino, path: path, hash: version.hash,
+            size: version.size, mtime: version.mtimeNanoseconds / 1_000_000_000,
+            blocks: version.blocks, settled: version.settled))
+        // A photo is durable at its close, and the engine reads the queue on its own connection.
+        change.commitAtOnce()
+        queued.store(true, ordering: .relaxed)
     }
 
-    func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool {
-        try BackupQueue.settle(in: database, inode: inode) > 0
+    /// A photo's blocks stay files whatever its size: the engine sends block files, and
+    /// optimize storage can make only those online-only.
+    func keepsBlockFiles(ino: UInt64, path: () throws -> String?) throws -> Bool {
+        try path().map(CameraRollRules.isInCameraRoll) ?? false
     }
 
-    func cameraRollCommitted() {
+    func settled(ino: UInt64, in database: Database) throws -> Bool {
+        guard try BackupQueue.settle(in: database, inode: ino) > 0 else { return false }
+        queued.store(true, ordering: .relaxed)
+        return true
+    }
+
+    /// Queues again a version the server lost (the ledger's `serverLacks`), in the drive's
+    /// write transaction for the ledger; the engine wakes once it commits.
+    func requeueDone(path: String, hash: SHA256Digest, reason: String, in database: Database) throws {
+        _ = try BackupQueue(db: database).requeueDone(path: path, hash: hash, reason: reason)
+        queued.store(true, ordering: .relaxed)
+    }
+
+    func committed() {
+        guard queued.exchange(false, ordering: .relaxed) else { return }
         engine.withLock { $0 }?.wake()
     }
 }

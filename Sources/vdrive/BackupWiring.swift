@@ -4,8 +4,8 @@ import Crypto
 import Drive
 import Storage
 
-/// Connects the backup engine to a mounted drive: the commit hook, the `.backup/`
-/// tree, and the transport to the configured server (or none, in which case the
+/// Connects the backup engine to a mounted drive: the change journal's follower, the
+/// `.backup/` tree, and the transport to the configured server (or none, in which case the
 /// engine waits and its status says so).
 final class BackupWiring {
     let hook = BackupHook()
@@ -16,7 +16,7 @@ final class BackupWiring {
 
     init(fs: DriveFileSystem, state: String, remote: RemoteConfig?) throws {
         self.fs = fs
-        residency = ResidencyWiring(fs: fs, stateFolder: state, settingsPath: BackupPaths.settings, remote: remote)
+        residency = ResidencyWiring(fs: fs, stateFolder: state, settingsPath: BackupPaths.settings, remote: remote, backup: hook)
         // Before the mount serves, no handle can be open: versions a killed mount left
         // unsettled are what their files hold now, so they may go.
         try BackupQueue.settleAll(in: try Database(path: fs.catalogPath))
@@ -24,7 +24,7 @@ final class BackupWiring {
                               transport: try Self.transport(remote),
                               blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: fs.blobStore, catalogPath: fs.catalogPath)),
                               policy: Self.policy())
-        fs.cameraRollObserver = hook
+        fs.addFollower(hook)
         let engine = self.engine
         fs.virtualTree = try BackupQueueTree(catalogPath: fs.catalogPath, status: { engine.status() })
     }

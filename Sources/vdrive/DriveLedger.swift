@@ -19,6 +19,9 @@ final class DriveLedger: ServerLedger {
     /// local for the rest of the mount, and are not asked about again.
     private let lacking = Mutex<Set<Key>>([])
     private struct Key: Hashable { var ino: UInt64; var content: SHA256Digest }
+    private let backup: BackupHook
+
+    init(backup: BackupHook) { self.backup = backup }
 
     func isOnServer(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws -> Bool {
         if try database.queryOne("SELECT 1 FROM backup_items WHERE path = ? AND hash = ? AND state = 'done' LIMIT 1",
@@ -35,7 +38,7 @@ final class DriveLedger: ServerLedger {
 
     func serverLacks(ino: UInt64, path: String, content: SHA256Digest, in database: Database) throws {
         lacking.withLock { _ = $0.insert(Key(ino: ino, content: content)) }
-        _ = try BackupQueue(db: database).requeueDone(path: path, hash: content,
-                                                  reason: "the server no longer holds this version (reset, or restored from an older copy): sent again")
+        try backup.requeueDone(path: path, hash: content,
+                               reason: "the server no longer holds this version (reset, or restored from an older copy): sent again", in: database)
     }
 }

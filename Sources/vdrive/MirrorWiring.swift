@@ -11,7 +11,7 @@ final class MirrorWiring {
     /// `arrivals`: told of contents the mirror brings down (a mount prefetches small files).
     init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals? = nil) throws {
         guard let remote else {
-            fs.changeJournal = MirrorJournal()
+            fs.addFollower(MirrorJournal())
             engine = nil
             return
         }

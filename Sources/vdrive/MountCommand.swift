@@ -1,4 +1,5 @@
 import Foundation
+import Backup
 import Drive
 import Storage
 
@@ -89,7 +90,8 @@ enum MountCommand {
         defer { lock.release() }
         let fs: DriveFileSystem
         do {
-            fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras)
+            fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras,
+                                     rootFolders: [CameraRollRules.folderName])
         } catch let error as MigrationError {
             throw CLIError(error.description, code: ExitCode.config)
         } catch let error as DatabaseError where error.isCorrupt {

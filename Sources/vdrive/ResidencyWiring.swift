@@ -15,7 +15,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
     private let fs: DriveFileSystem
     private let stateFolder: String
     private let settingsPath: String
-    private let ledger = DriveLedger()
+    private let ledger: DriveLedger
     private let bound = BackgroundThread(name: "vdrive-cache-bound")
     let pins: PinFetcher
 
@@ -24,8 +24,10 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         ProcessInfo.processInfo.environment["VDRIVE_CACHE_CHECK_SECONDS"].flatMap(Double.init) ?? 10
     }
 
-    init(fs: DriveFileSystem, stateFolder: String, settingsPath: String, remote: RemoteConfig?) {
+    /// `backup`: queues again what the server lost, and wakes the engine for it.
+    init(fs: DriveFileSystem, stateFolder: String, settingsPath: String, remote: RemoteConfig?, backup: BackupHook) {
         self.fs = fs
+        ledger = DriveLedger(backup: backup)
         self.stateFolder = stateFolder
         self.settingsPath = settingsPath
         pins = PinFetcher(fs: fs, interval: Self.checkInterval)

@@ -78,7 +78,8 @@ enum TaskCommand {
             return
         }
         defer { lock.release() }
-        let fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras)
+        let fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras,
+                                     rootFolders: [CameraRollRules.folderName])
         _ = try fs.recover()
         defer { fs.shutdown() }
         let wiring = try MirrorWiring(fs: fs, remote: remote)

@@ -2,7 +2,9 @@ import Foundation
 import Testing
 @testable import Backup
 
-/// Which files the camera backup takes (Docs/operations.md, "What the camera backup takes").
+/// Which files the camera backup takes (Docs/operations.md, "What the camera backup takes"):
+/// the one rule of what is in the Camera Roll. The drive knows none of it; the backup's
+/// follower of the drive's changes asks it of every file committed or renamed.
 @Suite(.tags(.logic)) struct CameraRollTypeTests {
     @Test(arguments: [
         "Camera Roll/IMG_0001.jpg", "Camera Roll/IMG_0001.JPG", "Camera Roll/2024/07/IMG_0100.HEIC",
@@ -12,7 +14,7 @@ import Testing
         "Camera Roll/IMG_0002.MOV", "Camera Roll/VID_20240101.mp4", "Camera Roll/GX010001.MP4",
         "Camera Roll/00001.MTS", "Camera Roll/clip.3gp", "Camera Roll/clip.mkv",
         "Camera Roll/IMG_0001.AAE", "Camera Roll/IMG_0001.jpg.xmp", "Camera Roll/_DSC1234.xmp",
-        "Camera Roll/😀 été.jpg",
+        "Camera Roll/😀 été.jpg", "Camera Roll/Trip/Day 1/IMG_1.HEIC",
     ])
     func takesPhotosVideosAndSidecars(_ path: String) {
         #expect(CameraRollRules.isInCameraRoll(path))
@@ -24,6 +26,8 @@ import Testing
         "Camera Roll/jpg", "Camera Roll/.jpg", "Camera Roll/index.html", "Camera Roll/db.sqlite",
         "Camera Roll/IMG_1.jpg.part", "Camera Roll/.IMG_1.jpg.x8Yz1Q", "Camera Roll/.staging/IMG_1.jpg",
         "Camera Roll/IMG_1.jpg~", "Camera Roll", "Documents/IMG_1.jpg", "Camera Rollers/IMG_1.jpg",
+        // Only the folder at the root, by its exact name.
+        "Docs/Camera Roll/IMG_1.jpg", "camera roll/IMG_1.jpg", "Camera Roll.jpg",
     ])
     func leavesEverythingElse(_ path: String) {
         #expect(!CameraRollRules.isInCameraRoll(path))

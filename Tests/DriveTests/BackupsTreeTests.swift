@@ -63,7 +63,7 @@ import Storage
 
         init() throws {
             dir = TemporaryDirectory()
-            fs = try DriveFileSystem(statePath: dir.path + "/state")
+            fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
             _ = try fs.recover()
             table = try RecordsTable(catalogPath: fs.catalogPath)
             tree = try BackupsTree(table: table)
@@ -350,7 +350,7 @@ import Storage
         let db = try Database(path: s.fs.catalogPath)
         try db.execute("DROP TABLE backups_entries; DELETE FROM sqlite_sequence WHERE name = 'backups_entries'")
         try db.run("DELETE FROM schema_migrations WHERE name = ?", BackupsRows.migration.name)
-        let fs = try DriveFileSystem(statePath: s.dir.path + "/state")   // opening migrates
+        let fs = try DriveFileSystem.workspace(statePath: s.dir.path + "/state")   // opening migrates
         let tree = try BackupsTree(table: try RecordsTable(catalogPath: fs.catalogPath))
         #expect(Self.walk(tree) == before)
         #expect((tree.entries(in: "phone/2019/07") ?? []).map(\.name).sorted() == [".versions", "IMG_0001 (2).jpg", "IMG_0001.jpg"])
@@ -358,7 +358,7 @@ import Storage
 
     @Test func aWorkspaceFolderCalledBackupsIsNotHidden() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         #expect(!fs.rootHasEntry(named: "Backups"))
         _ = try fs.create(parent: 1, name: Array("Backups".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)

@@ -97,7 +97,7 @@ extension FakeRemote {
     /// A drive holding one file of `size` pseudo-random bytes whose blocks were then
     /// dropped (online-only), and a fake server holding them.
     func onlineOnlyFile(_ dir: TemporaryDirectory, size: Int) throws -> (DriveFileSystem, FakeRemote, UInt64, [UInt8]) {
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(size, seed: 11)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("video.mp4".utf8), mode: 0o644, uid: 0, gid: 0)
@@ -190,7 +190,7 @@ extension FakeRemote {
         try [UInt8](repeating: 0xAB, count: 1000).withUnsafeBytes { try FileIO.pwrite(fd, $0, at: Int64(2 * Blocks.chunkSize)) }
         FileIO.close(fd)
         fs.shutdown()
-        let again = try DriveFileSystem(statePath: dir.path + "/state")
+        let again = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try again.recover()
         again.blockCache.remote = remote
         let at = 2 * Blocks.chunkSize
@@ -291,7 +291,7 @@ extension FakeRemote {
 
     @Test func aDamagedBlockIsFetchedBackFromTheServer() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(100_000, seed: 3)
         let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("p.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
@@ -555,7 +555,7 @@ final class FakeLedger: ServerLedger, @unchecked Sendable {   // `done` changes 
             }
             try db.run("INSERT INTO drive_meta(key, value) VALUES ('created_ns', 0), ('clean_unmount', 1)")
         }
-        let fs = try DriveFileSystem(statePath: state)
+        let fs = try DriveFileSystem.workspace(statePath: state)
         _ = try fs.recover()
         #expect(try fs.catalog.withDatabase { try $0.appliedMigrations() }.contains("drive-004-residency"))
         #expect(try fs.blockCache.totals() == ResidencyTotals(local: Int64(bytes.count), cached: 0, onlineOnly: 0))

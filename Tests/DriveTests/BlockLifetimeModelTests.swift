@@ -1,4 +1,5 @@
 import Testing
+import Backup
 import Foundation
 import Crypto
 import Storage
@@ -47,7 +48,7 @@ import Storage
         var fs = try L.open(dir)
         fs.blockCache.remote = remote
         defer { fs.shutdown() }
-        let roll = try L.folder(fs, Catalog.cameraRollName)
+        let roll = try L.folder(fs, CameraRollRules.folderName)
         let names = ["a", "b", "c", "d"]
         let folders: [(ino: UInt64, label: String)] = [(Catalog.rootIno, ""), (roll, "Camera Roll/")]
         /// (folder index, name) → the file's bytes.

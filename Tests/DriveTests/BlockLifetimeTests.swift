@@ -1,4 +1,5 @@
 import Testing
+import Backup
 import Foundation
 import Crypto
 import Storage
@@ -12,12 +13,12 @@ import Storage
     /// Every boundary: one byte, the largest block kept in the catalog and one past it,
     /// a photo, a block less one, one block, one block and a byte, several blocks.
     static let sizes = [1, InlineBlocks.limit, InlineBlocks.limit + 1, 300_000, Blocks.size - 1, Blocks.size, Blocks.size + 1, 2 * Blocks.size + 7]
-    static let folders = ["", Catalog.cameraRollName]
+    static let folders = ["", CameraRollRules.folderName]
 
     /// A drive whose groups commit only when asked (a window of a minute stands for
     /// "not yet"): a delete and the next save share one group, as they do within 10 ms.
     static func open(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         fs.startBackgroundWork(groupCommitWindow: 60)
         return fs
@@ -150,7 +151,7 @@ import Storage
         let digest = SHA256Hasher.digest(bytes)
         let fs = try Self.open(dir)
         defer { fs.shutdown() }
-        let roll = try Self.folder(fs, Catalog.cameraRollName)
+        let roll = try Self.folder(fs, CameraRollRules.folderName)
         try Self.save(fs, roll, "IMG_1.jpg", bytes)
         let original = try fs.lookup(parent: roll, name: Array("IMG_1.jpg".utf8)).ino
         fs.forget(original, count: 1)

@@ -8,7 +8,7 @@ import Backup
 /// Tier one: the file system's logic called directly, no kernel involved.
 @Suite(.tags(.logic)) struct FileSystemLogicTests {
     func makeFS(_ dir: TemporaryDirectory) throws -> DriveFileSystem {
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         return fs
     }
@@ -32,13 +32,14 @@ import Backup
         return Array(out[0..<n])
     }
 
-    /// One name for the camera roll's folder: the drive makes it, the backup takes media
-    /// files in it, the mirror leaves it out of the workspace.
-    @Test func theCameraRollIsOneFolderForTheDriveAndTheBackup() throws {
-        #expect(CameraRollRules.folderName == DriveFileSystem.cameraRollFolder)
+    /// A new workspace starts with the folders its wiring names (the camera backup's), and
+    /// the drive itself makes none: it does not know what a camera roll is.
+    @Test func aNewWorkspaceStartsWithTheFoldersItsWiringNames() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
-        #expect(try fs.lookup(parent: 1, name: Array(DriveFileSystem.cameraRollFolder.utf8)).isDirectory)
+        #expect(try fs.lookup(parent: 1, name: Array(CameraRollRules.folderName.utf8)).isDirectory)
+        let bare = try DriveFileSystem(statePath: dir.path + "/bare")
+        #expect(try bare.readdir(1, after: 0, limit: 10).map(\.name) == [Array(".".utf8), Array("..".utf8)])
     }
 
     @Test func sequentialWritesAreHashedWithoutReadingBack() throws {
@@ -160,20 +161,14 @@ import Backup
         #expect(committed.content == ContentHash.of(bytes: Array("extracted".utf8)))
     }
 
-    /// Whether a commit is in the Camera Roll is remembered per folder; a folder moved
-    /// into or out of it, or removed, is asked again.
+    /// A follower asks for the path of what changed; a folder's path is remembered, and a
+    /// folder moved into or out of the Camera Roll is seen at the next commit.
     @Test func foldersMovedIntoAndOutOfTheCameraRollAreSeenAtTheNextCommit() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
-        final class Recorder: CameraRollObserver, @unchecked Sendable {
-            var paths: [String] = []
-            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { paths.append(change.path) }
-            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
-            func cameraRollCommitted() {}
-        }
-        let recorder = Recorder()
-        fs.cameraRollObserver = recorder
+        let recorder = PhotoRecorder()
+        fs.addFollower(recorder)
         func commit(_ parent: UInt64, _ name: String) throws {
             let (_, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
             try write(fs, fh, Array(name.utf8), at: 0)
@@ -186,44 +181,73 @@ import Backup
         try commit(day.ino, "inside.jpg")
         try fs.rename(parent: roll.ino, name: Array("trip".utf8), newParent: 1, newName: Array("back".utf8), flags: 0)
         try commit(day.ino, "after.jpg")
-        #expect(recorder.paths == ["Camera Roll/trip/day1/inside.jpg"])
-        // A small file committed outside is kept in the catalog; inside, as a block file.
+        #expect(recorder.heard.map(\.path) == ["Camera Roll/trip/day1/inside.jpg"])
+        // A small file committed outside is kept in the catalog; a photo, as a block file.
         #expect(!fs.blobs.contains(SHA256Hasher.digest("after.jpg")))
         #expect(fs.blobs.contains(SHA256Hasher.digest("inside.jpg")))
     }
 
-    @Test func cameraRollCommitsGetIncreasingSequenceNumbers() throws {
+    /// What the backup's follower takes of a commit: the path, the version just committed,
+    /// a sequence number that only grows; a rename into place, under the final name; and
+    /// the settling of each file once no writable handle is left.
+    @Test func photoCommitsGetTheirVersionsAndIncreasingSequenceNumbers() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
-        var sequences: [Int64] = []
-        final class Recorder: CameraRollObserver, @unchecked Sendable {
-            var changes: [CameraRollChange] = []
-            var committed = 0
-            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { changes.append(change) }
-            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
-            func cameraRollCommitted() { committed += 1 }
-        }
-        let recorder = Recorder()
-        fs.cameraRollObserver = recorder
+        let recorder = PhotoRecorder()
+        fs.addFollower(recorder)
+        var inodes: [UInt64] = []
         for name in ["a.jpg", "b.jpg"] {
-            let (_, fh) = try fs.createAndOpen(parent: roll.ino, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+            let (a, fh) = try fs.createAndOpen(parent: roll.ino, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
             try write(fs, fh, Array(name.utf8), at: 0)
             try fs.flush(fh); fs.release(fh)
+            inodes.append(a.ino)
         }
-        // Outside the Camera Roll: no change recorded.
+        // Outside the Camera Roll, or a name the rule leaves out: nothing taken.
+        _ = try store(fs, "notes.txt", in: roll.ino, Array("n".utf8))
         let (_, fh) = try fs.createAndOpen(parent: 1, name: Array("elsewhere".utf8), mode: 0o644, uid: 0, gid: 0)
         try write(fs, fh, Array("x".utf8), at: 0)
         try fs.flush(fh); fs.release(fh)
-        // A rename into place inside the Camera Roll is recorded under the final name.
+        // A rename into place inside the Camera Roll is taken under the final name.
         try fs.rename(parent: 1, name: Array("elsewhere".utf8), newParent: roll.ino, newName: Array("final.jpg".utf8), flags: 0)
-        sequences = recorder.changes.map(\.sequence)
-        #expect(recorder.changes.map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/final.jpg"])
+        let sequences = recorder.heard.map(\.sequence)
+        #expect(recorder.heard.map(\.path) == ["Camera Roll/a.jpg", "Camera Roll/b.jpg", "Camera Roll/final.jpg"])
         #expect(sequences == sequences.sorted() && Set(sequences).count == 3)
-        #expect(recorder.changes[0].hash == ContentHash.of(bytes: Array("a.jpg".utf8)))
-        #expect(recorder.changes[0].blocks == [SHA256Hasher.digest("a.jpg")])
-        // Each writer's close settles its file once no writable handle is left.
-        #expect(recorder.committed == 5)
+        let first = try #require(recorder.heard.first)
+        #expect(first.version.hash == ContentHash.of(bytes: Array("a.jpg".utf8)))
+        #expect(first.version.blocks == [SHA256Hasher.digest("a.jpg")] && first.version.size == 5)
+        // Committed at its close while its handle was open; settled when it was released.
+        #expect(!first.version.settled)
+        #expect(recorder.heard[2].version.settled, "renamed with no writable handle open")
+        #expect(recorder.settledInodes == inodes)
+        // The numbers go on from the highest given, also in a catalog opened again.
+        fs.shutdown()
+        let again = try makeFS(dir)
+        let later = PhotoRecorder()
+        again.addFollower(later)
+        _ = try store(again, "c.jpg", in: roll.ino, Array("c".utf8))
+        #expect(try #require(later.heard.first).sequence > sequences.max() ?? 0)
+    }
+
+    /// A catalog made before the drive stopped telling camera-roll commits apart kept their
+    /// numbers in `camera_changes`: renamed, the table goes on from its highest number, so
+    /// a version queued after the upgrade is never numbered like one queued before it.
+    @Test func theChangeSequenceGoesOnFromTheCameraChangesOfAnOlderCatalog() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        try FileManager.default.createDirectory(atPath: dir.path + "/state", withIntermediateDirectories: true)
+        do {
+            let old = try Database(path: dir.path + "/state/catalog.sqlite")
+            try old.migrate(Array(CatalogSchema.migrations.prefix { $0.name != "drive-006-numbered-changes" }))
+            try old.run("INSERT INTO camera_changes(seq, ino, path, hash, size, mtime_ns, committed_ns) VALUES (41, 9, 'Camera Roll/old.jpg', NULL, 1, 0, 0)")
+            try old.run("DELETE FROM camera_changes")   // AUTOINCREMENT remembers 41 all the same
+        }
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        let recorder = PhotoRecorder()
+        fs.addFollower(recorder)
+        let roll = try fs.lookup(parent: 1, name: Array(CameraRollRules.folderName.utf8))
+        _ = try store(fs, "new.jpg", in: roll.ino, Array("n".utf8))
+        #expect(recorder.heard.map(\.sequence) == [42])
     }
 
     @Test func stagingFilesOfContentAlreadyStoredAreReusedAndStoredBlocksNeverAre() throws {
@@ -281,15 +305,13 @@ import Backup
         fs.shutdown()
     }
 
-    @Test func observerFailureRollsBackTheCommit() throws {
+    @Test func aFollowersFailureRollsBackTheCommit() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir)
-        final class Failing: CameraRollObserver {
-            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws { throw Errno.noSpace }
-            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { false }
-            func cameraRollCommitted() { Issue.record("a rolled-back commit must not be announced") }
-        }
-        fs.cameraRollObserver = Failing()
+        let failing = PhotoRecorder()
+        failing.failing = Errno.noSpace
+        fs.addFollower(failing)
+        defer { #expect(!failing.toldAfterFailing, "a rolled-back commit must not be announced") }
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
         let (a, fh) = try fs.createAndOpen(parent: roll.ino, name: Array("x.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
         try write(fs, fh, Array("photo".utf8), at: 0)
@@ -317,7 +339,7 @@ import Backup
         let path = dir.path + "/state/blobs/\(digest!.hex.prefix(2))/\(digest!.hex)"
         chmod(path, 0o600)
         truncate(path, 100)
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         let lost = try fs.recover()
         #expect(lost == ["doc"])
         #expect(throws: Errno.ioError) {
@@ -338,7 +360,7 @@ import Backup
             #expect(try fs.catalog.meta("durable_gen") == fs.catalog.withDatabase { _ in fs.catalog.generation })
             fs.shutdown()
         }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         #expect(try fs.catalog.meta("clean_unmount") == 1)
         #expect(try fs.recover().isEmpty)
     }

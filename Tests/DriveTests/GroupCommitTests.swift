@@ -1,4 +1,5 @@
 import Testing
+import Backup
 import Foundation
 import Crypto
 import Storage
@@ -16,7 +17,7 @@ import Storage
     func committedNames(_ fs: DriveFileSystem) throws -> Set<String> {
         let db = try Database(path: fs.catalogPath, options: .init(readOnly: true, create: false))
         return Set(try db.query("SELECT name FROM entries WHERE parent = 1") { String(decoding: $0.bytes(0) ?? [], as: UTF8.self) })
-            .subtracting([Catalog.cameraRollName])
+            .subtracting([CameraRollRules.folderName])
     }
 
     func makeFS(_ dir: TemporaryDirectory, window: TimeInterval) throws -> DriveFileSystem {
@@ -94,18 +95,13 @@ import Storage
     }
 
     /// A photo is durable at its close, and the backup reads its queue on a connection of
-    /// its own: a camera-roll commit commits the group at once, whatever the window.
+    /// its own: a change its follower asks to commit at once commits the group at once,
+    /// whatever the window.
     @Test func aPhotosCloseCommitsAtOnce() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try makeFS(dir, window: 60)
         defer { fs.shutdown() }
-        final class Observer: CameraRollObserver, @unchecked Sendable {
-            func cameraRollChanged(_ change: CameraRollChange, in database: Database) throws {}
-            func cameraRollSettled(inode: UInt64, in database: Database) throws -> Bool { true }
-            func cameraRollCommitted() {}
-        }
-        let observer = Observer()
-        fs.cameraRollObserver = observer
+        fs.addFollower(PhotoRecorder())
         _ = try logic.store(fs, "elsewhere.txt", Array("x".utf8))
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))
         let photo = try logic.store(fs, "IMG_0001.jpg", in: roll.ino, Array("jpeg".utf8))
@@ -124,7 +120,7 @@ import Storage
         let fs = try makeFS(dir, window: window)
         defer { fs.shutdown() }
         let journal = CommitWatchingJournal(catalogPath: fs.catalogPath)
-        fs.changeJournal = journal
+        fs.addFollower(journal)
         _ = try logic.store(fs, "a.txt", Array("first".utf8))
         _ = try fs.create(parent: 1, name: Array("folder".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0)
         if window > 0 {
@@ -149,7 +145,7 @@ final class CommitWatchingJournal: ChangeJournal, @unchecked Sendable {
 
     init(catalogPath: String) { self.catalogPath = catalogPath }
 
-    func record(_ kind: DriveChangeKind, ino: UInt64, in database: Database) throws { recorded.append(ino) }
+    func record(_ change: DriveChange, in database: Database) throws { recorded.append(change.ino) }
 
     func committed() {
         guard let db = try? Database(path: catalogPath, options: .init(readOnly: true, create: false)) else {

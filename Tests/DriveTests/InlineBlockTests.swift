@@ -152,7 +152,7 @@ import Storage
     /// file in the background (a checkpoint in a commit would hold every request).
     @Test func theFlusherCheckpointsTheCatalogInTheBackground() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state", flushInterval: 0.2)
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state", flushInterval: 0.2)
         _ = try fs.recover()
         fs.startBackgroundWork()
         let database = dir.path + "/state/catalog.sqlite"
@@ -187,7 +187,7 @@ import Storage
             ino = try logic.store(fs, "kept", bytes).ino
             // No shutdown: the process "dies" here.
         }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         #expect(try fs.recover().isEmpty)
         #expect(try contents(fs, ino) == bytes)
         fs.shutdown()

@@ -30,7 +30,7 @@ import Storage
 
     @Test func treeIsListedReadAndReadOnly() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         let tree = FakeTree()
         fs.virtualTree = tree
@@ -56,7 +56,7 @@ import Storage
 
     @Test func generatedAttributesOnRealFiles() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
-        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         fs.virtualTree = FakeTree()
         let roll = try fs.lookup(parent: 1, name: Array("Camera Roll".utf8))

@@ -25,7 +25,8 @@ final class MirrorDevice {
     }
 
     private static func open(_ path: String, _ name: String, _ server: MirrorServer, _ settings: MirrorSettings) throws -> (DriveFileSystem, MirrorEngine) {
-        let fs = try DriveFileSystem(statePath: path + "/state", extraMigrations: MirrorSchema.migrations)
+        let fs = try DriveFileSystem(statePath: path + "/state", extraMigrations: MirrorSchema.migrations,
+                                     rootFolders: [MirrorRules.cameraRoll])
         _ = try fs.recover()
         return (fs, try MirrorEngine(drive: fs, server: server, device: { name }, settings: settings))
     }
