@@ -54,11 +54,26 @@ final class ClientMirrorServer: MirrorServer {
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
         var unread: [String: String] = [:]
         var pack: [(digest: SHA256Digest, fd: Int32, length: Int)] = []
+        /// The content each block of `pack` was gathered for.
+        var owners: [String] = []
         defer { for b in pack { close(b.fd) } }
         var packed = Set<SHA256Digest>()
         func flush() throws {
-            defer { for b in pack { close(b.fd) }; pack = [] }
-            if !pack.isEmpty { _ = try mapped { try client.sendBlockPack(pack) } }
+            defer { for b in pack { close(b.fd) }; pack = []; owners = [] }
+            if pack.isEmpty { return }
+            do { _ = try client.sendBlockPack(pack) } catch .contentMismatch(let why) {
+                // A block whose bytes are not its hash any more (damaged on this drive): the
+                // server took the packs before it. Each content again on its own, so the
+                // damaged ones are left out and the others go.
+                for content in Set(owners) {
+                    let mine = zip(pack, owners).filter { $0.1 == content }.map(\.0)
+                    do { _ = try client.sendBlockPack(mine) } catch .contentMismatch {
+                        unread[content] = "its bytes are damaged on this drive (\(why))"
+                    } catch { throw Self.failure(error) }
+                }
+            } catch {
+                throw Self.failure(error)
+            }
         }
         for c in contents {
             if stop() { throw MirrorUnreachable("stopped") }
@@ -82,6 +97,7 @@ final class ClientMirrorServer: MirrorServer {
                 continue
             }
             pack += mine
+            owners += Array(repeating: c.content, count: mine.count)
             if pack.count >= Self.packBlocks { try flush() }
         }
         try flush()

@@ -410,7 +410,7 @@ extension WorkspaceMirrorScaleTests {
         print("lost block (\(backend)): \(Self.status(a))")
         // Each said in the mount's log (the status line holds the last one).
         for name in names {
-            try Mirror.waitFor("the log naming \(name)", drives) { OnlineContentTests.log(a).contains("could not prepare '\(name)'") }
+            try Mirror.waitFor("the log naming \(name)", drives) { OnlineContentTests.log(a).contains("could not send '\(name)'") }
         }
         // Other changes still go up.
         try writeFile(a.path("after.txt"), Array("made after the failure".utf8))
