@@ -34,9 +34,10 @@ final class ClientMirrorServer: MirrorServer {
             let recordsSince = carried?.knownEnd
             let page = try mapped { try feed.treePage(since: since, wait: hold, recordsSince: recordsSince, cancelled: stop) }
             carried?.feedEnds(at: page.recordsLatest)
+            let onlyRecordsMoved = page.nodes.isEmpty && page.latest >= since && recordsSince != nil
+                && page.recordsLatest.map { $0 != recordsSince } == true
             hold = Int(deadline.timeIntervalSinceNow)
-            let recordsMoved = recordsSince != nil && page.recordsLatest != nil && page.recordsLatest != recordsSince
-            if !(page.nodes.isEmpty && page.latest >= since && recordsMoved && hold >= 1 && !stop()) {
+            guard onlyRecordsMoved, hold >= 1, !stop() else {
                 return RemotePage(nodes: page.nodes.map(Self.node), next: page.next, latest: page.latest, workspace: page.workspace)
             }
         }
