@@ -8,11 +8,14 @@ extension WorkspaceClient {
     /// page's `next` next time. With `wait` (1 to 60 seconds) a server with nothing newer
     /// may hold the request until a change commits or the wait ends: the request's own
     /// limit is then the wait and a margin, not the low-speed check.
+    /// `recordsSince`: this device's cursor in the backup records' feed; the request then
+    /// also waits on that feed, and the page says where it ends (`recordsLatest`).
     /// `cancelled`: asked about once a second while the server holds the request; true
     /// gives the request up (`.cancelled`).
-    public func treePage(since: Int64, limit: Int = API.maxTreePage, wait: Int = 0,
+    public func treePage(since: Int64, limit: Int = API.maxTreePage, wait: Int = 0, recordsSince: Int64? = nil,
                          cancelled: (@Sendable () -> Bool)? = nil) throws(ClientError) -> TreePage {
-        let reply = try connection.perform(method: "GET", url: baseURL + API.tree + "?since=\(since)&limit=\(limit)&wait=\(wait)",
+        let records = recordsSince.map { "&records_since=\($0)" } ?? ""
+        let reply = try connection.perform(method: "GET", url: baseURL + API.tree + "?since=\(since)&limit=\(limit)&wait=\(wait)" + records,
                                            headers: [try authHeader()], progress: cancelled.map { c in { _ in !c() } },
                                            timeouts: wait > 0 ? connection.timeouts.holding(wait) : nil)
         try check(reply, expect: [200])

@@ -88,8 +88,12 @@ public struct TreePage: Codable, Sendable, Equatable {
     /// The workspace's identity (as the change feed's): another value than last time
     /// means another workspace, or a reset server: read the tree again from 0.
     public var workspace: String
-    public init(nodes: [TreeNode], next: Int64, latest: Int64, workspace: String) {
-        self.nodes = nodes; self.next = next; self.latest = latest; self.workspace = workspace
+    /// The highest sequence of the backup records' feed (`GET /v1/changes`'s
+    /// `latestSequence`), when the request named its cursor there (`records_since`); nil
+    /// otherwise, and from a server that does not watch that feed with the tree's.
+    public var recordsLatest: Int64?
+    public init(nodes: [TreeNode], next: Int64, latest: Int64, workspace: String, recordsLatest: Int64? = nil) {
+        self.nodes = nodes; self.next = next; self.latest = latest; self.workspace = workspace; self.recordsLatest = recordsLatest
     }
 }
 

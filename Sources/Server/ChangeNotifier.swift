@@ -7,12 +7,16 @@ import Synchronization
 /// Every feed has a *generation*, a counter `changed` raises after a commit that added
 /// to the feed (called by the request that committed, and by ChangeListener.swift for
 /// the commits of the other processes on the same PostgreSQL). A request reads the
-/// generation *before* it reads its page; when the page is empty it is held with that
-/// generation (`wait`). If the generation moved in between, a commit may be missing
-/// from the page, and the request is checked again at once; otherwise it is registered
-/// under the same lock that `changed` takes, so a commit after the read always finds
-/// it. That is why no wake-up is lost: a commit is either in the page, or its `changed`
-/// comes after the read and wakes the request (Docs/architecture.md, "The long poll").
+/// generations of the feeds it waits on *before* it reads its page (`seen`); when the
+/// page has nothing for it, it is held with them (`wait`). If one moved in between, a
+/// commit may be missing from the page, and the request is checked again at once;
+/// otherwise it is registered under the same lock that `changed` takes, so a commit
+/// after the read always finds it. That is why no wake-up is lost: a commit is either
+/// in the page, or its `changed` comes after the read and wakes the request
+/// (Docs/architecture.md, "The long poll").
+///
+/// A request may wait on several feeds at once (the tree's feed carrying a device's
+/// cursor in the records' feed): a commit to any of them wakes it, once.
 ///
 /// A woken request is checked again (its page read again) on one of a few threads of
 /// its own, never on the thread that called `changed`; a check that still finds nothing
@@ -28,8 +32,13 @@ final class ChangeNotifier: @unchecked Sendable {
     /// `wake.isFinal` (the wait ended) it must return the reply, empty or not.
     typealias Check = @Sendable (Wake) -> HTTPResponse?
 
+    /// The generations of the feeds a request waits on, read before its page.
+    struct Seen: Sendable {
+        fileprivate let generations: [ChangeFeed: UInt64]
+    }
+
     private struct Waiter {
-        let feed: ChangeFeed
+        let seen: Seen
         let deadline: Int64
         let held: HeldRequest
         let check: Check
@@ -54,9 +63,10 @@ final class ChangeNotifier: @unchecked Sendable {
         timer.start()
     }
 
-    /// The feed's generation now; read it before reading the page a request may wait on.
-    func generation(_ feed: ChangeFeed) -> UInt64 {
-        condition.withLock { generations[feed, default: 0] }
+    /// The generations of `feeds` now; read them before reading the page a request may
+    /// wait on.
+    func seen(_ feeds: ChangeFeed...) -> Seen {
+        condition.withLock { Seen(generations: Dictionary(uniqueKeysWithValues: feeds.map { ($0, generations[$0, default: 0]) })) }
     }
 
     /// A commit added to `feed`: its held requests are checked again.
@@ -67,38 +77,43 @@ final class ChangeNotifier: @unchecked Sendable {
     func changedAll() { changed(ChangeFeed.allCases) }
 
     private func changed(_ feeds: [ChangeFeed]) {
-        var woken: [(Waiter, Wake)] = []
-        condition.withLock {
+        var woken: [Waiter] = []
+        let wake = condition.withLock { () -> Wake in
+            for feed in feeds { generations[feed] = generations[feed, default: 0] &+ 1 }
             for feed in feeds {
-                let generation = generations[feed, default: 0] &+ 1
-                generations[feed] = generation
-                let wake = Wake(generation: generation, isFinal: false)
                 for id in waitingOn.removeValue(forKey: feed) ?? [] {
-                    if let waiter = waiters.removeValue(forKey: id) { woken.append((waiter, wake)) }
+                    if let waiter = take(id) { woken.append(waiter) }
                 }
             }
+            return Wake(generations: generations, isFinal: false)
         }
-        for (waiter, wake) in woken { dispatch(waiter, wake) }
+        for waiter in woken { dispatch(waiter, wake) }
     }
 
-    /// Holds `held` on `feed` until the feed moves past `generation` (read before the
-    /// request's page) and `check` answers, or until `deadline` (monotonic milliseconds),
+    /// Removes a held request (it is answered, or checked again); under `condition`.
+    private func take(_ id: UInt64) -> Waiter? {
+        guard let waiter = waiters.removeValue(forKey: id) else { return nil }
+        for feed in waiter.seen.generations.keys { waitingOn[feed]?.remove(id) }
+        return waiter
+    }
+
+    /// Holds `held` until one of the feeds moves past what `seen` read before the
+    /// request's page and `check` answers, or until `deadline` (monotonic milliseconds),
     /// when `check` answers with whatever there is. Does not block: called on the epoll
     /// thread that routed the request.
-    func wait(on feed: ChangeFeed, seen generation: UInt64, until deadline: Int64, held: HeldRequest, check: @escaping Check) {
-        hold(Waiter(feed: feed, deadline: deadline, held: held, check: check), seen: generation)
+    func wait(_ seen: Seen, until deadline: Int64, held: HeldRequest, check: @escaping Check) {
+        hold(Waiter(seen: seen, deadline: deadline, held: held, check: check))
     }
 
-    private func hold(_ waiter: Waiter, seen generation: UInt64) {
-        enum Outcome { case held, stopping, moved(UInt64) }
+    private func hold(_ waiter: Waiter) {
+        enum Outcome { case held, stopping, moved([ChangeFeed: UInt64]) }
         let outcome = condition.withLock { () -> Outcome in
             if stopped { return .stopping }
-            let current = generations[waiter.feed, default: 0]
             // A commit since the page was read may be missing from it: check now.
-            if current != generation { return .moved(current) }
+            if waiter.seen.generations.contains(where: { generations[$0.key, default: 0] != $0.value }) { return .moved(generations) }
             nextID &+= 1
             waiters[nextID] = waiter
-            waitingOn[waiter.feed, default: []].insert(nextID)
+            for feed in waiter.seen.generations.keys { waitingOn[feed, default: []].insert(nextID) }
             deadlines.add(nextID, at: waiter.deadline)
             // Answered requests leave their heap entries behind; drop them in bulk.
             if deadlines.count > 2 * waiters.count + 1024 { deadlines.compact { waiters[$0.id] != nil } }
@@ -108,7 +123,7 @@ final class ChangeNotifier: @unchecked Sendable {
         switch outcome {
         case .held: break
         case .stopping: waiter.held.answer(HeldRequest.stopping)
-        case .moved(let current): dispatch(waiter, Wake(generation: current, isFinal: false))
+        case .moved(let current): dispatch(waiter, Wake(generations: current, isFinal: false))
         }
     }
 
@@ -119,8 +134,8 @@ final class ChangeNotifier: @unchecked Sendable {
             } else if wake.isFinal {
                 waiter.held.answer(.error(500, "internal", "the server found no answer to a poll at the end of its wait; poll again"))
             } else {
-                // Nothing new for this request: it waits on, from the wake-up's generation.
-                hold(waiter, seen: wake.generation)
+                // Nothing new for this request: it waits on, from the wake-up's generations.
+                hold(Waiter(seen: wake.seen(waiter.seen), deadline: waiter.deadline, held: waiter.held, check: waiter.check))
             }
         }
     }
@@ -131,14 +146,10 @@ final class ChangeNotifier: @unchecked Sendable {
         condition.lock()
         while !stopped {
             let now = monotonicMilliseconds()
-            let due = deadlines.takeDue(now: now).compactMap { entry -> Waiter? in
-                guard let waiter = waiters.removeValue(forKey: entry.id) else { return nil }
-                waitingOn[waiter.feed]?.remove(entry.id)
-                return waiter
-            }
+            let due = deadlines.takeDue(now: now).compactMap { take($0.id) }
             if !due.isEmpty {
                 condition.unlock()
-                let wake = Wake(generation: 0, isFinal: true)
+                let wake = Wake(generations: [:], isFinal: true)
                 for waiter in due { dispatch(waiter, wake) }
                 condition.lock()
                 continue
@@ -180,15 +191,20 @@ final class ChangeNotifier: @unchecked Sendable {
 /// and the replies they share. Requests with the same arguments woken together get the
 /// same page, so it is read once (`shared`).
 final class Wake: Sendable {
-    /// The feed's generation when they were woken: a request that finds nothing new
-    /// waits on from it, so a commit after the wake-up wakes it again.
-    let generation: UInt64
+    /// Every feed's generation when they were woken: a request that finds nothing new
+    /// waits on from them, so a commit after the wake-up wakes it again.
+    private let generations: [ChangeFeed: UInt64]
     /// The wait ended: answer with what there is.
     let isFinal: Bool
     private let replies = Mutex<[String: SharedReply]>([:])
 
-    init(generation: UInt64, isFinal: Bool) {
-        self.generation = generation; self.isFinal = isFinal
+    init(generations: [ChangeFeed: UInt64], isFinal: Bool) {
+        self.generations = generations; self.isFinal = isFinal
+    }
+
+    /// The feeds `seen` names, at their generations of this wake-up.
+    func seen(_ seen: ChangeNotifier.Seen) -> ChangeNotifier.Seen {
+        ChangeNotifier.Seen(generations: Dictionary(uniqueKeysWithValues: seen.generations.keys.map { ($0, generations[$0, default: 0]) }))
     }
 
     /// The reply for `key` (the request's arguments), made by the first request of this

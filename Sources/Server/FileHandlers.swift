@@ -113,13 +113,13 @@ enum FileHandlers {
             let limit = try request.integer("limit", default: Int64(API.maxChangesPage), in: 1...Int64(API.maxChangesPage))
             let wait = try request.integer("wait", default: 0, in: 0...Int64(API.maxChangesWait))
             // Read before the page: a commit the page misses moves it (no lost wake-up).
-            let seen = context.notifier.generation(.records)
+            let seen = context.notifier.seen(.records)
             let page = try changesPage(since: since, limit: limit, context: context)
             if wait == 0 || !page.isEmpty || since > page.latest { return .respond(.json(200, page.response(workspace: context.workspaceID))) }
             let deadline = monotonicMilliseconds() + wait * 1000
             return .hold { held in
-                context.notifier.wait(on: .records, seen: seen, until: deadline, held: held) { wake in
-                    wake.shared("\(since) \(limit)") {
+                context.notifier.wait(seen, until: deadline, held: held) { wake in
+                    wake.shared("changes \(since) \(limit)") {
                         do {
                             let page = try changesPage(since: since, limit: limit, context: context)
                             if page.isEmpty && since <= page.latest && !wake.isFinal { return nil }

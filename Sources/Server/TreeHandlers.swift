@@ -8,17 +8,29 @@ import Storage
 enum TreeHandlers {
     // MARK: GET /v1/tree
 
-    /// What `GET /v1/tree` asks: the version to read after, the page size, and how long
-    /// the request may wait for a change when there is nothing newer (seconds).
+    /// What `GET /v1/tree` asks: the version to read after, the page size, how long the
+    /// request may wait for a change when there is nothing newer (seconds), and the
+    /// device's cursor in the backup records' feed (`records_since`), when the request
+    /// watches that feed too.
     struct PageQuery: Sendable {
         let since: Int64
         let limit: Int64
         let wait: Int64
+        let recordsSince: Int64?
 
         init(_ request: HTTPRequest) throws(RequestFailure) {
             since = try request.integer("since", default: 0, in: 0...Int64.max)
             limit = try request.integer("limit", default: Int64(API.maxTreePage), in: 1...Int64(API.maxTreePage))
             wait = try request.integer("wait", default: 0, in: 0...Int64(API.maxTreeWait))
+            recordsSince = request.query["records_since"] == nil ? nil : try request.integer("records_since", default: 0, in: 0...Int64.max)
+        }
+
+        /// The page has what the request waits for: nodes after its cursor, a cursor past
+        /// the tree's end (a server reset: the device learns it at once), or a records'
+        /// feed that ends elsewhere than the device's cursor in it (a record or deletion
+        /// after it, or a reset feed).
+        func isAnswered(by page: TreePage) -> Bool {
+            !page.nodes.isEmpty || since > page.latest || (recordsSince != nil && page.recordsLatest != recordsSince)
         }
     }
 
@@ -28,23 +40,24 @@ enum TreeHandlers {
         return pageOrHold(query, context: context)
     }
 
-    /// The page, or (when it is empty and the request may wait) the request held until
-    /// the next tree change or the end of its wait (ChangeNotifier.swift), then answered.
-    /// The notifier's generation is read before the page, so a change the page misses
-    /// wakes the request (no lost wake-up). A cursor past the tree's end (a server reset)
-    /// is answered at once, so the device learns it.
+    /// The page, or (when it has nothing for the request and the request may wait) the
+    /// request held until the next tree change (or, with `records_since`, the next change
+    /// of the records' feed) or the end of its wait (ChangeNotifier.swift), then
+    /// answered: one held request per device wakes for either feed. The notifier's
+    /// generations are read before the page, so a change the page misses wakes the
+    /// request (no lost wake-up).
     static func pageOrHold(_ query: PageQuery, context: ServerContext) -> Route {
-        let seen = context.notifier.generation(.tree)
+        let seen = query.recordsSince == nil ? context.notifier.seen(.tree) : context.notifier.seen(.tree, .records)
         let first: TreePage
         do { first = try page(query, context: context) } catch { return .respond(ServerContext.failure(error)) }
-        if query.wait == 0 || !first.nodes.isEmpty || query.since > first.latest { return .respond(.json(200, first)) }
+        if query.wait == 0 || query.isAnswered(by: first) { return .respond(.json(200, first)) }
         let deadline = monotonicMilliseconds() + query.wait * 1000
         return .hold { held in
-            context.notifier.wait(on: .tree, seen: seen, until: deadline, held: held) { wake in
-                wake.shared("tree \(query.since) \(query.limit)") {
+            context.notifier.wait(seen, until: deadline, held: held) { wake in
+                wake.shared("tree \(query.since) \(query.limit) \(query.recordsSince ?? -1)") {
                     do {
                         let page = try page(query, context: context)
-                        if page.nodes.isEmpty && query.since <= page.latest && !wake.isFinal { return nil }
+                        if !query.isAnswered(by: page) && !wake.isFinal { return nil }
                         return .json(200, page)
                     } catch {
                         return ServerContext.failure(error)
@@ -54,9 +67,12 @@ enum TreeHandlers {
         }
     }
 
+    /// The tree's page, with the records' feed's end when the request watches it.
     private static func page(_ query: PageQuery, context: ServerContext) throws -> TreePage {
         try context.metadata.withSession { db in
-            try TreeFeed.page(since: query.since, limit: query.limit, workspace: context.workspaceID, in: db)
+            var page = try TreeFeed.page(since: query.since, limit: query.limit, workspace: context.workspaceID, in: db)
+            if query.recordsSince != nil { page.recordsLatest = try FileVersions.nextSequence(in: db) - 1 }
+            return page
         }
     }
 

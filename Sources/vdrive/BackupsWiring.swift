@@ -6,7 +6,9 @@ import Drive
 /// change feed. Without a configured server the tree shows the records learned before
 /// (none on a new drive), and reads of files not held here fail with EIO.
 final class BackupsWiring {
-    private let follower: RecordsFollower?
+    /// The records follower (nil without a server): the workspace mirror's held request
+    /// watches its feed for it (`CarriedFeed`).
+    let follower: RecordsFollower?
 
     init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
         let table = try RecordsTable(catalogPath: fs.catalogPath)
@@ -27,6 +29,8 @@ final class BackupsWiring {
         ProcessInfo.processInfo.environment["VDRIVE_FEED_INTERVAL"].flatMap(Double.init) ?? 1.0
     }
 
-    func start() { follower?.start() }
+    /// `carried`: the mirror's held tree request watches the feed for the follower (it
+    /// holds no request of its own); false without a mirror.
+    func start(carried: Bool) { follower?.start(watch: carried ? .told : .ownRequest) }
     func stop() { follower?.stop() }
 }

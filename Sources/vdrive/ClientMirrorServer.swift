@@ -15,15 +15,33 @@ final class ClientMirrorServer: MirrorServer {
     /// A second client for the held feed request, so a long poll never waits behind a
     /// change being sent (one connection each).
     private let feed: WorkspaceClient
+    /// A feed the held tree request watches too (`Backups/`' records), nil: the tree's alone.
+    private let carried: CarriedFeed?
 
-    init(remote: RemoteConfig) throws {
+    init(remote: RemoteConfig, carrying carried: CarriedFeed? = nil) throws {
         client = try remote.client(timeouts: Timeouts(connect: 5, lowSpeedSeconds: 30))
         feed = try remote.client(timeouts: Timeouts(connect: 5, lowSpeedSeconds: 30))
+        self.carried = carried
     }
 
+    /// The tree's page, held up to `wait` seconds. The request also carries the records
+    /// follower's cursor: an answer naming another end of that feed tells the follower
+    /// (which reads it on its own connection), and when the tree brought nothing the
+    /// request is held again for the rest of the wait, so the mirror sees only the tree.
     func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage {
-        let page = try mapped { try feed.treePage(since: since, wait: wait, cancelled: stop) }
-        return RemotePage(nodes: page.nodes.map(Self.node), next: page.next, latest: page.latest, workspace: page.workspace)
+        let deadline = Date().addingTimeInterval(Double(wait))
+        var hold = wait
+        while true {
+            let recordsSince = carried?.knownEnd
+            let page = try mapped { try feed.treePage(since: since, wait: hold, recordsSince: recordsSince, cancelled: stop) }
+            carried?.feedEnds(at: page.recordsLatest)
+            let onlyRecordsMoved = page.nodes.isEmpty && page.latest >= since && recordsSince != nil
+                && page.recordsLatest.map { $0 != recordsSince } == true
+            hold = Int(deadline.timeIntervalSinceNow)
+            guard onlyRecordsMoved, hold >= 1, !stop() else {
+                return RemotePage(nodes: page.nodes.map(Self.node), next: page.next, latest: page.latest, workspace: page.workspace)
+            }
+        }
     }
 
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome] {

@@ -9,13 +9,14 @@ final class MirrorWiring {
     let engine: MirrorEngine?
 
     /// `arrivals`: told of contents the mirror brings down (a mount prefetches small files).
-    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals? = nil) throws {
+    /// `carrying`: a feed the mirror's held tree request watches too (`Backups/`' records).
+    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals? = nil, carrying: CarriedFeed? = nil) throws {
         guard let remote else {
             fs.addFollower(MirrorJournal())
             engine = nil
             return
         }
-        let server = try ClientMirrorServer(remote: remote)
+        let server = try ClientMirrorServer(remote: remote, carrying: carrying)
         engine = try MirrorEngine(drive: fs, server: server, device: {
             (try? server.deviceName()) ?? ProcessInfo.processInfo.hostName
         }, settings: Self.settings(), arrivals: arrivals)

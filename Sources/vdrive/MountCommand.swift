@@ -108,8 +108,10 @@ enum MountCommand {
         let backup = try BackupWiring(fs: fs, state: state, remote: remote)
         let backups = try BackupsWiring(fs: fs, remote: remote)
         let pins = backup.residency.pins
+        // One held request per device: the mirror's tree feed watches Backups/' feed too.
         let mirror = try MirrorWiring(fs: fs, remote: remote,
-                                      arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }))
+                                      arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }),
+                                      carrying: backups.follower)
         if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
             tree.mirrorStatus = { engine.status }
             tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
@@ -121,7 +123,7 @@ enum MountCommand {
         defer { MountRegistry.remove(pidFile) }
         fs.startBackgroundWork()
         backup.start()
-        backups.start()
+        backups.start(carried: mirror.engine != nil)
         mirror.start()
         notifier.ready()
         _ = session.run()

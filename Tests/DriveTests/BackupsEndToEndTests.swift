@@ -169,7 +169,7 @@ import Storage
         let sorted = latencies.sorted()
         print("Backups/ freshness: a record made on the phone appeared in the laptop's Backups/ after "
               + latencies.map { String(format: "%.0f ms", $0 * 1000) }.joined(separator: ", ")
-              + String(format: " (min %.0f, median %.0f, max %.0f ms; feed asked every 1 s)", sorted[0] * 1000, sorted[sorted.count / 2] * 1000, sorted[sorted.count - 1] * 1000))
+              + String(format: " (min %.0f, median %.0f, max %.0f ms; told by the held tree request)", sorted[0] * 1000, sorted[sorted.count / 2] * 1000, sorted[sorted.count - 1] * 1000))
 
         // The administrator deletes a backup: it leaves the laptop's Backups/ too.
         let deleted = try runCommand(vdriveBinary, ["serve", "backup", "delete", "phone", "Camera Roll/late-0.jpg", "--yes", "--data", server.data] + server.databaseArguments)

@@ -122,6 +122,11 @@ final class LocalServer {
         }
     }
 
+    /// Every process's whole log (access lines and errors), across restarts.
+    func log() -> String {
+        folders.map { (try? String(contentsOfFile: $0.output + ".log", encoding: .utf8)) ?? "" }.joined(separator: "\n")
+    }
+
     /// Where each process's log ends now; `accessLog(since:)` reads what follows.
     func logMark() -> [UInt64] {
         folders.map { (try? FileManager.default.attributesOfItem(atPath: $0.output + ".log")[.size] as? UInt64) ?? 0 }
@@ -230,11 +235,11 @@ struct AccessLine {
         device = fields["device"].flatMap { $0 == "-" ? nil : String($0) }
     }
 
-    /// A block's bytes reaching the server: a tus PATCH or a whole-block PUT (embedded),
+    /// A block's bytes reaching the server: a tus PATCH, a whole-block PUT or a pack (embedded),
     /// or the verification that follows each presigned PUT to the store (scaled: the
     /// bytes go to the store, the server hears of each block once).
     var isBlockUpload: Bool {
-        (method == "PATCH" && route == "/v1/tus/{id}") || (method == "PUT" && route == "/v1/blocks/{hash}")
+        (method == "PATCH" && route == "/v1/tus/{id}") || (method == "PUT" && route == "/v1/blocks/{hash}") || (method == "POST" && route == "/v1/blocks")
             || (method == "POST" && route == "/v1/blocks/{hash}/verify")
     }
 
