@@ -108,41 +108,29 @@ extension WorkspaceClient {
     }
 }
 
-/// Reads a pack to send from the blocks' files: each record's header, then `length` bytes
-/// of its descriptor from offset 0, as libcurl asks for them.
+/// Reads a pack to send from the blocks' files: each block `length` bytes of its
+/// descriptor from offset 0, as libcurl asks for them.
 /// `@unchecked Sendable`: used by the one thread running the request.
 private final class PackStream: RequestBodyStream, @unchecked Sendable {
-    private let blocks: [(digest: SHA256Digest, fd: Int32, length: Int)]
-    /// The record being sent, its header, and the bytes of it sent so far.
-    private var index = 0
-    private var header: [UInt8] = []
-    private var sent = 0
+    private let fds: [Int32]
+    private var encoder: BlockPackEncoder
+    /// Why the last read failed (an errno).
+    private var failure: Int32 = 0
 
-    init(_ blocks: [(digest: SHA256Digest, fd: Int32, length: Int)]) { self.blocks = blocks }
+    init(_ blocks: [(digest: SHA256Digest, fd: Int32, length: Int)]) {
+        fds = blocks.map(\.fd)
+        encoder = BlockPackEncoder(blocks.map { ($0.digest, $0.length) })
+    }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        var filled = 0
-        while filled < buffer.count, index < blocks.count {
-            let block = blocks[index]
-            if sent == 0 { header = BlockPack.header(block.digest, length: block.length) }
-            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[filled...])
+        let filled = encoder.fill(buffer) { record, offset, piece in
             var n: Int
-            if sent < BlockPack.headerSize {
-                n = min(piece.count, BlockPack.headerSize - sent)
-                header.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[sent..<sent + n])) }
-            } else {
-                let offset = sent - BlockPack.headerSize
-                repeat { n = pread(block.fd, piece.baseAddress, min(piece.count, block.length - offset), off_t(offset)) } while n < 0 && errno == EINTR
-                if n < 0 { return filled > 0 ? filled : -Int(errno) }
-                if n == 0 { return filled > 0 ? filled : -Int(EIO) }  // the file is shorter than the block
-            }
-            filled += n
-            sent += n
-            if sent == BlockPack.recordSize(length: block.length) {
-                index += 1
-                sent = 0
-            }
+            repeat { n = pread(fds[record], piece.baseAddress, piece.count, off_t(offset)) } while n < 0 && errno == EINTR
+            if n > 0 { return n }
+            failure = n < 0 ? errno : EIO  // EIO: the file is shorter than the block
+            return nil
         }
+        guard let filled, filled > 0 else { return -Int(failure == 0 ? EIO : failure) }
         return filled
     }
 }

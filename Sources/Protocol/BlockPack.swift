@@ -40,6 +40,62 @@ public enum BlockPack {
     }
 }
 
+/// Writes a pack out piece by piece, for a body sent as it is made (a device's upload
+/// read from the blocks' files, a server's reply read from its store): the records'
+/// headers are made here, each block's bytes are put in by the caller when reached.
+public struct BlockPackEncoder: Sendable {
+    private let records: [(digest: SHA256Digest, length: Int)]
+    /// The record being written, its header, and the bytes of it written so far.
+    private var index = 0
+    private var header: [UInt8] = []
+    private var written = 0
+    /// Bytes of the pack written so far.
+    public private(set) var position: Int64 = 0
+    /// The whole pack's length.
+    public let length: Int64
+
+    /// Each length must be 1 to `Blocks.size` (checked: a pack cannot say otherwise).
+    public init(_ records: [(digest: SHA256Digest, length: Int)]) {
+        self.records = records
+        length = records.reduce(Int64(0)) { $0 + Int64(BlockPack.recordSize(length: $1.length)) }
+    }
+
+    /// Fills the start of `buffer` with the next bytes of the pack, across as many records
+    /// as fit; `block(record, offset, piece)` puts bytes of record `record`'s block from
+    /// `offset` into the start of `piece` and returns how many (more than 0), or nil when
+    /// it cannot. Returns the bytes filled: 0 at the end of the pack, nil when `block`
+    /// failed before any byte was filled (after some, they are returned and the next call fails).
+    public mutating func fill(_ buffer: UnsafeMutableRawBufferPointer,
+                              block: (_ record: Int, _ offset: Int, _ piece: UnsafeMutableRawBufferPointer) -> Int?) -> Int? {
+        var filled = 0
+        while filled < buffer.count, index < records.count {
+            let record = records[index]
+            if written == 0 { header = BlockPack.header(record.digest, length: record.length) }
+            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[filled...])
+            let n: Int
+            if written < BlockPack.headerSize {
+                n = min(piece.count, BlockPack.headerSize - written)
+                header.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[written..<written + n])) }
+            } else {
+                let offset = written - BlockPack.headerSize
+                let want = min(piece.count, record.length - offset)
+                guard let got = block(index, offset, UnsafeMutableRawBufferPointer(rebasing: piece[0..<want])), got > 0, got <= want else {
+                    return filled > 0 ? filled : nil
+                }
+                n = got
+            }
+            filled += n
+            written += n
+            position += Int64(n)
+            if written == BlockPack.recordSize(length: record.length) {
+                index += 1
+                written = 0
+            }
+        }
+        return filled
+    }
+}
+
 /// Why a pack's bytes are not a pack.
 public enum BlockPackError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Record `record` declares a length outside 1 to `Blocks.size`.

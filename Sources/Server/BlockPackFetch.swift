@@ -64,78 +64,50 @@ enum BlockPackFetch {
 /// its file (opened when the reply reaches it, one at a time) or from its object
 /// (`ObjectPrefetch`). A block shorter than its row says (damage) ends the reply short:
 /// the client's check of the pack's length and of each block's hash sees it.
+/// libmicrohttpd asks for the bytes in order; a position out of order ends the reply.
 /// `@unchecked Sendable`: used by its connection's thread only (BodyReader's rule).
 final class PackReader: BodyReader, @unchecked Sendable {
     private let records: [PackRecord]
-    /// Where each record begins in the pack; the last entry is the pack's length.
-    private let starts: [Int64]
     private let source: ContentReader.Source
     private let prefetch: ObjectPrefetch?
-    /// The record the reply is in, its header, and its block's file or bytes.
-    private var index = -1
-    private var header: [UInt8] = []
+    private var encoder: BlockPackEncoder
+    /// The record whose block is open, and its file or bytes.
+    private var open = -1
     private var fd: Int32 = -1
-    private var held: [UInt8]?
+    private var held: [UInt8] = []
 
     init(_ records: [PackRecord], source: ContentReader.Source) {
         self.records = records
-        var starts: [Int64] = [0]
-        for r in records { starts.append(starts.last! + Int64(BlockPack.recordSize(length: r.length))) }
-        self.starts = starts
         self.source = source
+        encoder = BlockPackEncoder(records.map { ($0.digest, $0.length) })
         if case .objects(let objects) = source { prefetch = ObjectPrefetch(records, objects: objects) } else { prefetch = nil }
     }
 
     func read(at position: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int? {
-        var filled = 0
-        var at = position
-        // Many small records fit one piece of the reply: fill it across them.
-        while filled < buffer.count, at < starts[records.count] {
-            guard let record = enter(at) else { break }
-            let within = Int(at - starts[record])
-            let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[filled...])
-            let n: Int
-            if within < BlockPack.headerSize {
-                n = min(piece.count, BlockPack.headerSize - within)
-                header.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[within..<within + n])) }
-            } else {
-                let offset = within - BlockPack.headerSize
-                let want = min(piece.count, records[record].length - offset)
-                if let held {
-                    guard held.count == records[record].length else { break }
-                    held.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + want])) }
-                    n = want
-                } else {
-                    guard let got = try? FileIO.pread(fd, into: UnsafeMutableRawBufferPointer(rebasing: piece[0..<want]), at: Int64(offset)), got > 0 else { break }
-                    n = got
-                }
-            }
-            filled += n
-            at += Int64(n)
-        }
-        return filled > 0 ? filled : nil
+        guard position == encoder.position else { return nil }
+        guard let n = encoder.fill(buffer, block: { record, offset, piece in
+            guard enter(record) else { return nil }
+            if fd >= 0 { return try? FileIO.pread(fd, into: piece, at: Int64(offset)) }
+            held.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + piece.count])) }
+            return piece.count
+        }), n > 0 else { return nil }
+        return n
     }
 
-    /// Makes the record holding `position` current (its header made, its block opened);
-    /// its index, or nil when its block cannot be read.
-    private func enter(_ position: Int64) -> Int? {
-        var i = max(index, 0)
-        if position < starts[i] { i = 0 }  // positions only grow; a reader asked again starts over
-        while starts[i + 1] <= position { i += 1 }
-        if i == index { return i }
+    /// Opens record `i`'s block unless it is open; false when it cannot be read.
+    private func enter(_ i: Int) -> Bool {
+        if i == open { return true }
         closeBlock()
-        let record = records[i]
         switch source {
         case .folder(let store):
-            guard let opened = try? store.open(record.digest) else { return nil }
+            guard let opened = try? store.open(records[i].digest) else { return false }
             fd = opened
         case .objects:
-            guard let bytes = prefetch?.bytes(i) else { return nil }
+            guard let bytes = prefetch?.bytes(i) else { return false }
             held = bytes
         }
-        header = BlockPack.header(record.digest, length: record.length)
-        index = i
-        return i
+        open = i
+        return true
     }
 
     func close() {
@@ -146,8 +118,8 @@ final class PackReader: BodyReader, @unchecked Sendable {
     private func closeBlock() {
         if fd >= 0 { FileIO.close(fd) }
         fd = -1
-        held = nil
-        index = -1
+        held = []
+        open = -1
     }
 }
 

@@ -40,11 +40,11 @@ extension Metadata {
                 if let gone = try lacking() { throw BlockBeingRemoved(hash: gone) }
                 switch db.dialect {
                 case .sqlite:
-                    // `WHERE true`: SQLite's parser needs it between a join and ON CONFLICT.
-                    try db.run("""
-                        INSERT INTO blocks(hash, size, created_at) SELECT h.value, s.value, ? FROM json_each(?) h JOIN json_each(?) s ON s.key = h.key
-                        WHERE true ON CONFLICT DO NOTHING
-                        """, now, list.argument, "[" + sizes.joined(separator: ",") + "]")
+                    // One object {hash: size}: each row is a key and its value (two arrays joined
+                    // by position would be a nested loop). `WHERE true`: SQLite's parser needs it
+                    // between a FROM and ON CONFLICT.
+                    let object = "{" + zip(hashes, sizes).map { "\"\($0)\":\($1)" }.joined(separator: ",") + "}"
+                    try db.run("INSERT INTO blocks(hash, size, created_at) SELECT key, value, ? FROM json_each(?) WHERE true ON CONFLICT DO NOTHING", now, object)
                 case .postgres:
                     try db.run("INSERT INTO blocks(hash, size, created_at) SELECT u.h, u.s, ?::bigint FROM unnest(?::text[], ?::bigint[]) AS u(h, s) ON CONFLICT DO NOTHING",
                                now, list.argument, "{" + sizes.joined(separator: ",") + "}")

@@ -24,6 +24,8 @@ import Glibc
 ///  6. the access log's cost (AccessLogBenchmark.swift); `--access-log-only` runs it alone.
 ///  7. RSS and CPU while 5,000 connections hold a long poll of the change feed, and how soon
 ///     one record answers them all (LongPollBenchmark.swift). `--long-poll-only` runs this row alone.
+///  8. 10,000 small blocks up and down one by one and in block packs (PackBenchmark.swift).
+///     `--packs` runs this row alone (`--pack-blocks N`).
 /// `--rates-only` runs 1 and 2 alone; `--tls-only` the plain and the TLS upload alone,
 /// alternated, with each round's TLS/plain ratio.
 enum ServerBenchmark {
@@ -43,6 +45,9 @@ enum ServerBenchmark {
         var ratesOnly = false
         /// The plain and the TLS upload alone, alternated round by round.
         var tlsOnly = false
+        /// The block pack row alone (PackBenchmark.swift), and its number of blocks.
+        var packsOnly = false
+        var packBlocks = 10_000
     }
 
     static func run(_ arguments: [String]) -> Int32 {
@@ -60,9 +65,10 @@ enum ServerBenchmark {
                 "--vdrive": { o.vdrive = $0 },
                 "--repeat": { o.repeats = try Bench.count($0) },
                 "--long-polls": { o.longPolls = try Bench.count($0) },
+                "--pack-blocks": { o.packBlocks = try Bench.count($0) },
             ], flags: ["--lockout-only": { o.lockoutOnly = true }, "--access-log-only": { o.accessLogOnly = true },
                        "--long-poll-only": { o.longPollOnly = true }, "--rates-only": { o.ratesOnly = true },
-                       "--tls-only": { o.tlsOnly = true }])
+                       "--tls-only": { o.tlsOnly = true }, "--packs": { o.packsOnly = true }])
         } catch {
             print("vdrive-bench server: \(error)")
             return 64
@@ -99,6 +105,7 @@ enum ServerBenchmark {
         if o.lockoutOnly { return LockoutBenchmark.report(try LockoutBenchmark.run(o)) }
         if o.accessLogOnly { return AccessLogBenchmark.report(try AccessLogBenchmark.run(o)) }
         if o.longPollOnly { return LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls)) }
+        if o.packsOnly { return try PackBenchmark.run(o) }
         print("vdrive-bench server: \(o.sizeMiB) MiB file, \(o.chunkMiB) MiB PATCHes, \(o.repeats) rounds, RSS run \(o.rssSizeMiB) MiB, in \(o.dir)")
         let file = o.dir + "/payload"
         let manifest = try makeFile(file, mib: o.sizeMiB)
@@ -209,6 +216,7 @@ enum ServerBenchmark {
         LockoutBenchmark.report(try LockoutBenchmark.run(o))
         AccessLogBenchmark.report(try AccessLogBenchmark.run(o))
         LongPollBenchmark.report(try LongPollBenchmark.run(o, polls: o.longPolls))
+        try PackBenchmark.run(o)
     }
 
     struct Figures {

@@ -42,6 +42,6 @@ default:
     print(ScaleDedup.usage)
     print(SyncBenchmark.usage)
     print(SyncModelBenchmark.usage)
-    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--access-log-only] [--long-poll-only] [--long-polls N] [--rates-only] [--tls-only]")
+    print("       vdrive-bench server [--size-mib N] [--rss-size-mib N] [--chunk-mib N] [--repeat N] [--dir DIR] [--vdrive PATH] [--lockout-only] [--access-log-only] [--long-poll-only] [--long-polls N] [--rates-only] [--tls-only] [--packs] [--pack-blocks N]")
     exit(64)
 }

@@ -13,11 +13,6 @@ import Glibc
 /// on both back ends: the embedded one (SQLite, blocks in its folder: staged files, one
 /// syncfs) and the scaled one (PostgreSQL, blocks in a real SeaweedFS the server PUTs to).
 @Suite(.tags(.endToEnd), .serialized) struct BlockPackTests {
-    enum Backend: String, CaseIterable, CustomTestStringConvertible {
-        case embedded, scaled
-        var testDescription: String { rawValue }
-    }
-
     /// A `vdrive serve` process on `backend` with one device, in a fresh folder.
     final class PackServer: @unchecked Sendable { // set up once, then only read
         let dir = TemporaryDirectory()
@@ -309,6 +304,27 @@ import Glibc
             let pack = BlockPack.encode(blocks)
             #expect(pack.count == blocks.reduce(0) { $0 + BlockPack.recordSize(length: $1.count) })
 
+            // Written out piece by piece, as a body being sent is: the same bytes.
+            var encoder = BlockPackEncoder(blocks.map { (SHA256Hasher.digest($0), $0.count) })
+            #expect(encoder.length == Int64(pack.count))
+            var streamed: [UInt8] = []
+            while true {
+                let room = Int.random(in: 0..<4, using: &rng) == 0 ? Int.random(in: 1...50, using: &rng) : Int.random(in: 1...300_000, using: &rng)
+                var piece = [UInt8](repeating: 0, count: room)
+                let n = try #require(piece.withUnsafeMutableBytes { buffer in
+                    encoder.fill(buffer) { record, offset, into in
+                        // A reader may give fewer bytes than asked.
+                        let n = min(into.count, Int.random(in: 1...70_000, using: &rng))
+                        blocks[record].withUnsafeBytes { into.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + n])) }
+                        return n
+                    }
+                })
+                if n == 0 { break }
+                streamed += piece[0..<n]
+            }
+            #expect(streamed == pack, "seed \(seed), round \(round)")
+            #expect(encoder.position == encoder.length)
+
             var decoder = BlockPackDecoder()
             var got: [(SHA256Digest, [UInt8])] = []
             var at = 0
@@ -347,6 +363,15 @@ import Glibc
                 do { try cutDecoder.finish() } catch { if case .truncated(let record, _) = error { #expect(record == inside, "seed \(seed): cut at \(cut)") } }
             }
         }
+    }
+
+    @Test func aBlockThatCannotBeReadEndsTheEncodedPack() throws {
+        var encoder = BlockPackEncoder([(SHA256Hasher.digest([1, 2]), 2), (SHA256Hasher.digest([3]), 1)])
+        var buffer = [UInt8](repeating: 0, count: 100)
+        let first = buffer.withUnsafeMutableBytes { b in encoder.fill(b) { record, _, into in record == 0 ? { into[0] = 1; into[1] = 2; return 2 }() : nil } }
+        #expect(first == BlockPack.recordSize(length: 2) + BlockPack.headerSize, "the bytes before the failure are given")
+        let second = buffer.withUnsafeMutableBytes { b in encoder.fill(b) { _, _, _ in nil } }
+        #expect(second == nil, "then the failure")
     }
 
     @Test func lengthsOutOfRangeAreRefusedNamingTheRecord() throws {

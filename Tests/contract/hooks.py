@@ -1,8 +1,9 @@
 """Schemathesis hooks for the workspace server's contract test (schemathesis.toml).
 
-1. tus PATCH bodies are `application/offset+octet-stream` (tus 1.0): bytes, serialized
-   exactly as `application/octet-stream` ones. Schemathesis has no serializer for that
-   media type of its own, so it is registered as an alias. And a "positive" PATCH whose
+1. tus PATCH bodies are `application/offset+octet-stream` (tus 1.0), block packs
+   `application/vnd.vdrive.block-pack`: bytes, serialized exactly as
+   `application/octet-stream` ones. Schemathesis has no serializer for those media
+   types of its own, so they are registered as aliases. And a "positive" PATCH whose
    Upload-Checksum breaks the document's pattern (a slip of schemathesis's coverage
    phase) gets the body's real checksum.
 
@@ -29,6 +30,7 @@ import schemathesis
 from schemathesis.generation import GenerationMode
 
 schemathesis.serializer.alias("application/offset+octet-stream", "application/octet-stream")
+schemathesis.serializer.alias("application/vnd.vdrive.block-pack", "application/octet-stream")
 
 BLOCK = os.environ.get("VDRIVE_CONTRACT_BLOCK")      # a stored block's hash
 CONTENT = os.environ.get("VDRIVE_CONTRACT_CONTENT")  # a recorded content's hash
@@ -82,6 +84,8 @@ def map_case(context, case):
         case.path_parameters = {**(case.path_parameters or {}), "hash": CONTENT}
     elif BLOCK and path == "/v1/blocks/{hash}":
         case.path_parameters = {**(case.path_parameters or {}), "hash": BLOCK}
+    elif BLOCK and path == "/v1/blocks/fetch" and isinstance(case.body, dict):
+        case.body = {**case.body, "hashes": [BLOCK]}
     elif UPLOAD and path == "/v1/tus/{id}":
         upload_id, block, size, expires, device, sig = UPLOAD.split()
         case.path_parameters = {**(case.path_parameters or {}), "id": upload_id}
