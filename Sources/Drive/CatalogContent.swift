@@ -71,13 +71,12 @@ extension Catalog {
             var inlined = change.inlined
             var written: [String] = []
             defer { for path in written { _ = unlink(path) } }
-            // Asked of the followers before the transaction, told to them inside it: a path
-            // worked out for the first is not looked up again for the second.
-            let asked = DriveChange(.content, ino, catalog: self)
             // A photo stays a file whatever its size when its follower says so: the backup
             // and "optimize storage" work on block files (an inline block cannot be made
-            // online-only).
-            if !inlined.isEmpty, !journals.isEmpty, try followersKeepBlockFiles(asked) {
+            // online-only). Asked before the transaction, told inside it: a path worked out
+            // for the question is not looked up again for the change.
+            let asked = inlined.isEmpty || journals.isEmpty ? nil : DriveChange(.content, ino, catalog: self)
+            if let asked, try followersKeepBlockFiles(asked) {
                 for block in inlined {
                     let (fd, stagingPath) = try blobs.makeStagingFile()
                     written.append(stagingPath)
@@ -125,9 +124,11 @@ extension Catalog {
                     a.ctime = now
                     try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
                                content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
-                    try journal(DriveChange(.content, ino, catalog: self, sharingPathWith: asked,
-                                            version: ContentVersion(hash: content, blocks: blocks, size: change.size,
-                                                                    mtimeNanoseconds: a.mtime, settled: change.settled)))
+                    if !journals.isEmpty {
+                        try journal(DriveChange(.content, ino, catalog: self, sharingPathWith: asked,
+                                                version: ContentVersion(hash: content, blocks: blocks, size: change.size,
+                                                                        mtimeNanoseconds: a.mtime, settled: change.settled)))
+                    }
                     return (a, try takeUnreferencedBlocks())
                 }
                 removeBlockFiles(garbage)

@@ -197,9 +197,9 @@ extension Catalog {
     /// every commit of `tar x` when walked).
     func pathThroughFolders(of ino: UInt64) throws -> String? {
         guard ino != Self.rootIno else { return "" }
-        guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
-                                                   row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return nil }
-        let leaf = String(decoding: name, as: UTF8.self)
+        // The name read as text: its bytes decoded as `path(of:)` decodes them, with no copy between.
+        guard let (parent, leaf) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
+                                                   row: { (UInt64($0.int64(0)), $0.string(1) ?? "") }) else { return nil }
         if parent == Self.rootIno { return leaf }
         guard let folder = try folderPath(parent) else { return nil }
         return folder + "/" + leaf
@@ -217,8 +217,8 @@ extension Catalog {
             // A folder met twice would be a damaged catalog: no path rather than a loop.
             guard chain.count < 4096,
                   let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", current,
-                                                       row: { (UInt64($0.int64(0)), $0.bytes(1) ?? []) }) else { return nil }
-            chain.append((current, String(decoding: name, as: UTF8.self)))
+                                                       row: { (UInt64($0.int64(0)), $0.string(1) ?? "") }) else { return nil }
+            chain.append((current, name))
             current = parent
         }
         if folderPaths.count + chain.count > 65_536 { folderPaths.removeAll() }

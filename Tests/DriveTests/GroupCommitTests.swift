@@ -13,7 +13,7 @@ import Storage
     let logic = FileSystemLogicTests()
 
     /// The names in the root folder as another connection reads them (committed only),
-    /// but the Camera Roll every drive has.
+    /// but the Camera Roll every workspace of these tests starts with.
     func committedNames(_ fs: DriveFileSystem) throws -> Set<String> {
         let db = try Database(path: fs.catalogPath, options: .init(readOnly: true, create: false))
         return Set(try db.query("SELECT name FROM entries WHERE parent = 1") { String(decoding: $0.bytes(0) ?? [], as: UTF8.self) })

@@ -17,9 +17,7 @@ import TestTraits
     @Test(arguments: Records.all) func aHeldTreeRequestWakesForARecordAndForATreeChange(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
-        let f = try s.uploaded(size: 1000, seed: 1)
-        let before = try s.record(f, at: "Camera Roll/a.jpg").sequence ?? 0
-        let tree = try s.client.treePage(since: 0).latest
+        let (f, before, tree) = try Self.oneRecord(s, seed: 1)
 
         let poll = try Self.poll(s, since: tree, wait: 30, recordsSince: before)
         try eventually("the tree request is held", within: 10) { s.server.heldRequests == 1 }
@@ -48,9 +46,7 @@ import TestTraits
     @Test(arguments: Records.all) func anotherRecordsEndIsAnsweredAtOnce(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
-        let f = try s.uploaded(size: 1000, seed: 2)
-        let latest = try s.record(f, at: "Camera Roll/c.jpg").sequence ?? 0
-        let tree = try s.client.treePage(since: 0).latest
+        let (_, latest, tree) = try Self.oneRecord(s, seed: 2)
         for cursor in [latest - 1, latest + 10] {
             let page = try s.client.treePage(since: tree, wait: 30, recordsSince: cursor)
             #expect(page.nodes.isEmpty && page.recordsLatest == latest, "records_since=\(cursor)")
@@ -92,6 +88,14 @@ import TestTraits
             #expect(page.nodes.isEmpty)
             #expect((page.recordsLatest ?? 0) > latest, "round \(round): the records' end \(String(describing: page.recordsLatest)), before \(latest)")
         }
+    }
+
+    /// A backup recorded (`Camera Roll/<seed>.jpg`): its file, its sequence (the records'
+    /// end) and the tree's end.
+    static func oneRecord(_ s: TestServer, seed: UInt64) throws -> (file: TestFile, records: Int64, tree: Int64) {
+        let f = try s.uploaded(size: 1000, seed: seed)
+        let sequence = try s.record(f, at: "Camera Roll/\(seed).jpg").sequence ?? 0
+        return (f, sequence, try s.client.treePage(since: 0).latest)
     }
 
     /// `GET /v1/tree?since=&wait=&records_since=` sent on a connection of its own; read its reply later.
