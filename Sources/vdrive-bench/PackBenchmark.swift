@@ -66,15 +66,16 @@ enum PackBenchmark {
         print("| run | MB/s | wall s | client CPU s | server CPU s | server peak RSS MiB |")
         print("|---|---:|---:|---:|---:|---:|")
         var runs = [[ServerBenchmark.Figures]](repeating: [], count: rows.count)
-        for _ in 1...o.repeats {
+        // Each row's data folder stays until the end. Removing one (10,000 files) between rows
+        // made the next rows pay for it: on ext4 without a journal (this machine's) every new
+        // inode steps over those freed in the last minute (five while their inode table is
+        // dirty; `recently_deleted`), which tripled a pack row's server CPU (2.2 s to 7.1 s).
+        let kept = o.dir + "/pack-data"
+        defer { try? FileManager.default.removeItem(atPath: kept) }
+        for round in 1...o.repeats {
             for (i, row) in rows.enumerated() {
-                // The previous row's data folder (10,000 files) was just removed. On ext4 without
-                // a journal (this machine's) every new inode then steps over the ones freed in the
-                // last seconds (`recently_deleted`): up to 6 s of the server's CPU in a pack row.
-                // A workspace server does not remove 10,000 files before each sync; wait them out.
-                sleep(12)
                 // No access log: 20,000 lines a row on the bench's stderr would be most of what it shows.
-                runs[i].append(try ServerBenchmark.measure(o, label: row.0, extra: ["--access-log", "off"], row.1))
+                runs[i].append(try ServerBenchmark.measure(o, label: row.0, extra: ["--access-log", "off"], row.1, keep: "\(kept)/\(round)-\(i)"))
             }
         }
         let medians = runs.map { $0.sorted { $0.wall < $1.wall }[$0.count / 2] }

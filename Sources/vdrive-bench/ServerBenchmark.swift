@@ -246,14 +246,18 @@ enum ServerBenchmark {
         }
     }
 
-    /// Starts a fresh `vdrive serve`, runs `timed` against it, and measures.
-    static func measure(_ o: Options, label: String, extra: [String], _ timed: Timed) throws -> Figures {
-        let data = o.dir + "/data-" + String(label.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init).prefix(12))
+    /// Starts a fresh `vdrive serve`, runs `timed` against it, and measures. With `keep`,
+    /// the server's data folder is that folder and stays (the caller removes it later).
+    static func measure(_ o: Options, label: String, extra: [String], _ timed: Timed, keep: String? = nil) throws -> Figures {
+        let data = keep ?? o.dir + "/data-" + String(label.unicodeScalars.filter { CharacterSet.alphanumerics.contains($0) }.map(Character.init).prefix(12))
         try? FileManager.default.removeItem(atPath: data)
         let token = try DeviceRegistry(dataDirectory: data).add("bench")
         sync()
         let server = try RunningServer(vdrive: o.vdrive, data: data, extra: extra)
-        defer { server.stop(); try? FileManager.default.removeItem(atPath: data) }
+        defer {
+            server.stop()
+            if keep == nil { try? FileManager.default.removeItem(atPath: data) }
+        }
         try timed.prepare?(server, token)
         let sampler = RSSSampler(pid: server.pid)
         let idle = Double(sampler.sample()) / 1024

@@ -22,8 +22,9 @@ import Testing
         #expect(doc["openapi"] as? String == "3.0.3")
         let paths = Set((doc["paths"] as! [String: Any]).keys)
         #expect(paths == ["/v1/health", "/v1/openapi.json", "/v1/contents/present", "/v1/contents/{hash}", "/v1/contents/{hash}/blocks",
-                          "/v1/blocks/{hash}", "/v1/blocks/{hash}/chunks", "/v1/blocks/{hash}/verify", "/v1/uploads", "/v1/tus", "/v1/tus/{id}", "/v1/files", "/v1/files/versions", "/v1/changes", "/v1/watermark",
-                          "/metrics", "/v1/blocks", "/v1/blocks/fetch",
+                          "/v1/blocks/{hash}", "/v1/blocks/{hash}/chunks", "/v1/blocks/{hash}/verify", "/v1/blocks", "/v1/blocks/fetch", "/v1/uploads", "/v1/tus", "/v1/tus/{id}", "/v1/files", "/v1/files/versions", "/v1/changes", "/v1/watermark",
+                          "/metrics",
+
                           "/v1/tree", "/v1/tree/changes", "/v1/tree/trash", "/v1/tree/restore", "/v1/tree/nodes/{id}/versions"])
         // Every documented path answers something other than "no such endpoint".
         for path in paths {
