@@ -96,6 +96,7 @@ extension WorkspaceClient {
             if let refusal = unpacker.refusal { throw refusal }  // `into` threw: the transfer was cancelled
             throw error
         }
+        if let refusal = unpacker.refusal { throw refusal }  // `into` threw at the last block, before a cancel could stop anything
         guard reply.status == 200 else {
             // The body went to the hook: its start is the error's JSON.
             try check(HTTPResult(status: reply.status, headers: reply.headers, body: unpacker.start), expect: [200])

@@ -102,6 +102,17 @@ import Glibc
         }
         #expect(got == asked)
 
+        // What `into` throws comes out as it is, at the first block as at the last.
+        struct Enough: Error, Equatable {}
+        #expect(throws: Enough()) { try s.client.fetchBlockPack(Array(blocks.digests[0..<50])) { _, _ in throw Enough() } }
+        var handed = 0
+        #expect(throws: Enough()) {
+            try s.client.fetchBlockPack(Array(blocks.digests[0..<50])) { _, _ in
+                handed += 1
+                if handed == 50 { throw Enough() }
+            }
+        }
+
         // The raw reply is the pack format exactly, in the order asked.
         let some = [blocks.digests[7], blocks.digests[0], blocks.digests[7]]
         let reply = try s.fetch(String(decoding: WireJSON.encode(BlockPackRequest(hashes: some.map(\.hex))), as: UTF8.self))
