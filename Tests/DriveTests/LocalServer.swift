@@ -218,6 +218,8 @@ struct AccessLine {
     let bytesIn: Int64
     /// The device whose token the request carried; nil for none (a presigned tus PATCH).
     let device: String?
+    /// How long the server took to answer (a held request: how long it was held).
+    let milliseconds: Double
 
     init?(_ line: Substring) {
         guard line.hasPrefix("access ") else { return nil }
@@ -227,12 +229,13 @@ struct AccessLine {
             fields[pair[..<eq]] = pair[pair.index(after: eq)...]
         }
         guard let method = fields["method"], let route = fields["route"], let status = fields["status"].flatMap({ Int($0) }),
-              let bytesIn = fields["in"].flatMap({ Int64($0) }) else { return nil }
+              let bytesIn = fields["in"].flatMap({ Int64($0) }), let ms = fields["ms"].flatMap({ Double($0) }) else { return nil }
         self.method = String(method)
         self.route = String(route)
         self.status = status
         self.bytesIn = bytesIn
         device = fields["device"].flatMap { $0 == "-" ? nil : String($0) }
+        milliseconds = ms
     }
 
     /// A block's bytes reaching the server: a tus PATCH, a whole-block PUT or a pack (embedded),

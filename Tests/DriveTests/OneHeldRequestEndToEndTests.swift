@@ -27,16 +27,8 @@ import TestTraits
     /// The requests of `device` in the server's access log, in order (each device talks to
     /// one server process, whose log keeps its order).
     static func requests(of device: String, _ server: LocalServer) -> [Request] {
-        server.log().split(separator: "\n").compactMap { line -> Request? in
-            guard line.hasPrefix("access ") else { return nil }
-            var fields: [Substring: Substring] = [:]
-            for pair in line.split(separator: " ") {
-                guard let eq = pair.firstIndex(of: "=") else { continue }
-                fields[pair[..<eq]] = pair[pair.index(after: eq)...]
-            }
-            guard fields["device"].map(String.init) == device, let method = fields["method"], let route = fields["route"],
-                  let ms = fields["ms"].flatMap({ Double($0) }) else { return nil }
-            return Request(device: device, method: String(method), route: String(route), milliseconds: ms)
+        server.log().split(separator: "\n").compactMap(AccessLine.init).filter { $0.device == device }.map {
+            Request(device: device, method: $0.method, route: $0.route, milliseconds: $0.milliseconds)
         }
     }
 
