@@ -80,13 +80,54 @@ enum UploadHandlers {
         }
         let now = ServerContext.now()
         let expires = context.configuration.uploadExpires(after: now)
-        let (row, created) = try context.metadata.findOrCreateUpload(hash: digest.hex, size: size, deviceID: device.id, present: present,
-                                                                     now: now, expires: expires, field: field)
+        let (found, created) = try context.metadata.findOrCreateUpload(hash: digest.hex, size: size, deviceID: device.id, present: present,
+                                                                       now: now, expires: expires, field: field)
+        var row = found
         if created && !present {
             let fd = try FileIO.open(context.stagingPath(uploadID: row.id), O_WRONLY | O_CREAT, 0o600)
             FileIO.close(fd)
         }
+        if !created, !row.completed, row.received == row.length {
+            // Every byte on file but the block never committed: the server was killed
+            // between the last PATCH's offset and the commit (or the disk was full then).
+            // Handed out as it is, the ticket would say nothing is left to send, the device
+            // would send nothing, and the content would stay missing forever.
+            row = try finishReceived(row, digest: digest, context: context)
+            if row.completed && !tombstoneIfPresent { return .present }
+        }
         return .upload(row, created: created)
+    }
+
+    /// Commits an upload whose every byte was received (its claim taken, so that no PATCH
+    /// or sweep runs beside it) and returns the row as it is now: completed, or back at
+    /// offset 0 when the bytes are not the block (the device sends it again).
+    static func finishReceived(_ row: UploadRow, digest: SHA256Digest, context: ServerContext) throws -> UploadRow {
+        guard let claimed = context.uploads.claim(row.id) else { return row }   // a request on it now finishes it
+        claimed?.cancel()
+        do {
+            let done = try commitReceived(row, digest: digest, context: context)
+            if done.completed { context.uploads.remove(row.id) } else { context.uploads.release(row.id, hasher: nil) }
+            return done
+        } catch let failure as RequestFailure where failure.response.status == Tus.checksumMismatchStatus {
+            context.uploads.release(row.id, hasher: nil)
+            return try context.upload(id: row.id) ?? row
+        } catch {
+            context.uploads.release(row.id, hasher: nil)
+            throw error
+        }
+    }
+
+    /// An upload whose every byte was recorded but whose commit did not happen (a kill,
+    /// a full disk) is committed now. The caller holds the upload's claim.
+    static func commitReceived(_ row: UploadRow, digest: SHA256Digest, context: ServerContext) throws -> UploadRow {
+        guard !row.completed, row.received == row.length, row.length > 0 else { return row }
+        let path = context.stagingPath(uploadID: row.id)
+        let fd = try FileIO.open(path, O_RDWR)
+        defer { FileIO.close(fd) }
+        if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, computed: nil, uploadID: row.id) {
+            throw RequestFailure(failure)
+        }
+        return try context.upload(id: row.id) ?? row
     }
 }
 
@@ -201,7 +242,7 @@ enum TusHandlers {
                 h.cancel()
                 hasher = nil
             }
-            row = try retryCommitIfFull(found, digest: digest, context: context)
+            row = try UploadHandlers.commitReceived(found, digest: digest, context: context)
             if row.completed, let h = hasher {
                 h.cancel()
                 hasher = nil
@@ -243,18 +284,6 @@ enum TusHandlers {
 
     private static func head(_ row: UploadRow, headers: [(String, String)]) -> HTTPResponse {
         .empty(200, headers: headers + [(Tus.uploadOffset, String(row.received)), (Tus.uploadLength, String(row.length)), ("Cache-Control", "no-store")])
-    }
-
-    /// An upload whose every byte was recorded but whose commit failed (disk full) is committed now.
-    private static func retryCommitIfFull(_ row: UploadRow, digest: SHA256Digest, context: ServerContext) throws -> UploadRow {
-        guard !row.completed, row.received == row.length, row.length > 0 else { return row }
-        let path = context.stagingPath(uploadID: row.id)
-        let fd = try FileIO.open(path, O_RDWR)
-        defer { FileIO.close(fd) }
-        if let failure = context.commit(stagingPath: path, fd: fd, digest: digest, length: row.length, computed: nil, uploadID: row.id) {
-            throw RequestFailure(failure)
-        }
-        return try context.upload(id: row.id) ?? row
     }
 
     /// Checks a PATCH's headers (the claim is held) and returns the body writer, or an error.

@@ -76,11 +76,17 @@ final class MountedDrive {
         var env = ProcessInfo.processInfo.environment
         for (k, v) in environment { env[k] = v }
         p.environment = env
-        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        // What a foreground mount says goes to its stderr, not to the log file: kept where
+        // a failing test prints the logs from.
+        FileManager.default.createFile(atPath: foregroundLog, contents: nil)
+        p.standardError = FileHandle(forWritingAtPath: foregroundLog)
         try p.run()
         foreground = p
         try eventually("the foreground mount at \(mountPoint) is ready", within: 5, poll: 0.025) { isMounted(mountPoint) }
     }
+
+    /// Where a foreground mount's stderr goes.
+    var foregroundLog: String { root.path + "/foreground.log" }
 
     func kill9() {
         guard let p = foreground else { return }

@@ -41,8 +41,12 @@ import TestTraits
     /// The end of each mount's log, printed when a wait fails.
     static func printLogs(_ drives: [MountedDrive]) {
         for d in drives {
-            let log = (try? String(contentsOfFile: d.root.path + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? "(no log)"
-            print("--- \(d.mountPoint) log:\n" + log.split(separator: "\n").suffix(30).joined(separator: "\n"))
+            for file in [d.root.path + "/xdg/vdrive/vdrive.log", d.foregroundLog] {
+                guard let log = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+                print("--- \(d.mountPoint) \(file.hasSuffix("vdrive.log") ? "log" : "foreground mount's stderr"):\n"
+                      + log.split(separator: "\n").suffix(30).joined(separator: "\n"))
+            }
+            print("--- \(d.mountPoint) status: " + ((try? String(contentsOfFile: d.path(".backup/status"), encoding: .utf8)) ?? "(unreadable)"))
         }
     }
 

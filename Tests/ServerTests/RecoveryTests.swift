@@ -3,6 +3,8 @@ import Crypto
 import Foundation
 import Protocol
 import Server
+import Storage
+import TestSupport
 import Testing
 
 /// The first block upload of `f`'s plan.
@@ -47,6 +49,60 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         #expect(try client.uploadOffset(url: t.url) == 400)
         try client.uploadFile(fd: fd, size: f.size)
         #expect(try discarding { try client.downloadBlock(f.digest, to: $0) } == f.size)
+    }
+
+    /// Killed after the last PATCH's bytes were on file and its offset recorded, but
+    /// before the block was committed: the next plan finishes the block (it is then
+    /// present, read back whole) instead of a ticket that says nothing is left to send,
+    /// which left the content missing forever. Damaged staged bytes start the upload over.
+    @Test(arguments: Records.all) func bytesAllReceivedButNeverCommittedAreCommittedAtTheNextPlan(_ records: Records) throws {
+        let database = try records.freshLocation()
+        let dir = TemporaryDirectory()
+        defer { dir.remove() }
+        let data = dir.path + "/data"
+        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
+        let f = TestFile(in: dir.path, size: 3000, seed: 31)
+        let damaged = TestFile(in: dir.path, size: 3000, seed: 32)
+        var ids: [String] = []
+        do {
+            let server = try start(data, database)
+            defer { server.stop() }
+            let client = WorkspaceClient(baseURL: server.baseURL, token: token)
+            for file in [f, damaged] {
+                let fd = file.open()
+                defer { close(fd) }
+                let url = try ticket(client, file).url
+                #expect(try client.patch(url: url, offset: 0, fd: fd, fileOffset: 0, length: 1000) == 1000)
+                ids.append(String(url.split(separator: "/").last!.prefix { $0 != "?" }))
+            }
+        }
+        // The state a kill leaves between the offset's update and the commit: every byte
+        // staged, the offset at the end, no block (the second one's bytes damaged).
+        for (id, file) in zip(ids, [f, damaged]) {
+            var bytes = try #require(FileManager.default.contents(atPath: file.path)).map { $0 }
+            if file.digest == damaged.digest { bytes[2999] ^= 0xff }
+            writeFile(data + "/blobs/staging/tus-" + id, bytes)
+            let sql = "UPDATE uploads SET received = length WHERE id = '\(id)'"
+            switch database {
+            case .postgres(let url)?:
+                _ = try #require(PostgresCluster.shared).psql(PostgresCluster.databaseName(of: url), sql)
+            default:
+                try Database(path: data + "/server.db").execute(sql)
+            }
+        }
+        let server = try start(data, database)
+        defer { server.stop() }
+        let client = WorkspaceClient(baseURL: server.baseURL, token: token)
+        guard case .blocks(let none, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else { throw TestFailure("expected a plan") }
+        #expect(none.isEmpty, "the staged block is committed, nothing is left to send")
+        #expect(try discarding { try client.downloadBlock(f.digest, to: $0) } == f.size)
+        // Damaged: sent again from 0, then stored and read back.
+        let again = try ticket(client, damaged)
+        #expect(again.offset == 0)
+        let fd = damaged.open()
+        defer { close(fd) }
+        try client.uploadFile(fd: fd, size: damaged.size)
+        #expect(try discarding { try client.downloadBlock(damaged.digest, to: $0) } == damaged.size)
     }
 
     @Test(arguments: Records.all) func expiredUploadsAreSweptAndStrayStagingFilesRemoved(_ records: Records) throws {
