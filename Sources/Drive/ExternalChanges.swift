@@ -172,6 +172,14 @@ extension DriveFileSystem {
     /// reads its own tables after this, not before the change is there to read).
     public func commitOpenChanges() throws { try committed { _ in } }
 
+    /// Runs `body` with the drive's changes held and its open group committed: a follower
+    /// writing its own tables in the catalog file on a connection of its own then never
+    /// meets the drive's SQLite write lock. Met, SQLite's busy wait sleeps in steps of
+    /// milliseconds on both sides, and a FUSE request waited behind a follower's commit
+    /// (a large copy into a synced drive ran at a fraction of its speed). `body` must not
+    /// call back into the drive: the lock is not recursive.
+    public func holdingChanges<T>(_ body: () throws -> T) throws -> T { try committed { _ in try body() } }
+
     /// The committed entry of an inode, nil when it has no name (removed). Read on a
     /// connection of its own (`CommittedReads`): what the last commit left, without
     /// taking the catalog's lock or committing the open group (a follower reading each

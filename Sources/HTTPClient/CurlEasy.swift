@@ -93,6 +93,8 @@ private final class Transfer {
     var fd: Int32 = -1
     var stream: (any RequestBodyStream)?
     var position: Int64 = 0
+    /// Where the body starts (`position` before the first read): a rewind goes back here.
+    var start: Int64 = 0
     var end: Int64 = 0
     var readError: Int32 = 0
     // Response.
@@ -155,6 +157,18 @@ private func readCallback(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int, _
         t.position += Int64(n)
         return n
     }
+}
+
+/// Rewinds the request body: libcurl sends a request again on a new connection when the
+/// kept-alive one turned out closed (a restarted server, an idle timeout), and needs the
+/// body from its start. Without this it failed with "rewinding of the data stream failed"
+/// and the caller waited out a retry. A stream cannot go back.
+private func seekCallback(_ userdata: UnsafeMutableRawPointer?, _ offset: curl_off_t, _ origin: Int32) -> Int32 {
+    guard let userdata else { return CURL_SEEKFUNC_CANTSEEK }
+    let t = Unmanaged<Transfer>.fromOpaque(userdata).takeUnretainedValue()
+    guard t.stream == nil, origin == SEEK_SET, offset >= 0, offset <= t.end - t.start else { return CURL_SEEKFUNC_CANTSEEK }
+    t.position = t.start + Int64(offset)
+    return CURL_SEEKFUNC_OK
 }
 
 private func writeCallback(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int, _ userdata: UnsafeMutableRawPointer?) -> Int {
@@ -336,8 +350,11 @@ public final class HTTPConnection: Sendable {
             if case .none = body, raw == nil {} else {
                 vd_curl_setopt_long(h, CURLOPT_UPLOAD, 1)
                 vd_curl_setopt_off(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(transfer.end - transfer.position))
+                transfer.start = transfer.position
                 vd_curl_setopt_read(h, readCallback)
                 vd_curl_setopt_ptr(h, CURLOPT_READDATA, ud)
+                vd_curl_setopt_seek(h, seekCallback)
+                vd_curl_setopt_ptr(h, CURLOPT_SEEKDATA, ud)
                 vd_curl_setopt_str(h, CURLOPT_CUSTOMREQUEST, method)
             }
             vd_curl_setopt_ptr(h, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))

@@ -39,7 +39,7 @@ extension MirrorEngine {
         if page.latest < cursor {
             MirrorLog.error("the workspace server's tree ends before what this drive learned (restored from an older copy?): reading it again from the start")
         }
-        try db.transaction {
+        try write(on: db) {
             if known == nil, let workspace = page.workspace { try MirrorRows.setState("workspace", workspace, in: db) }
             for node in page.nodes {
                 if let s = try MirrorRows.synced(node: node.id, in: db), s.node.version >= node.version, s.node.version > 0 { continue }

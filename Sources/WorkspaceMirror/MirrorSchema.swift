@@ -49,6 +49,10 @@ public enum MirrorSchema {
         """),
         // The block list the feed brings with a small file, space-separated hex.
         Migration("mirror-2-remote-blocks", "ALTER TABLE mirror_remote ADD COLUMN blocks TEXT;"),
+        // A node by its place: each new file asks whether it takes over a name an editor's
+        // save replaced, and a folder's children are found by parent. Without it each was
+        // a scan of every synced node, and a copy of n files cost n scans of n rows.
+        Migration("mirror-3-nodes-by-place", "CREATE INDEX mirror_nodes_by_place ON mirror_nodes(parent, name);"),
     ]
 }
 

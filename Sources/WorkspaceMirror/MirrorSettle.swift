@@ -9,7 +9,7 @@ extension MirrorEngine {
     /// goes unless the inode changed again since it was read. One transaction for all.
     func settleApplied(_ applied: [(Planned, RemoteNode)], now: Int64) throws {
         if applied.isEmpty { return }
-        try db.transaction {
+        try write {
             for (p, node) in applied {
                 if node.deleted {
                     try MirrorRows.forget(ino: p.ino, in: db)
@@ -79,7 +79,7 @@ extension MirrorEngine {
         case .delete:
             switch MirrorPlanner.resolveDelete(base: base, theirs: theirs) {
             case .done:
-                try db.transaction {
+                try write {
                     try MirrorRows.forget(ino: p.ino, in: db)
                     try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
                 }
@@ -89,7 +89,7 @@ extension MirrorEngine {
                 var rebased = base
                 rebased.version = theirs.version
                 rebased.parent = theirs.parent; rebased.name = theirs.name
-                try db.transaction { try MirrorRows.save(SyncedNode(ino: p.ino, node: rebased), in: db) }
+                try write { try MirrorRows.save(SyncedNode(ino: p.ino, node: rebased), in: db) }
             }
         case .put(let ours, _, _):
             if p.base == nil && !theirs.deleted && theirs.sameState(as: ours) {
@@ -141,13 +141,13 @@ extension MirrorEngine {
             try bring(p.ino, to: theirs, lists, edit)
             try MirrorRows.save(SyncedNode(ino: p.ino, node: theirs), in: edit.database)
         }
-        try db.transaction { try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db) }
+        try write { try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db) }
     }
 
     /// A node deleted here that the server keeps (edited elsewhere, or a folder given a new
     /// child): made again here from the server's state, as a new inode.
     private func restoreHere(_ p: Planned, _ theirs: RemoteNode, now: Int64) throws {
-        try db.transaction {
+        try write {
             try MirrorRows.forget(ino: p.ino, in: db)
             try MirrorRows.clearDirty(p.ino, seq: p.seq, now: now, in: db)
             var again = theirs

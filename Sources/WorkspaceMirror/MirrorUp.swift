@@ -60,7 +60,7 @@ extension MirrorEngine {
             guard let local = try drive.committedEntry(d.ino), let placement = try place(local, isKnown: { newNodes[$0] != nil }) else {
                 // Gone here, or out of the workspace (into the Camera Roll, a temporary name).
                 guard let s, s.node.version > 0 else {
-                    try db.transaction {
+                    try write {
                         try MirrorRows.forget(ino: d.ino, in: db)
                         try MirrorRows.clearDirty(d.ino, seq: d.seq, now: now, in: db)
                     }
@@ -111,7 +111,7 @@ extension MirrorEngine {
                 return false
             }
             if let synced, synced.node.version > 0, synced.node.sameState(as: desired) {
-                try db.transaction { try MirrorRows.clearDirty(d.ino, seq: d.seq, now: now, in: db) }
+                try write { try MirrorRows.clearDirty(d.ino, seq: d.seq, now: now, in: db) }
                 return true
             }
             if synced == nil {
@@ -160,7 +160,7 @@ extension MirrorEngine {
             }
             let fresh = order[first...].compactMap { planned[$0] }
             if !newNodes.isEmpty {
-                try db.transaction { for n in newNodes.values { try MirrorRows.save(n, in: db) } }
+                try write { for n in newNodes.values { try MirrorRows.save(n, in: db) } }
                 newNodes = [:]
             }
             if fresh.isEmpty { continue }
@@ -264,7 +264,7 @@ extension MirrorEngine {
         guard old.node.kind == remoteKind(local.kind) else { return nil }
         if let there = try drive.committedEntry(old.ino), try place(there) != nil { return nil }   // it moved elsewhere in the workspace
         let adopted = SyncedNode(ino: local.ino, node: old.node)
-        try db.transaction {
+        try write {
             try MirrorRows.forget(ino: old.ino, in: db)
             try db.run("DELETE FROM mirror_dirty WHERE ino = ?", old.ino)
             try MirrorRows.save(adopted, in: db)
@@ -301,10 +301,15 @@ extension MirrorEngine {
         }
     }
 
+    /// 128 random bits in hex (a node's id). Two words from the system's generator, not
+    /// sixteen `random(in:)` calls and `String(format:)`: it ran once per new file of a copy.
     static func newID() -> String {
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in bytes.indices { bytes[i] = UInt8.random(in: 0...255) }
-        return bytes.map { String(format: "%02x", $0) }.joined()
+        var generator = SystemRandomNumberGenerator()
+        let words = [generator.next(), generator.next()] as [UInt64]
+        return words.map { word in
+            let hex = String(word, radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
     }
 
     func noteFailure(_ ino: UInt64, _ text: String, retryIn seconds: Double = 60) {

@@ -78,7 +78,7 @@ final class MountedDrive {
         p.environment = env
         // What a foreground mount says goes to its stderr, not to the log file: kept where
         // a failing test prints the logs from.
-        FileManager.default.createFile(atPath: foregroundLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: foregroundLog, contents: nil)
         p.standardError = FileHandle(forWritingAtPath: foregroundLog)
         try p.run()
         foreground = p
