@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 
 /// Starting the mount in the background: the command re-runs itself in the
 /// foreground mode as a new session leader, with its stdout as a pipe back to us.
@@ -43,7 +44,7 @@ enum Daemon {
     }
 
     private static func createLog(_ path: String) -> FileHandle? {
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         return FileHandle(forWritingAtPath: path)
     }
 
