@@ -4,8 +4,8 @@ import Storage
 /// The drive's state folder, held with an exclusive lock for as long as a process
 /// uses it: two processes must never write one catalog.
 public struct StateFolder {
-    public let path: String
-    public let lockFD: Int32
+    let path: String
+    let lockFD: Int32
 
     public static func open(_ path: String) throws -> StateFolder {
         do { try FileIO.makeDirectories(path) } catch {
