@@ -35,16 +35,20 @@ let package = Package(
         .target(name: "Server", dependencies: ["CMicroHTTPD", "Storage", "Postgres", "Protocol", "Crypto", "ObjectStore"]),
         .target(name: "Backup", dependencies: ["Storage", "Crypto"]),
         .target(name: "WorkspaceMirror", dependencies: ["Drive", "Storage", "Crypto", "Backup"]),
-        .executableTarget(name: "vdrive", dependencies: ["Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto", "CLinux"]),
+        // The pieces that join the drive, the backup, the mirror and the client on one device.
+        .target(name: "DeviceWiring", dependencies: ["Drive", "Storage", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto"]),
+        // The command line over DeviceWiring (and `vdrive serve` over Server).
+        .executableTarget(name: "vdrive", dependencies: ["DeviceWiring", "Drive", "Storage", "Server", "Backup", "WorkspaceMirror", "Client", "HTTPClient", "Protocol", "Crypto", "CLinux"]),
         .executableTarget(name: "vdrive-bench", dependencies: ["Server", "Client", "Protocol", "Crypto", "Storage", "Drive", "TestSupport", "ObjectStore"]),
 
         .target(name: "TestSupport", dependencies: ["Crypto"], path: "Tests/TestSupport"),
         .target(name: "TestTraits", path: "Tests/TestTraits"),
         .testTarget(name: "StorageTests", dependencies: ["Storage", "Crypto", "TestSupport", "TestTraits"]),
         .testTarget(name: "ObjectStoreTests", dependencies: ["ObjectStore", "HTTPClient", "Crypto", "TestSupport", "TestTraits"]),
-        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "TestSupport", "TestTraits"], exclude: ["Fixtures"]),
+        .testTarget(name: "DriveTests", dependencies: ["Drive", "Storage", "Crypto", "CLinux", "Backup", "DeviceWiring", "TestSupport", "TestTraits"], exclude: ["Fixtures"]),
         .testTarget(name: "ServerTests", dependencies: ["Server", "Client", "HTTPClient", "Protocol", "Crypto", "Storage", "TestSupport", "TestTraits", "ObjectStore"]),
         .testTarget(name: "BackupTests", dependencies: ["Backup", "Storage", "Crypto", "TestSupport", "TestTraits"], exclude: ["Fixtures"]),
         .testTarget(name: "MirrorTests", dependencies: ["WorkspaceMirror", "Drive", "Storage", "Crypto", "TestSupport", "TestTraits"]),
+        .testTarget(name: "WiringTests", dependencies: ["DeviceWiring", "Drive", "Storage", "Backup", "Crypto", "TestSupport", "TestTraits"]),
     ]
 )

@@ -1,4 +1,5 @@
 import Backup
+import DeviceWiring
 import Storage
 
 /// `vdrive backup retry|list`: acts on the queue in the catalog database.

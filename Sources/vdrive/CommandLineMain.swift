@@ -1,3 +1,5 @@
+import DeviceWiring
+
 /// A verb of the command line: its name, a one-line summary, its help text and its body.
 struct Verb: Sendable {
     let name: String

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 
 /// Starting the mount in the background: the command re-runs itself in the
 /// foreground mode as a new session leader, with its stdout as a pipe back to us.

@@ -1,7 +1,6 @@
 import Foundation
-import Backup
+import DeviceWiring
 import Drive
-import Storage
 
 /// `vdrive mount` and `vdrive unmount`.
 enum MountCommand {
@@ -57,7 +56,7 @@ enum MountCommand {
         do {
             try FuseSession.checkMountPoint(mountPoint)
         } catch let error as MountError {
-            throw cliError(error)
+            throw DeviceMount.cliError(error)
         }
         let remote = try RemoteConfig.load(options)
         if options.has("--camera-backup") { try BackupWiring.turnCameraBackupOn() }
@@ -68,70 +67,12 @@ enum MountCommand {
         }
         let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)
         do {
-            try serve(mountPoint: mountPoint, state: state, remote: remote, notifier: notifier)
+            try DeviceMount.serve(mountPoint: mountPoint, state: state, remote: remote, ready: notifier.ready)
             return ExitCode.ok
         } catch let error as CLIError {
             notifier.failed(error)
             throw error
         }
-    }
-
-    static func cliError(_ error: MountError) -> CLIError {
-        switch error {
-        case .mountPointMissing, .mountPointNotDirectory: return CLIError(error.description, code: ExitCode.noInput)
-        case .alreadyMounted: return CLIError(error.description, code: ExitCode.unavailable)
-        case .fuseUnavailable: return CLIError(error.description, code: ExitCode.unavailable)
-        case .mountFailed: return CLIError(error.description, code: ExitCode.osError)
-        }
-    }
-
-    private static func serve(mountPoint: String, state: String, remote: RemoteConfig?, notifier: ReadyNotifier) throws {
-        let lock = try StateFolder.open(state)
-        defer { lock.release() }
-        let fs: DriveFileSystem
-        do {
-            fs = try DriveFileSystem(statePath: state, extraMigrations: WiringSchema.catalogExtras,
-                                     rootFolders: [CameraRollRules.folderName])
-        } catch let error as MigrationError {
-            throw CLIError(error.description, code: ExitCode.config)
-        } catch let error as DatabaseError where error.isCorrupt {
-            throw CLIError("catalog \(state)/catalog.sqlite is not a readable SQLite database (\(error.message)); move it aside to start an empty workspace, nothing was changed", code: ExitCode.dataError)
-        } catch let error as DatabaseError {
-            throw CLIError("cannot open the catalog in \(state): \(error.message)", code: ExitCode.ioError)
-        } catch let error as Errno {
-            throw CLIError("cannot use the state folder \(state): \(error)", code: ExitCode.cantCreate)
-        }
-        DaemonTuning.memory()
-        DaemonTuning.openFiles()
-        let lost = try fs.recover()
-        if !lost.isEmpty { printError("\(lost.count) file(s) lost content in an unclean stop; see the log") }
-        let backup = try BackupWiring(fs: fs, state: state, remote: remote)
-        let backups = try BackupsWiring(fs: fs, remote: remote)
-        let pins = backup.residency.pins
-        // One held request per device: the mirror's tree feed watches Backups/' feed too.
-        let mirror = try MirrorWiring(fs: fs, remote: remote,
-                                      arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }),
-                                      carrying: backups.follower)
-        if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
-            tree.mirrorStatus = { engine.status }
-            tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
-        }
-        let session = FuseSession(fs: fs, mountPoint: mountPoint)
-        do { try session.mount() } catch let error as MountError { throw cliError(error) }
-        let pidFile = MountRegistry.pidFile(for: mountPoint)
-        MountRegistry.record(pidFile)
-        defer { MountRegistry.remove(pidFile) }
-        fs.startBackgroundWork()
-        backup.start()
-        backups.start(carried: mirror.engine != nil)
-        mirror.start()
-        notifier.ready()
-        _ = session.run()
-        // Unmounted: stop uploads quickly (they resume at the next mount), then the drive.
-        mirror.stop()
-        backups.stop()
-        backup.stop()
-        fs.shutdown()
     }
 
     static func unmount(_ arguments: [String]) throws -> Int32 {

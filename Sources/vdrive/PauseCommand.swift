@@ -1,4 +1,5 @@
 import Backup
+import DeviceWiring
 
 /// `vdrive pause` and `vdrive resume`: set the `paused` setting. A running engine sees the
 /// settings file change (inotify) and stops sending within one progress tick.

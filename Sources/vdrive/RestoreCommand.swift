@@ -1,4 +1,5 @@
 import enum Backup.ByteCountText
+import DeviceWiring
 import Client
 import Protocol
 import Storage

@@ -1,4 +1,5 @@
 import Synchronization
+import DeviceWiring
 
 /// What a restore did so far, shared by its transfer threads: counts, the progress
 /// line, the folders to sync at the end, and whether the server is gone. Failures are

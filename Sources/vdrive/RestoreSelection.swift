@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Protocol
 
 /// Which of a device's backups `vdrive restore` takes: `--since`/`--until` bound the

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Server
 
 /// Where `vdrive serve` and each of its verbs (`device`, `backup`, `check`) keep their

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Server
 
 /// `vdrive serve backup delete DEVICE PATH [--version HASH] --yes`: the one way a

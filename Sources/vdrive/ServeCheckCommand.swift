@@ -1,4 +1,5 @@
 import Server
+import DeviceWiring
 
 /// `vdrive serve check [--data DIR] [--database URL] [--store URL] [--quota SIZE]`: can a server
 /// start with these back ends? Prints what it found, one fact a line, the space the blocks

@@ -1,4 +1,5 @@
 import Server
+import DeviceWiring
 import Storage
 #if canImport(Glibc)
 import Glibc

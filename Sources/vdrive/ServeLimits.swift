@@ -1,4 +1,5 @@
 import Server
+import DeviceWiring
 
 /// The `vdrive serve` options that set `ServerLimits` (what one client can make the
 /// server hold; Docs/operations.md, "Limits"): each a whole number or a size, checked

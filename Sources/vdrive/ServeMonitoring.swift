@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Server
 
 /// The `vdrive serve` options of what an operator watches: `--access-log off|stderr`

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Server
 
 /// `vdrive serve snapshot DEST`: a consistent copy of a running embedded server

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Server
 
 /// Space on the server: `vdrive serve gc` (the garbage collection), `vdrive serve

@@ -1,4 +1,5 @@
 import Server
+import DeviceWiring
 
 /// `--tls-cert FILE --tls-key FILE` of `vdrive serve` and `vdrive serve check`: the
 /// certificate and key the server speaks HTTPS with (Docs/operations.md, "A public

@@ -1,4 +1,5 @@
 import Backup
+import DeviceWiring
 
 /// `vdrive settings [key [value]]`: shows or changes the backup settings.
 enum SettingsCommand {

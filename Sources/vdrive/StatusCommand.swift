@@ -1,4 +1,5 @@
 import Backup
+import DeviceWiring
 import Drive
 import Foundation
 import Storage

@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Backup
 import Drive
 import Storage

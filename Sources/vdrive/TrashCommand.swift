@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import enum Backup.ByteCountText
 import Client
 import HTTPClient

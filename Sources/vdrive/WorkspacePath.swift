@@ -1,4 +1,5 @@
 import Foundation
+import DeviceWiring
 import Storage
 import WorkspaceMirror
 

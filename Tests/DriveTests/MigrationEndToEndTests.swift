@@ -4,6 +4,7 @@ import Crypto
 import Storage
 import Backup
 import CLinux
+import DeviceWiring
 @testable import Drive
 
 /// Tier three: a state folder as the whole-blob version (drive-001, backup-1, wiring-1)
@@ -11,31 +12,18 @@ import CLinux
 /// a real server: the catalog moves to blocks, the queue to content hashes and block
 /// pins, and the queued photos are backed up with the right bytes.
 @Suite(.tags(.endToEnd), .needsMount, .serialized) struct MigrationEndToEndTests {
-    /// wiring-1, exactly as it shipped (it lives in the vdrive executable, which tests
-    /// cannot import; a shipped migration is never edited, so this copy cannot drift).
-    static let wiring1 = Migration("wiring-1-backup-pins-blobs", """
-        CREATE TRIGGER backup_pin_insert AFTER INSERT ON backup_items WHEN NEW.state != 'done'
-        BEGIN UPDATE blobs SET refs = refs + 1 WHERE hash = NEW.hash; END;
-        CREATE TRIGGER backup_pin_update AFTER UPDATE OF state ON backup_items
-            WHEN (OLD.state = 'done') != (NEW.state = 'done')
-        BEGIN
-            UPDATE blobs SET refs = refs + (CASE WHEN NEW.state = 'done' THEN -1 ELSE 1 END) WHERE hash = NEW.hash;
-        END;
-        CREATE TRIGGER backup_pin_delete AFTER DELETE ON backup_items WHEN OLD.state != 'done'
-        BEGIN UPDATE blobs SET refs = refs - 1 WHERE hash = OLD.hash; END;
-        """)
-
     @Test func aWholeBlobStateFolderMovesForwardAndItsQueueIsBackedUp() throws {
         let dir = TemporaryDirectory("vdrive-migrate"); defer { dir.remove() }
         let state = dir.path + "/state"
         let photo = try BackupEndToEndTests.photo(3)
         let video = pseudoRandomBytes(9 << 20, seed: 61)          // split into three blocks
         let gone = try BackupEndToEndTests.photo(4)               // backed up, then deleted
+        let wiring1 = try #require(WiringSchema.migrations.first { $0.name == "wiring-1-backup-pins-blobs" })
         let store = try BlobStore(root: state + "/blobs")
         let photoBlob = try storeWholeBlob(photo, in: store), videoBlob = try storeWholeBlob(video, in: store)
         do {
             let db = try Database(path: state + "/catalog.sqlite")
-            try db.migrate([CatalogSchema.migrations[0], BackupSchema.migrations[0], Self.wiring1])
+            try db.migrate([CatalogSchema.migrations[0], BackupSchema.migrations[0], wiring1])
             let dirMode = UInt32(S_IFDIR) | 0o755, fileMode = UInt32(S_IFREG) | 0o644
             try db.run("INSERT INTO inodes(ino, mode, uid, gid, nlink, atime_ns, mtime_ns, ctime_ns) VALUES (1, ?, 0, 0, 3, 0, 0, 0), (2, ?, 0, 0, 2, 0, 0, 0)", dirMode, dirMode)
             try db.run("INSERT INTO entries(parent, name, ino) VALUES (1, ?, 2)", Array("Camera Roll".utf8))

@@ -7,7 +7,7 @@ import Storage
 /// Connects the backup engine to a mounted drive: the change journal's follower, the
 /// `.backup/` tree, and the transport to the configured server (or none, in which case the
 /// engine waits and its status says so).
-final class BackupWiring {
+public final class BackupWiring {
     let hook = BackupHook()
     let engine: BackupEngine
     private let fs: DriveFileSystem
@@ -29,18 +29,18 @@ final class BackupWiring {
         fs.virtualTree = try BackupQueueTree(catalogPath: fs.catalogPath, status: { engine.status() })
     }
 
-    static func configuration(catalogPath: String, state: String) -> BackupEngine.Configuration {
+    public static func configuration(catalogPath: String, state: String) -> BackupEngine.Configuration {
         BackupEngine.Configuration(databasePath: catalogPath, stateFolder: state, settingsPath: BackupPaths.settings)
     }
 
     /// The policy inputs. `VDRIVE_SYSTEM_ROOT` points the battery and network probes at
     /// another root than "/" (its `sys/` and `proc/`): tests build fake trees there.
-    static func policy(probeInterval: Double = 15) -> BackupPolicy {
+    public static func policy(probeInterval: Double = 15) -> BackupPolicy {
         let root = ProcessInfo.processInfo.environment["VDRIVE_SYSTEM_ROOT"] ?? "/"
         return BackupPolicy(power: PowerProbe(root: root), network: SystemNetworkProbe(root: root), probeInterval: probeInterval)
     }
 
-    static func transport(_ remote: RemoteConfig?) throws -> BackupTransport {
+    public static func transport(_ remote: RemoteConfig?) throws -> BackupTransport {
         guard let remote else { return UnconfiguredTransport() }
         return ClientTransport(client: try remote.client())
     }
@@ -62,7 +62,7 @@ final class BackupWiring {
         fs.collectGarbage()
     }
 
-    static func turnCameraBackupOn() throws {
+    public static func turnCameraBackupOn() throws {
         let file = SettingsFile(path: BackupPaths.settings)
         var settings = try file.load()
         guard !settings.cameraBackup else { return }

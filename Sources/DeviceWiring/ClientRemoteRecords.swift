@@ -7,22 +7,22 @@ import Protocol
 /// administrator's deletions (`GET /v1/changes`), and content block lists
 /// (`GET /v1/contents/<hash>/blocks`). The one place the feed's wire records become
 /// the drive's `RemoteVersion`s.
-final class ClientRemoteRecords: RemoteRecords, Sendable {
+public final class ClientRemoteRecords: RemoteRecords, Sendable {
     private let client: WorkspaceClient
 
     init(client: WorkspaceClient) { self.client = client }
 
     /// A client for the feed: a connect timeout short enough that a drive whose server
     /// is down notices within a few seconds, not the backup's patient ten.
-    static func forRemote(_ remote: RemoteConfig) throws -> ClientRemoteRecords {
+    public static func forRemote(_ remote: RemoteConfig) throws -> ClientRemoteRecords {
         ClientRemoteRecords(client: try remote.client(timeouts: Timeouts(connect: 3, lowSpeedBytes: 1024, lowSpeedSeconds: 10)))
     }
 
-    func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {
+    public func changes(since: Int64, limit: Int) throws(RemoteFailure) -> RemoteChangePage {
         try changes(since: since, limit: limit, wait: 0, cancelled: { false })
     }
 
-    func changes(since: Int64, limit: Int, wait: Int, cancelled: @escaping @Sendable () -> Bool) throws(RemoteFailure) -> RemoteChangePage {
+    public func changes(since: Int64, limit: Int, wait: Int, cancelled: @escaping @Sendable () -> Bool) throws(RemoteFailure) -> RemoteChangePage {
         let reply: ChangesResponse
         do { reply = try client.changesPage(since: since, limit: limit, wait: wait, cancelled: cancelled) } catch { throw Self.failure(error, "the change feed") }
         var changes: [RemoteChange] = []
@@ -39,7 +39,7 @@ final class ClientRemoteRecords: RemoteRecords, Sendable {
                                 workspace: reply.workspace)
     }
 
-    func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
+    public func blockList(of content: SHA256Digest) throws(RemoteFailure) -> [SHA256Digest] {
         do { return try client.contentBlocks(content).blocks } catch { throw Self.failure(error, "the block list of \(content.hex)") }
     }
 

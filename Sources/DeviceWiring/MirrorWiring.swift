@@ -5,12 +5,17 @@ import WorkspaceMirror
 /// Connects the workspace mirror to a mounted drive: the change journal always (so that
 /// changes made while no server is configured are sent once one is), and the engine when
 /// a server is configured.
-final class MirrorWiring {
-    let engine: MirrorEngine?
+public final class MirrorWiring {
+    public let engine: MirrorEngine?
+
+    /// The mirror alone (a pass without a mount).
+    public convenience init(fs: DriveFileSystem, remote: RemoteConfig?) throws {
+        try self.init(fs: fs, remote: remote, arrivals: nil, carrying: nil)
+    }
 
     /// `arrivals`: told of contents the mirror brings down (a mount prefetches small files).
     /// `carrying`: a feed the mirror's held tree request watches too (`Backups/`' records).
-    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals? = nil, carrying: CarriedFeed? = nil) throws {
+    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals?, carrying: CarriedFeed?) throws {
         guard let remote else {
             fs.addFollower(MirrorJournal())
             engine = nil

@@ -11,53 +11,28 @@ import Glibc
 /// own file, readable by the user only. `caFile` (or `--ca-file FILE`) names the PEM
 /// certificate of a private CA to trust for an https server; `allowInsecureHTTP` (or
 /// `--allow-insecure-http`) lets the token cross plain HTTP to another machine.
-struct RemoteConfig: Codable {
-    var url: String
-    var tokenFile: String
+public struct RemoteConfig: Codable {
+    public var url: String
+    public var tokenFile: String
     /// Set by ./mount when it runs a server on this machine for this user.
-    var localServerData: String?
-    var caFile: String?
-    var allowInsecureHTTP: Bool?
+    public var localServerData: String?
+    public var caFile: String?
+    public var allowInsecureHTTP: Bool?
 
-    static var path: String { Paths.configHome + "/remote.json" }
-
-    /// The options every command that talks to the server takes.
-    static let valued: Set<String> = ["--server", "--token-file", "--ca-file"]
-    static let flags: Set<String> = ["--allow-insecure-http"]
-    static let help = """
-      --ca-file FILE     PEM certificate of the CA that signed the server's certificate
-                         (a private CA; default: the system's CAs, or "caFile" in remote.json)
-      --allow-insecure-http
-                         send the token over plain http:// to another machine (refused
-                         otherwise: anyone on the path could read it)
-    """
-
-    /// The remote of the options and remote.json, checked (`check`), or nil when none is set up.
-    static func load(_ options: Options) throws -> RemoteConfig? {
-        guard var config = try load(server: options.value("--server"), tokenFile: options.value("--token-file")) else { return nil }
-        if let caFile = options.value("--ca-file") { config.caFile = caFile }
-        if options.has("--allow-insecure-http") { config.allowInsecureHTTP = true }
-        try config.check()
-        return config
-    }
-
-    /// The arguments that carry these settings to a child process (the mount's daemon).
-    var arguments: [String] {
-        ["--server", url, "--token-file", tokenFile] + (caFile.map { ["--ca-file", Paths.absolute($0)] } ?? [])
-            + (allowInsecureHTTP == true ? ["--allow-insecure-http"] : [])
-    }
+    public static var path: String { Paths.configHome + "/remote.json" }
 
     /// Refuses, before any connection, a token bound for plain HTTP to another machine
     /// (78) and a CA file that cannot be read (66).
-    func check() throws {
+    public func check() throws {
         if allowInsecureHTTP != true, let refusal = PlainHTTP.refusal(baseURL: url) { throw CLIError(refusal, code: ExitCode.config) }
         if let caFile, access(Paths.absolute(caFile), R_OK) != 0 {
             throw CLIError("cannot read the CA file \(caFile) (--ca-file or \"caFile\" in \(Self.path)): \(String(cString: strerror(errno))); give the PEM certificate of the CA that signed the server's", code: ExitCode.noInput)
         }
     }
 
-    /// The configured remote, or nil when none is set up (backup then waits and says so).
-    private static func load(server: String?, tokenFile: String?) throws -> RemoteConfig? {
+    /// The configured remote (remote.json, then `server` and `tokenFile` over it), not yet
+    /// checked, or nil when none is set up (backup then waits and says so).
+    public static func load(server: String?, tokenFile: String?) throws -> RemoteConfig? {
         var config: RemoteConfig?
         if let data = FileManager.default.contents(atPath: path) {
             do { config = try JSONDecoder().decode(RemoteConfig.self, from: data) } catch {
@@ -72,7 +47,7 @@ struct RemoteConfig: Codable {
         return config
     }
 
-    func token() throws -> String {
+    public func token() throws -> String {
         guard let data = FileManager.default.contents(atPath: Paths.absolute(tokenFile)) else {
             throw CLIError("cannot read the device token file \(tokenFile); create a device with 'vdrive serve device add NAME' on the server and save its token there", code: ExitCode.noInput)
         }
@@ -81,7 +56,7 @@ struct RemoteConfig: Codable {
         return token
     }
 
-    func client(timeouts: Timeouts = Timeouts()) throws -> WorkspaceClient {
+    public func client(timeouts: Timeouts = Timeouts()) throws -> WorkspaceClient {
         WorkspaceClient(baseURL: url, token: try token(), timeouts: timeouts, caFile: caFile.map(Paths.absolute),
                         allowInsecureHTTP: allowInsecureHTTP == true)
     }

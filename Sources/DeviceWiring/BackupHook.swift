@@ -64,8 +64,8 @@ final class BackupHook: ChangeJournal {
 /// Tables that tie the drive's blocks to the backup queue, in the catalog database.
 /// A queued item that is not done yet pins the blocks of its version: deleting or
 /// overwriting the photo before its upload must not delete the bytes the upload needs.
-enum WiringSchema {
-    static let migrations: [Migration] = [
+public enum WiringSchema {
+    public static let migrations: [Migration] = [
         Migration("wiring-1-backup-pins-blobs", """
         CREATE TRIGGER backup_pin_insert AFTER INSERT ON backup_items WHEN NEW.state != 'done'
         BEGIN UPDATE blobs SET refs = refs + 1 WHERE hash = NEW.hash; END;
@@ -128,5 +128,5 @@ enum WiringSchema {
     }
 
     /// Every migration of the catalog database, in order: drive (built in), backup, wiring.
-    static var catalogExtras: [Migration] { BackupSchema.migrations + migrations + MirrorSchema.migrations }
+    public static var catalogExtras: [Migration] { BackupSchema.migrations + migrations + MirrorSchema.migrations }
 }

@@ -4,13 +4,13 @@ import Drive
 
 /// `cache-size` and `optimize-storage`: the drive's keys in the same settings file as
 /// the backup's (`settings.json`; each piece keeps the other's keys when it rewrites).
-struct ResidencySettings: Equatable {
+public struct ResidencySettings: Equatable {
     /// Bytes of what the server could give back that may stay here (see `CacheBound`);
     /// nil: the default (`defaultCacheSize`).
     var cacheSize: Int64?
     var optimizeStorage = false
 
-    enum Key: String, CaseIterable {
+    public enum Key: String, CaseIterable {
         case cacheSize = "cache-size"
         case optimizeStorage = "optimize-storage"
     }
@@ -31,7 +31,7 @@ struct ResidencySettings: Equatable {
     }
 
     /// The value as shown; the default cache size with what it is on this machine.
-    func value(_ key: Key, stateFolder: String = BackupPaths.stateFolder) -> String {
+    public func value(_ key: Key, stateFolder: String = BackupPaths.stateFolder) -> String {
         switch key {
         case .cacheSize:
             return cacheSize.map(Self.formatSize)
@@ -58,7 +58,7 @@ struct ResidencySettings: Equatable {
     }
 
     /// "20G", "500M", "64K", "1T" (powers of 1024), or plain bytes.
-    static func parseSize(_ text: String) -> Int64? {
+    public static func parseSize(_ text: String) -> Int64? {
         let t = text.trimmingCharacters(in: .whitespaces).uppercased()
         let units: [Character: Int64] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40]
         var digits = Substring(t), unit: Int64 = 1
@@ -77,7 +77,7 @@ struct ResidencySettings: Equatable {
 
     // MARK: The file
 
-    static func load(_ path: String) throws -> ResidencySettings {
+    public static func load(_ path: String) throws -> ResidencySettings {
         var out = ResidencySettings()
         let object = try readObject(path)
         for key in Key.allCases {
@@ -93,7 +93,7 @@ struct ResidencySettings: Equatable {
     }
 
     /// Changes one key, keeping every other key of the file (the backup's).
-    static func update(_ path: String, _ key: Key, _ text: String) throws -> ResidencySettings {
+    public static func update(_ path: String, _ key: Key, _ text: String) throws -> ResidencySettings {
         var settings = try load(path)
         try settings.set(key, text)
         var object = try readObject(path)

@@ -1,28 +1,28 @@
 import Foundation
 
 /// Where vdrive keeps its files, following the XDG base directory spec.
-enum Paths {
-    static var home: String { ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory() }
+public enum Paths {
+    public static var home: String { ProcessInfo.processInfo.environment["HOME"] ?? NSHomeDirectory() }
 
     /// `$XDG_DATA_HOME/vdrive`, else `~/.local/share/vdrive`: drive state, server data.
-    static var dataHome: String {
+    public static var dataHome: String {
         if let x = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], x.hasPrefix("/") { return x + "/vdrive" }
         return home + "/.local/share/vdrive"
     }
 
     /// `$XDG_CONFIG_HOME/vdrive`, else `~/.config/vdrive`: settings, server URL and token.
-    static var configHome: String {
+    public static var configHome: String {
         if let x = ProcessInfo.processInfo.environment["XDG_CONFIG_HOME"], x.hasPrefix("/") { return x + "/vdrive" }
         return home + "/.config/vdrive"
     }
 
     /// `$XDG_RUNTIME_DIR/vdrive`, else the data folder: pid files and sockets.
-    static var runtimeDir: String {
+    public static var runtimeDir: String {
         if let x = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], x.hasPrefix("/") { return x + "/vdrive" }
         return dataHome + "/run"
     }
 
-    static func absolute(_ path: String) -> String {
+    public static func absolute(_ path: String) -> String {
         if path.hasPrefix("/") { return path }
         if path == "~" { return home }
         if path.hasPrefix("~/") { return home + path.dropFirst(1) }

@@ -3,11 +3,11 @@ import Storage
 
 /// The drive's state folder, held with an exclusive lock for as long as a process
 /// uses it: two processes must never write one catalog.
-struct StateFolder {
+public struct StateFolder {
     let path: String
     let lockFD: Int32
 
-    static func open(_ path: String) throws -> StateFolder {
+    public static func open(_ path: String) throws -> StateFolder {
         do { try FileIO.makeDirectories(path) } catch {
             throw CLIError("cannot create the state folder \(path): \(error); choose another with --state", code: ExitCode.cantCreate)
         }
@@ -34,11 +34,11 @@ struct StateFolder {
         return StateFolder(path: path, lockFD: fd)
     }
 
-    func release() { Glibc.close(lockFD) }
+    public func release() { Glibc.close(lockFD) }
 }
 
 /// Pid files of running mounts, so `vdrive unmount` can wait for the process to finish.
-enum MountRegistry {
+public enum MountRegistry {
     static func pidFile(for mountPoint: String) -> String {
         let key = mountPoint.utf8.reduce(UInt64(14695981039346656037)) { ($0 ^ UInt64($1)) &* 1099511628211 }
         return Paths.runtimeDir + "/mount-\(String(key, radix: 16)).pid"
@@ -51,28 +51,15 @@ enum MountRegistry {
 
     static func remove(_ file: String) { unlink(file) }
 
-    static func pid(for mountPoint: String) -> pid_t? {
+    public static func pid(for mountPoint: String) -> pid_t? {
         guard let text = try? String(contentsOfFile: pidFile(for: mountPoint), encoding: .utf8) else { return nil }
         return pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
-    static func waitForExit(_ pid: pid_t, seconds: Int) {
+    public static func waitForExit(_ pid: pid_t, seconds: Int) {
         for _ in 0..<(seconds * 20) {
             if kill(pid, 0) != 0 && errno == ESRCH { return }
             usleep(50_000)
         }
-    }
-}
-
-/// Runs a program and returns its exit status, or nil when it could not start.
-enum Subprocess {
-    static func run(_ path: String, _ arguments: [String]) -> Int32? {
-        guard FileManager.default.isExecutableFile(atPath: path) else { return nil }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: path)
-        p.arguments = arguments
-        do { try p.run() } catch { return nil }
-        p.waitUntilExit()
-        return p.terminationStatus
     }
 }
