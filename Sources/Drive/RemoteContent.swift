@@ -3,7 +3,7 @@ import Crypto
 /// How the drive reaches content it does not hold: blocks of files backed up by any
 /// device (the `Backups/` tree, online-only originals, a damaged local block), fetched
 /// from the workspace server. The drive imports no HTTP: the daemon's wiring
-/// (Sources/vdrive) implements this with the Client, and tests with a fake.
+/// (Sources/DeviceWiring) implements this with the Client, and tests with a fake.
 ///
 /// Nothing returned here is trusted: the drive checks every byte against a digest it
 /// already holds (a block's SHA-256, or one of its chunk digests) before serving it.

@@ -2,7 +2,7 @@ import Crypto
 
 /// How the drive learns what the workspace server holds: every device's backed-up
 /// versions, in the server's change-feed order, and the block list of a content. The
-/// drive imports no HTTP: the daemon's wiring (Sources/vdrive) implements this with
+/// drive imports no HTTP: the daemon's wiring (Sources/DeviceWiring) implements this with
 /// the Client, and tests with a fake.
 ///
 /// Learning the records at mount is the feed from where this drive stopped (0 the first
