@@ -12,7 +12,8 @@ public struct MirrorStatus: Sendable, Equatable {
     public var waitingDown = 0
     /// Conflict copies made since the mount started.
     public var conflicts = 0
-    /// Changes the server refused for good, or that failed, since the mount started.
+    /// Files here whose last send failed and that still wait to go (each counted once,
+    /// however often it was tried), and server changes that could not be applied.
     public var failures = 0
     /// The last failure, in words.
     public var lastProblem: String?
@@ -72,14 +73,18 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         var woken = false
         var stopping = false
         var status = MirrorStatus()
-        /// Inodes refused for good: not tried again before this time (seconds).
-        var retryAfter: [UInt64: Double] = [:]
+        /// Inodes whose send failed: not tried again before `until` (seconds) unless
+        /// changed here after the failure (`failedAt`, the mirror's clock): a file renamed
+        /// away from a name the server refuses goes at once.
+        var retryAfter: [UInt64: (until: Double, failedAt: Int64)] = [:]
         var fullUntil: Double = 0
         /// Name clashes of one inode in a row (a swap of two names needs two passes).
         var clashes: [UInt64: Int] = [:]
         var contentMissing: Set<UInt64> = []
         /// Server changes that could not be applied at their last try, and why.
         var unapplied: [String: String] = [:]
+        /// Inodes whose last send failed, and why; counted while they are still dirty.
+        var failing: [UInt64: String] = [:]
         var device: String?
     }
     let state = Mutex(State())
@@ -114,15 +119,17 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     }
 
     public var status: MirrorStatus {
-        var s = state.withLock { s in
+        let (status, failing) = state.withLock { s in
             var status = s.status
-            status.failures += s.unapplied.count
+            status.failures = s.unapplied.count
             if status.lastProblem == nil { status.lastProblem = s.unapplied.values.first }
-            return status
+            return (status, Array(s.failing.keys))
         }
-        let stored = statusLock.withLock { try? MirrorStatus.stored(in: statusDB) }
+        var s = status
+        let stored = statusLock.withLock { try? MirrorStatus.stored(in: statusDB, failing: failing) }
         s.waitingUp = stored?.waitingUp ?? 0
         s.waitingDown = stored?.waitingDown ?? 0
+        s.failures += stored?.failures ?? 0
         return s
     }
 

@@ -21,10 +21,13 @@ extension MirrorStatus {
     }
 
     /// What the catalog says without a running mirror (`vdrive status` from another process).
-    public static func stored(in db: Database) throws -> MirrorStatus {
+    /// `failing`: inodes whose last send failed; those still waiting to go are the failures
+    /// (one sent since, or removed here, is not one any more).
+    public static func stored(in db: Database, failing: [UInt64] = []) throws -> MirrorStatus {
         var s = MirrorStatus()
         s.waitingUp = try db.queryOne("SELECT count(*) FROM mirror_dirty") { Int($0.int64(0)) } ?? 0
         s.waitingDown = try db.queryOne("SELECT count(*) FROM mirror_remote") { Int($0.int64(0)) } ?? 0
+        s.failures = try failing.filter { try MirrorRows.isDirty($0, in: db) }.count
         return s
     }
 }

@@ -47,7 +47,7 @@ extension MirrorEngine {
             if planned[d.ino] != nil { return true }
             if visiting.contains(d.ino) { return false }
             visiting.insert(d.ino); defer { visiting.remove(d.ino) }
-            if let until = held[d.ino], clock < until { return false }
+            if let hold = held[d.ino], clock < hold.until, d.changed <= hold.failedAt { return false }
             if !force {
                 if !MirrorPlanner.isDue(changed: d.changed, since: d.since, now: now, quiet: quiet, most: most) {
                     let due = Double(min(d.changed + quiet, d.since + most) - now) / 1e9
@@ -315,9 +315,9 @@ extension MirrorEngine {
     func noteFailure(_ ino: UInt64, _ text: String, retryIn seconds: Double = 60) {
         MirrorLog.error(text)
         state.withLock {
-            $0.status.failures += 1
+            $0.failing[ino] = text
             $0.status.lastProblem = text
-            $0.retryAfter[ino] = Date().timeIntervalSince1970 + seconds
+            $0.retryAfter[ino] = (Date().timeIntervalSince1970 + seconds, MirrorClock.nanoseconds())
         }
     }
 }

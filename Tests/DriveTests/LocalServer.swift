@@ -81,7 +81,7 @@ final class LocalServer {
 
     private func start(_ i: Int) throws {
         let outputFile = folders[i].output
-        FileManager.default.createFile(atPath: outputFile, contents: nil)
+        _ = FileManager.default.createFile(atPath: outputFile, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: vdriveBinary)
         p.arguments = ["serve", "--data", folders[i].data, "--listen", "127.0.0.1:\(ports[i])"]

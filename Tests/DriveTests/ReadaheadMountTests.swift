@@ -33,7 +33,7 @@ import TestSupport
         let start = proxy.bytesFromTarget
         // One pread of 64 KiB in the middle of the file: the chunk it covers.
         let middle = 30 * MiB + 1000
-        try sent("one 64 KiB pread", atMost: Blocks.chunkSize + overhead) {
+        sent("one 64 KiB pread", atMost: Blocks.chunkSize + overhead) {
             #expect((try? Online.readPart(path, count: 64 << 10, at: Int64(middle)).get()) == Array(video[middle..<(middle + (64 << 10))]))
         }
         // `head` reads 8 KiB at a time: the first chunk, then the window doubling to 1 MiB.
@@ -47,7 +47,7 @@ import TestSupport
         try sent("head -c 1M after head -c 65536", atMost: MiB - Blocks.chunkSize + overhead) { try head(MiB) }
         // A seeking reader: a megabyte in 8 KiB reads at each of three places.
         for offset in [12 * MiB + 256 * KiB, 20 * MiB, 9 * MiB] {
-            try sent("1 MiB in 8 KiB reads at \(offset)", atMost: MiB + overhead) {
+            sent("1 MiB in 8 KiB reads at \(offset)", atMost: MiB + overhead) {
                 let fd = open(path, O_RDONLY)
                 #expect(fd >= 0)
                 defer { close(fd) }

@@ -268,6 +268,31 @@ import TestSupport
         #expect(try b.tree()["empty"] == "file \(MirrorEngine.emptyContent) 0 xfalse")
     }
 
+    /// A failure is a file, not an attempt: two refused files are two failures however
+    /// often they are tried, one removed here is not a failure any more, and one changed
+    /// here is tried again at once.
+    @Test func failuresCountFilesStillWaitingNotAttempts() throws {
+        let ds = try devices("a"); defer { ds.forEach { $0.remove() } }
+        let a = ds[0]
+        server.refusedNames = ["one.txt", "two.txt"]
+        defer { server.refusedNames = [] }
+        try a.write("one.txt", "1")
+        try a.write("two.txt", "2")
+        try a.write("fine.txt", "3")
+        for _ in 0..<3 { try? a.sync() }
+        #expect(a.engine.status.failures == 2)
+        #expect(server.livePaths()["fine.txt"] != nil)
+        try a.unlink("one.txt")
+        try? a.sync()
+        #expect(a.engine.status.failures == 1)
+        #expect(a.engine.status.lastProblem?.contains("refuses") == true)
+        // Renamed away from the refused name: it goes at once, not after the failure's wait.
+        try a.rename("two.txt", "two, renamed.txt")
+        try? a.sync()
+        #expect(a.engine.status.failures == 0)
+        #expect(server.livePaths()["two, renamed.txt"] != nil)
+    }
+
     @Test func aRestartedDeviceSendsNothingTwice() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])

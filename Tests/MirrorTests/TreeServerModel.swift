@@ -17,6 +17,8 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     private var blocks = Set<String>()
     /// When set, every call fails as an unreachable server.
     var offline = false
+    /// Names whose puts are refused for good (as a server refuses a change it cannot take).
+    var refusedNames: Set<String> = []
 
     private func unreachable() throws { if offline { throw MirrorUnreachable("the test server is offline") } }
 
@@ -115,6 +117,7 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
             bump(&n)
             return .applied(n)
         case .put(var node, let base, let blocks):
+            if refusedNames.contains(node.name) { return .refused("the test server refuses '\(node.name)'") }
             let existing = nodes[node.id]
             if let existing {
                 if !existing.deleted, existing.sameState(as: node) { return .applied(existing) }

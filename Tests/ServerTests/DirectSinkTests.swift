@@ -37,7 +37,7 @@ import TestSupport
         let sink = try #require(DirectSink(direct: direct, buffered: buffered, offset: offset, buffer: buffer))
         #expect(DirectSink(direct: direct, buffered: buffered, offset: offset + 100, buffer: buffer) == nil, "an unaligned start writes through the page cache")
         var at = 0, size = 1
-        try bytes.withUnsafeBytes { raw in
+        bytes.withUnsafeBytes { raw in
             while at < bytes.count {
                 let n = min(size, bytes.count - at)
                 #expect(sink.append(UnsafeRawBufferPointer(rebasing: raw[at..<(at + n)])), "errno \(sink.error)")

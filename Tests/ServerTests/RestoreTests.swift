@@ -124,8 +124,7 @@ import Testing
     static func restoredFiles(_ root: String) -> [String] {
         (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter {
             var isDir: ObjCBool = false
-            FileManager.default.fileExists(atPath: root + "/" + $0, isDirectory: &isDir)
-            return !isDir.boolValue
+            return FileManager.default.fileExists(atPath: root + "/" + $0, isDirectory: &isDir) && !isDir.boolValue
         }.sorted()
     }
 
