@@ -121,8 +121,10 @@ extension Catalog.Locked {
 /// `@unchecked Sendable`: `deadline` is guarded by `condition`.
 final class GroupCommitter: @unchecked Sendable {
     /// Weak: a catalog dropped without `stopGroupCommits` (a test) leaves a thread that
-    /// finds nothing to commit, not one that reads freed memory.
-    weak var catalog: Catalog?
+    /// finds nothing to commit, not one that reads freed memory. Private: the catalog's
+    /// state holds this committer, and a step under the lock must find no way back to
+    /// the catalog (its lock is not recursive).
+    private weak var catalog: Catalog?
     let window: UInt64
     private let committer = BackgroundThread(name: "vdrive-group-commit")
     private var condition: NSCondition { committer.condition }
