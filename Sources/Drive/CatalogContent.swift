@@ -18,39 +18,53 @@ struct ContentCommit {
     var attributes = AttributeChanges()
 }
 
-/// The content half of the catalog: block lists, commits, block lifetime, damage.
-/// Same rules as the rest of `Catalog`: every method holds `lock` for its duration.
 extension Catalog {
     /// A file's stored blocks by index (holes have none).
-    func storedBlocks(_ ino: UInt64) throws -> [Int: SHA256Digest] {
-        try withDatabase { db in try blockRows(ino, db) }
-    }
+    func storedBlocks(_ ino: UInt64) throws -> [Int: SHA256Digest] { try withDatabase { try $0.storedBlocks(ino) } }
 
-    /// `ino`'s blocks by index, and those of them that are online-only (not held here),
-    /// in one query: what a reader needs (it skips looking for the block files of the
-    /// second).
     func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
-        try withDatabase { db in
-            var blocks: [Int: SHA256Digest] = [:]
-            var notHeld = Set<SHA256Digest>()
-            for (index, hex, resident) in try db.query("""
-                SELECT f.idx, f.hash, coalesce(b.resident, 1) FROM file_blocks f LEFT JOIN blocks b ON b.hash = f.hash WHERE f.ino = ?
-                """, Int64(ino), row: { (Int($0.int64(0)), $0.string(1) ?? "", $0.int(2)) }) {
-                guard let d = SHA256Digest(hex: hex) else { continue }
-                blocks[index] = d
-                if resident == 0 { notHeld.insert(d) }
-            }
-            return (blocks, notHeld)
+        try withDatabase { try $0.storedBlocksAndNotHeld(ino) }
+    }
+
+    func commit(ino: UInt64, _ change: ContentCommit) throws -> NodeAttributes {
+        try withDatabase { try $0.commit(ino: ino, change) }
+    }
+
+    /// Without followers (checked without the lock, `hasFollowers`) a release takes no lock.
+    func settle(_ ino: UInt64) throws {
+        guard hasFollowers else { return }
+        try withDatabase { try $0.settle(ino) }
+    }
+
+    func collectGarbage() throws { try withDatabase { try $0.collectGarbage() } }
+
+    func meta(_ key: String) throws -> Int64? { try withDatabase { try $0.meta(key) } }
+
+    func setMeta(_ key: String, _ value: Int64) throws { try withDatabase { try $0.setMeta(key, value) } }
+
+    func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? { try withDatabase { try $0.inlineBlock(digest) } }
+
+    func markDamaged(_ digest: SHA256Digest) throws { try withDatabase { try $0.markDamaged(digest) } }
+
+    func damagedBlocks() throws -> Set<SHA256Digest> { try withDatabase { try $0.damagedBlocks() } }
+
+    func sweepUnknownBlockFiles() throws -> Int { try withDatabase { try $0.sweepUnknownBlockFiles() } }
+
+    func pathsUsing(_ digest: SHA256Digest) throws -> [String] { try withDatabase { try $0.pathsUsing(digest) } }
+
+    func counts() throws -> (inodes: Int64, bytes: Int64) { try withDatabase { try $0.counts() } }
+
+    /// For a flush: commits the open group, then returns the generation and runs `take`
+    /// (which takes the blocks stored so far) under the lock, so that every block stored
+    /// up to that generation is among them.
+    func generationForFlush<T>(_ take: () -> T) throws -> (Int64, T) {
+        try withDatabaseUnchecked {
+            try $0.commitGroup()
+            return ($0.generation, take())
         }
     }
 
-    func blockRows(_ ino: UInt64, _ db: Database) throws -> [Int: SHA256Digest] {
-        var out: [Int: SHA256Digest] = [:]
-        for (index, hex) in try db.query("SELECT idx, hash FROM file_blocks WHERE ino = ?", ino, row: { (Int($0.int64(0)), $0.string(1) ?? "") }) {
-            if let d = SHA256Digest(hex: hex) { out[index] = d }
-        }
-        return out
-    }
+    // MARK: On any connection (the caller's own, or the catalog's from a `Locked`)
 
     /// Every block digest of a file of `size` bytes, holes as the digest of their zeros.
     static func fullList(_ stored: [Int: SHA256Digest], size: Int64) -> [SHA256Digest] {
@@ -59,85 +73,120 @@ extension Catalog {
         }
     }
 
+    /// A file's stored blocks by index, on any connection (`committedBlocks` reads its own).
+    static func blockRows(of ino: UInt64, in db: Database) throws -> [Int: SHA256Digest] {
+        var out: [Int: SHA256Digest] = [:]
+        for (index, hex) in try db.query("SELECT idx, hash FROM file_blocks WHERE ino = ?", ino, row: { (Int($0.int64(0)), $0.string(1) ?? "") }) {
+            if let d = SHA256Digest(hex: hex) { out[index] = d }
+        }
+        return out
+    }
+
+    /// `inlineBlock(_:)` on any connection to the catalog (`StoredBlocks` has its own).
+    static func inlineBlock(_ digest: SHA256Digest, in db: Database) throws -> [UInt8]? {
+        try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
+    }
+}
+
+/// The content half of the catalog: block lists, commits, block lifetime, damage.
+/// Same rules as the rest of `Catalog.Locked`: every method needs the lock held.
+extension Catalog.Locked {
+    /// A file's stored blocks by index (holes have none).
+    func storedBlocks(_ ino: UInt64) throws -> [Int: SHA256Digest] { try Catalog.blockRows(of: ino, in: db) }
+
+    /// `ino`'s blocks by index, and those of them that are online-only (not held here),
+    /// in one query: what a reader needs (it skips looking for the block files of the
+    /// second).
+    func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
+        var blocks: [Int: SHA256Digest] = [:]
+        var notHeld = Set<SHA256Digest>()
+        for (index, hex, resident) in try db.query("""
+            SELECT f.idx, f.hash, coalesce(b.resident, 1) FROM file_blocks f LEFT JOIN blocks b ON b.hash = f.hash WHERE f.ino = ?
+            """, Int64(ino), row: { (Int($0.int64(0)), $0.string(1) ?? "", $0.int(2)) }) {
+            guard let d = SHA256Digest(hex: hex) else { continue }
+            blocks[index] = d
+            if resident == 0 { notHeld.insert(d) }
+        }
+        return (blocks, notHeld)
+    }
+
     /// Points a file at new content in one transaction: block rows, the file's block
     /// list, its content hash, size and times, and what its followers record of it (the
     /// backup queue's rows for a photo). New block files are hard-linked into the store
     /// first, under the lock; on failure nothing changes and the files this call linked go.
     func commit(ino: UInt64, _ change: ContentCommit) throws -> NodeAttributes {
-        try withDatabase { db in
-            var a = try node(ino)
-            var linkedHere: [SHA256Digest] = []
-            var staged = change.staged
-            var inlined = change.inlined
-            var written: [String] = []
-            defer { for path in written { _ = unlink(path) } }
-            // A photo stays a file whatever its size when its follower says so: the backup
-            // and "optimize storage" work on block files (an inline block cannot be made
-            // online-only). Asked before the transaction, told inside it: a path worked out
-            // for the question is not looked up again for the change.
-            let asked = inlined.isEmpty || journals.isEmpty ? nil : DriveChange(.content, ino, catalog: self)
-            if let asked, try followersKeepBlockFiles(asked) {
+        var a = try node(ino)
+        var linkedHere: [SHA256Digest] = []
+        var staged = change.staged
+        var inlined = change.inlined
+        var written: [String] = []
+        defer { for path in written { _ = unlink(path) } }
+        // A photo stays a file whatever its size when its follower says so: the backup
+        // and "optimize storage" work on block files (an inline block cannot be made
+        // online-only). Asked before the transaction, told inside it: a path worked out
+        // for the question is not looked up again for the change.
+        let asked = inlined.isEmpty || journals.isEmpty ? nil : DriveChange(.content, ino, catalog: self)
+        if let asked, try followersKeepBlockFiles(asked) {
+            for block in inlined {
+                let (fd, stagingPath) = try blobs.makeStagingFile()
+                written.append(stagingPath)
+                defer { FileIO.close(fd) }
+                try block.bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
+                staged.append((block.digest, stagingPath, block.bytes.count))
+            }
+            inlined = []
+        }
+        do {
+            for s in staged where try linkIntoStore(s.path, s.digest) { linkedHere.append(s.digest) }
+            let now = nowNanoseconds()
+            let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
+                generation += 1
+                for s in staged {
+                    try db.run("""
+                        INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
+                        ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
+                        """, s.digest.hex, s.length, generation)
+                }
                 for block in inlined {
-                    let (fd, stagingPath) = try blobs.makeStagingFile()
-                    written.append(stagingPath)
-                    defer { FileIO.close(fd) }
-                    try block.bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 0) }
-                    staged.append((block.digest, stagingPath, block.bytes.count))
+                    try db.run("""
+                        INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
+                        ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0
+                        """, block.digest.hex, block.bytes.count, generation)
+                    try db.run("INSERT INTO inline_blocks(hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING", block.digest.hex, block.bytes)
                 }
-                inlined = []
-            }
-            do {
-                for s in staged where try linkIntoStore(s.path, s.digest, db) { linkedHere.append(s.digest) }
-                let now = nowNanoseconds()
-                let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
-                    generation += 1
-                    for s in staged {
-                        try db.run("""
-                            INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
-                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
-                            """, s.digest.hex, s.length, generation)
+                try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
+                for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
+                    if let digest {
+                        try db.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?) ON CONFLICT(ino, idx) DO UPDATE SET hash = excluded.hash",
+                                   ino, index, digest.hex)
+                    } else {
+                        try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx = ?", ino, index)
                     }
-                    for block in inlined {
-                        try db.run("""
-                            INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
-                            ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0
-                            """, block.digest.hex, block.bytes.count, generation)
-                        try db.run("INSERT INTO inline_blocks(hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING", block.digest.hex, block.bytes)
-                    }
-                    try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
-                    for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
-                        if let digest {
-                            try db.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?) ON CONFLICT(ino, idx) DO UPDATE SET hash = excluded.hash",
-                                       ino, index, digest.hex)
-                        } else {
-                            try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx = ?", ino, index)
-                        }
-                    }
-                    let rows = try blockRows(ino, db)
-                    let blocks = Self.fullList(rows, size: change.size)
-                    let content = ContentHash.of(blocks: blocks)
-                    a.content = content
-                    a.size = change.size
-                    a.stored = rows.keys.reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: change.size)) }
-                    change.attributes.apply(to: &a)
-                    a.mtime = change.mtime ?? now
-                    a.ctime = now
-                    try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
-                               content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
-                    if !journals.isEmpty {
-                        try journal(DriveChange(.content, ino, catalog: self, sharingPathWith: asked,
-                                                version: ContentVersion(hash: content, blocks: blocks, size: change.size,
-                                                                        mtimeNanoseconds: a.mtime, settled: change.settled)))
-                    }
-                    return (a, try takeUnreferencedBlocks())
                 }
-                removeBlockFiles(garbage)
-                if !staged.isEmpty { blocksStored?(staged.map(\.digest)) }
-                return attrs
-            } catch {
-                for d in linkedHere { blobs.remove(d) }
-                throw error
+                let rows = try Catalog.blockRows(of: ino, in: db)
+                let blocks = Catalog.fullList(rows, size: change.size)
+                let content = ContentHash.of(blocks: blocks)
+                a.content = content
+                a.size = change.size
+                a.stored = rows.keys.reduce(0) { $0 + Int64(Blocks.length(ofBlock: $1, fileSize: change.size)) }
+                change.attributes.apply(to: &a)
+                a.mtime = change.mtime ?? now
+                a.ctime = now
+                try db.run("UPDATE inodes SET content = ?, size = ?, stored = ?, mtime_ns = ?, ctime_ns = ?, mode = ?, uid = ?, gid = ?, atime_ns = ? WHERE ino = ?",
+                           content.hex, change.size, a.stored, a.mtime, a.ctime, a.mode, a.uid, a.gid, a.atime, ino)
+                if !journals.isEmpty {
+                    try journal(DriveChange(.content, ino, catalog: self, sharingPathWith: asked,
+                                            version: ContentVersion(hash: content, blocks: blocks, size: change.size,
+                                                                    mtimeNanoseconds: a.mtime, settled: change.settled)))
+                }
+                return (a, try takeUnreferencedBlocks())
             }
+            removeBlockFiles(garbage)
+            if !staged.isEmpty { blocksStored?(staged.map(\.digest)) }
+            return attrs
+        } catch {
+            for d in linkedHere { blobs.remove(d) }
+            throw error
         }
     }
 
@@ -150,7 +199,7 @@ extension Catalog {
     /// dropped in the open group (its removal waits for the commit), a leftover of a
     /// kill, or a block marked damaged (self-heal). Trusting such a file would let a row
     /// name bytes nobody checked, or a file about to be removed.
-    private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest, _ db: Database) throws -> Bool {
+    private func linkIntoStore(_ stagingPath: String, _ digest: SHA256Digest) throws -> Bool {
         let target = blobs.path(for: digest)
         try blobs.makeFolder(for: digest)
         if Glibc.link(stagingPath, target) == 0 { return true }
@@ -166,18 +215,15 @@ extension Catalog {
     /// The last writable handle of a file was released: the versions a follower took
     /// unsettled settle.
     func settle(_ ino: UInt64) throws {
-        guard !journals.isEmpty else { return }
-        try withDatabase { db in
-            // Only an inode whose unsettled version a follower took in this process can need
-            // it (those of an earlier process are settled at start): every other release
-            // costs no query.
-            guard unsettledInodes.remove(ino) != nil else { return }
-            try write {
-                for follower in journals {
-                    if try follower.settled(ino: ino, in: db) {
-                        journalAwaitsCommit = true
-                        commitRequested = true
-                    }
+        // Only an inode whose unsettled version a follower took in this process can need
+        // it (those of an earlier process are settled at start): every other release
+        // costs no query.
+        guard unsettledInodes.remove(ino) != nil else { return }
+        try write {
+            for follower in journals {
+                if try follower.settled(ino: ino, in: db) {
+                    journalAwaitsCommit = true
+                    commitRequested = true
                 }
             }
         }
@@ -192,7 +238,7 @@ extension Catalog {
         return hashes.compactMap { $0 }
     }
 
-    /// Called with the lock held, after the transaction that dropped the rows; while
+    /// After the transaction that dropped the rows; while
     /// that transaction is part of an open group, the files go when the group commits.
     func removeBlockFiles(_ digests: [SHA256Digest]) {
         guard !digests.isEmpty else { return }
@@ -234,81 +280,54 @@ extension Catalog {
     /// Removes blocks whose last reference went away through another connection
     /// (the backup engine finishing an upload releases its pin).
     func collectGarbage() throws {
-        try withDatabase { db in
-            let garbage = try db.transaction { try takeUnreferencedBlocks() }
-            removeBlockFiles(garbage)
-        }
+        let garbage = try db.transaction { try takeUnreferencedBlocks() }
+        removeBlockFiles(garbage)
     }
 
     // MARK: Durability bookkeeping (see Durability.swift)
 
-    /// For a flush: commits the open group, then returns the generation and runs `take`
-    /// (which takes the blocks stored so far) under the lock, so that every block stored
-    /// up to that generation is among them.
-    func generationForFlush<T>(_ take: () -> T) throws -> (Int64, T) {
-        try withDatabaseUnchecked {
-            try commitGroup()
-            return (generation, take())
-        }
-    }
-
     func meta(_ key: String) throws -> Int64? {
-        try withDatabase { db in try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) } }
+        try db.queryOne("SELECT value FROM drive_meta WHERE key = ?", key) { $0.int64(0) }
     }
 
     func setMeta(_ key: String, _ value: Int64) throws {
-        try withDatabase { db in
-            try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
-        }
+        try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
     }
 
     /// The bytes of a small block kept in the catalog, or nil for a block file.
     func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? {
-        try withDatabase { db in try Self.inlineBlock(digest, in: db) }
-    }
-
-    /// The same on any connection to the catalog (`StoredBlocks` has its own).
-    static func inlineBlock(_ digest: SHA256Digest, in db: Database) throws -> [UInt8]? {
-        try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
+        try Catalog.inlineBlock(digest, in: db)
     }
 
     func markDamaged(_ digest: SHA256Digest) throws {
-        try withDatabase { db in _ = try db.run("UPDATE blocks SET damaged = 1 WHERE hash = ?", digest.hex) }
+        _ = try db.run("UPDATE blocks SET damaged = 1 WHERE hash = ?", digest.hex)
     }
 
     func damagedBlocks() throws -> Set<SHA256Digest> {
-        try withDatabase { db in
-            Set(try db.query("SELECT hash FROM blocks WHERE damaged = 1") { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 })
-        }
+        Set(try db.query("SELECT hash FROM blocks WHERE damaged = 1") { SHA256Digest(hex: $0.string(0) ?? "") }.compactMap { $0 })
     }
 
     /// Removes block files that no row names (left by a kill between link and commit).
     func sweepUnknownBlockFiles() throws -> Int {
-        try withDatabase { db in
-            let known = Set(try db.query("SELECT hash FROM blocks") { $0.string(0) ?? "" })
-            var removed = 0
-            for d in try blobs.allDigests() where !known.contains(d.hex) {
-                blobs.remove(d)
-                removed += 1
-            }
-            return removed
+        let known = Set(try db.query("SELECT hash FROM blocks") { $0.string(0) ?? "" })
+        var removed = 0
+        for d in try blobs.allDigests() where !known.contains(d.hex) {
+            blobs.remove(d)
+            removed += 1
         }
+        return removed
     }
 
     /// Paths of files that use a block (reported when it is found damaged).
     func pathsUsing(_ digest: SHA256Digest) throws -> [String] {
-        try withDatabase { db in
-            let inos = try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex) { UInt64($0.int64(0)) }
-            return try inos.compactMap { try path(of: $0) }
-        }
+        let inos = try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex) { UInt64($0.int64(0)) }
+        return try inos.compactMap { try path(of: $0) }
     }
 
     /// Totals for statfs and status: inodes, and the bytes the stored blocks hold.
     func counts() throws -> (inodes: Int64, bytes: Int64) {
-        try withDatabase { db in
-            let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
-            let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks WHERE resident = 1") { $0.int64(0) } ?? 0
-            return (inodes, bytes)
-        }
+        let inodes = try db.queryOne("SELECT count(*) FROM inodes") { $0.int64(0) } ?? 0
+        let bytes = try db.queryOne("SELECT coalesce(sum(size), 0) FROM blocks WHERE resident = 1") { $0.int64(0) } ?? 0
+        return (inodes, bytes)
     }
 }

@@ -81,11 +81,11 @@ public struct ContentVersion: Sendable, Equatable {
 ///
 /// What costs a query is worked out on first ask and shared by every follower, so the
 /// mirror, which needs only the kind and the inode, costs no more than before, and the
-/// path of a file costs one query (its folder's path is remembered, `Catalog.folderPaths`).
+/// path of a file costs one query (its folder's path is remembered, `Catalog.Locked.folderPaths`).
 public final class DriveChange {
     public let kind: DriveChangeKind
     public let ino: UInt64
-    private let catalog: Catalog
+    private let catalog: Catalog.Locked
     private var knownPath: String??
     private var knownVersion: ContentVersion??
     private var number: Int64?
@@ -94,7 +94,7 @@ public final class DriveChange {
 
     /// `version`: the content just committed, for a `.content` change. `earlier`: a change
     /// of the same inode asked about in this operation, whose path holds (no name moved since).
-    init(_ kind: DriveChangeKind, _ ino: UInt64, catalog: Catalog, sharingPathWith earlier: DriveChange? = nil,
+    init(_ kind: DriveChangeKind, _ ino: UInt64, catalog: Catalog.Locked, sharingPathWith earlier: DriveChange? = nil,
          version: ContentVersion? = nil) {
         self.kind = kind
         self.ino = ino
@@ -153,7 +153,7 @@ public final class DriveChange {
     }
 }
 
-extension Catalog {
+extension Catalog.Locked {
     /// Tells every follower of a change, unless it is an external one.
     func journal(_ kind: DriveChangeKind, _ ino: UInt64) throws {
         guard !journals.isEmpty, !applyingExternal else { return }
@@ -168,7 +168,7 @@ extension Catalog {
     }
 
     /// Tells the followers that what they recorded is committed, if they recorded anything
-    /// since the last time. Called with the lock held, once nothing is left uncommitted.
+    /// since the last time; called once nothing is left uncommitted.
     func journalCommitted() {
         guard journalAwaitsCommit else { return }
         journalAwaitsCommit = false
@@ -188,7 +188,7 @@ extension Catalog {
     func currentVersion(of ino: UInt64) throws -> ContentVersion? {
         let a = try node(ino)
         guard a.isRegularFile, let content = a.content else { return nil }
-        return ContentVersion(hash: content, blocks: Self.fullList(try blockRows(ino, db), size: a.size), size: a.size,
+        return ContentVersion(hash: content, blocks: Catalog.fullList(try Catalog.blockRows(of: ino, in: db), size: a.size), size: a.size,
                               mtimeNanoseconds: a.mtime, settled: !(hasWriters?(ino) ?? false))
     }
 
@@ -196,11 +196,11 @@ extension Catalog {
     /// a file whose folder was met before, not one per folder up to the root (15-20 µs of
     /// every commit of `tar x` when walked).
     func pathThroughFolders(of ino: UInt64) throws -> String? {
-        guard ino != Self.rootIno else { return "" }
+        guard ino != Catalog.rootIno else { return "" }
         // The name read as text: its bytes decoded as `path(of:)` decodes them, with no copy between.
         guard let (parent, leaf) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
                                                    row: { (UInt64($0.int64(0)), $0.string(1) ?? "") }) else { return nil }
-        if parent == Self.rootIno { return leaf }
+        if parent == Catalog.rootIno { return leaf }
         guard let folder = try folderPath(parent) else { return nil }
         return folder + "/" + leaf
     }
@@ -212,7 +212,7 @@ extension Catalog {
         var chain: [(ino: UInt64, name: String)] = []   // from `folder` up
         var current = folder
         var base = ""
-        while current != Self.rootIno {
+        while current != Catalog.rootIno {
             if let known = folderPaths[current] { base = known; break }
             // A folder met twice would be a damaged catalog: no path rather than a loop.
             guard chain.count < 4096,

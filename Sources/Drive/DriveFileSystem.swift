@@ -63,8 +63,12 @@ public final class DriveFileSystem: @unchecked Sendable {
                               rootFolders: rootFolders)
         durability = Durability(catalog: catalog, blobs: blobs, interval: flushInterval)
         blockCache = try BlockCache(catalog: catalog, blobs: blobs)
-        catalog.hasWriters = { [unowned self] ino in tables.withLock { (openNodes[ino]?.writers ?? 0) > 0 } }
+        catalog.withDatabaseUnchecked { $0.hasWriters = { [unowned self] ino in hasWriters(ino) } }
     }
+
+    /// Whether a writable handle is open on the inode (its content is not settled). Takes
+    /// only the tables lock, a leaf: the catalog asks it under its own lock.
+    public func hasWriters(_ ino: UInt64) -> Bool { tables.withLock { (openNodes[ino]?.writers ?? 0) > 0 } }
 
     /// Called when the kernel's cached pages and size of an inode no longer match the
     /// catalog (a rolled-back write); the FUSE layer tells the kernel to drop them.
@@ -80,7 +84,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// Adds a follower of every change the kernel makes (ChangeJournal.swift): the mirror,
     /// the camera backup. Before the mount serves.
     public func addFollower(_ journal: ChangeJournal) {
-        catalog.withDatabaseUnchecked { catalog.journals.append(journal) }
+        catalog.withDatabaseUnchecked { $0.journals.append(journal) }
     }
 
     /// Runs the checks a mount needs before serving: leftovers of a kill, and after an
@@ -930,7 +934,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     private func generatedAttributes(_ ino: UInt64) -> [String: [UInt8]] {
         guard !virtualTrees.isEmpty, !VirtualInodes.contains(ino),
               let a = try? catalog.attributes(ino), a.isRegularFile,
-              let path = try? catalog.path(ofInode: ino) else { return [:] }
+              let path = try? catalog.path(of: ino) else { return [:] }
         return virtualTrees.reduce(into: [:]) { out, tree in out.merge(tree.attributes(ofFileAt: path, ino: ino)) { a, _ in a } }
     }
 
@@ -1002,7 +1006,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// The workspace path of an inode, for tools and logs.
-    public func path(of ino: UInt64) throws -> String? { try catalog.path(ofInode: ino) }
+    public func path(of ino: UInt64) throws -> String? { try catalog.path(of: ino) }
 }
 
 /// A directory entry with its attributes (readdir and readdirplus).

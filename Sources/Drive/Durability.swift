@@ -33,7 +33,7 @@ final class Durability: @unchecked Sendable {
         self.catalog = catalog
         self.blobs = blobs
         self.interval = interval
-        catalog.blocksStored = { [unowned self] digests in noteCommitted(digests) }
+        catalog.withDatabaseUnchecked { $0.blocksStored = { [unowned self] digests in noteCommitted(digests) } }
     }
 
     func start() { flusher.start { [self] in run() } }

@@ -28,7 +28,7 @@ public struct DriveEntry: Sendable, Equatable {
 /// change journal (they are its follower's own), and the kernel's caches of every name
 /// and inode they touched are dropped after the commit.
 public final class ExternalEdit {
-    let catalog: Catalog
+    let catalog: Catalog.Locked
     /// The catalog's connection, for the caller's own rows in the same transaction.
     public let database: Database
     let owner: (uid: UInt32, gid: UInt32)
@@ -36,7 +36,7 @@ public final class ExternalEdit {
     fileprivate(set) var staleInodes: Set<UInt64> = []
     fileprivate(set) var removed: [UInt64] = []
 
-    init(catalog: Catalog, owner: (uid: UInt32, gid: UInt32)) {
+    init(catalog: Catalog.Locked, owner: (uid: UInt32, gid: UInt32)) {
         self.catalog = catalog
         database = catalog.db
         self.owner = owner
@@ -144,7 +144,7 @@ public final class ExternalEdit {
     }
 }
 
-extension Catalog {
+extension Catalog.Locked {
     /// The committed entry of an inode with a name (its first name), nil without one.
     func entry(_ ino: UInt64) throws -> DriveEntry? {
         guard let (parent, name) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
@@ -160,10 +160,10 @@ extension Catalog {
 extension DriveFileSystem {
     /// Commits the open group, so that what is read next is what a kill would keep: a
     /// follower never acts on a change the catalog may still lose.
-    private func committed<T>(_ body: (Database) throws -> T) throws -> T {
-        try catalog.withDatabase { db in
-            try catalog.commitGroup()
-            return try body(db)
+    private func committed<T>(_ body: (Catalog.Locked) throws -> T) throws -> T {
+        try catalog.withDatabase { locked in
+            try locked.commitGroup()
+            return try body(locked)
         }
     }
 
@@ -190,9 +190,9 @@ extension DriveFileSystem {
 
     /// The committed entries of a folder.
     public func committedEntries(in folder: UInt64) throws -> [DriveEntry] {
-        try committed { db in
-            try db.query("SELECT ino FROM entries WHERE parent = ? ORDER BY id", folder) { UInt64($0.int64(0)) }
-                .compactMap { try catalog.entry($0) }
+        try committed { locked in
+            try locked.db.query("SELECT ino FROM entries WHERE parent = ? ORDER BY id", folder) { UInt64($0.int64(0)) }
+                .compactMap { try locked.entry($0) }
         }
     }
 
@@ -202,25 +202,22 @@ extension DriveFileSystem {
             guard let size = try db.queryOne("SELECT size FROM inodes WHERE ino = ?", ino, row: { $0.int64(0) }) else {
                 throw Errno.noSuchFileOrDirectory
             }
-            return Catalog.fullList(try catalog.blockRows(ino, db), size: size)
+            return Catalog.fullList(try Catalog.blockRows(of: ino, in: db), size: size)
         }
     }
-
-    /// Whether a writable handle is open on the inode (its content is not settled).
-    public func hasWriters(_ ino: UInt64) -> Bool { catalog.hasWriters?(ino) ?? false }
 
     /// Runs `body` in one transaction under the catalog's lock (see `ExternalEdit`), commits
     /// it at once, then drops the kernel's caches of what it touched.
     public func applyExternal<T>(owner: (uid: UInt32, gid: UInt32), _ body: (ExternalEdit) throws -> T) throws -> T {
-        let edit = ExternalEdit(catalog: catalog, owner: owner)
-        let result = try catalog.withDatabase { db in
-            try catalog.commitGroup()
-            catalog.applyingExternal = true
-            defer { catalog.applyingExternal = false }
-            let (value, garbage) = try db.transaction { (try body(edit), try catalog.takeUnreferencedBlocks()) }
-            try catalog.commitGroup()
-            catalog.removeUnnamedBlockFiles(garbage)
-            return value
+        let (result, edit) = try catalog.withDatabase { locked in
+            let edit = ExternalEdit(catalog: locked, owner: owner)
+            try locked.commitGroup()
+            locked.applyingExternal = true
+            defer { locked.applyingExternal = false }
+            let (value, garbage) = try locked.db.transaction { (try body(edit), try locked.takeUnreferencedBlocks()) }
+            try locked.commitGroup()
+            locked.removeUnnamedBlockFiles(garbage)
+            return (value, edit)
         }
         durability.noteMetadataChanged()
         for (parent, name) in edit.staleNames { kernelEntryIsStale?(parent, name) }

@@ -21,29 +21,31 @@ extension Catalog {
     /// Starts grouping commits: a change opens a group, which is committed by the change
     /// that finds it `window` old, or by the committer thread at that deadline.
     func startGroupCommits(window: TimeInterval) {
-        withDatabaseUnchecked {
-            guard window > 0, groupCommitter == nil else { return }
+        withDatabaseUnchecked { locked in
+            guard window > 0, locked.groupCommitter == nil else { return }
             let committer = GroupCommitter(catalog: self, window: UInt64(window * 1e9))
-            groupCommitter = committer
-            db.groupsCommits = true
+            locked.groupCommitter = committer
+            locked.db.groupsCommits = true
             committer.start()
         }
     }
 
     /// Commits the open group and goes back to one commit per change (unmount).
     func stopGroupCommits() {
-        let committer: GroupCommitter? = withDatabaseUnchecked {
-            let c = groupCommitter
-            groupCommitter = nil
-            commitGroupLogged()
-            db.groupsCommits = false
+        let committer: GroupCommitter? = withDatabaseUnchecked { locked in
+            let c = locked.groupCommitter
+            locked.groupCommitter = nil
+            locked.commitGroupLogged()
+            locked.db.groupsCommits = false
             return c
         }
         committer?.stop()
     }
+}
 
+extension Catalog.Locked {
     /// Commits the open group now; throws when that failed (the caller needs it durable:
-    /// fsync, the flusher, a change a follower asked to commit at once). Called with the lock held.
+    /// fsync, the flusher, a change a follower asked to commit at once).
     func commitGroup() throws {
         do {
             try db.commitGroup()
@@ -76,7 +78,7 @@ extension Catalog {
         try? commitGroupKeepingChanges()   // a lost group is logged by groupWasLost
     }
 
-    /// After every change, with the lock held: commits a group that reached its window,
+    /// After every change (`Catalog.withDatabase`): commits a group that reached its window,
     /// else makes sure the committer wakes at its deadline.
     func endOfChange() {
         if let suspended = groupsSuspendedAt, db.commitCount > suspended {
@@ -113,21 +115,16 @@ extension Catalog {
         groupsSuspendedAt = db.commitCount
         db.groupsCommits = false
     }
-
-    /// Runs `body` under the lock without the end-of-change step (the group commit's own
-    /// bookkeeping must not recurse into it).
-    func withDatabaseUnchecked<T>(_ body: () throws -> T) rethrows -> T {
-        lock.lock(); defer { lock.unlock() }
-        return try body()
-    }
 }
 
 /// The thread that commits a group when no later change does (the last change of a burst).
 /// `@unchecked Sendable`: `deadline` is guarded by `condition`.
 final class GroupCommitter: @unchecked Sendable {
     /// Weak: a catalog dropped without `stopGroupCommits` (a test) leaves a thread that
-    /// finds nothing to commit, not one that reads freed memory.
-    weak var catalog: Catalog?
+    /// finds nothing to commit, not one that reads freed memory. Private: the catalog's
+    /// state holds this committer, and a step under the lock must find no way back to
+    /// the catalog (its lock is not recursive).
+    private weak var catalog: Catalog?
     let window: UInt64
     private let committer = BackgroundThread(name: "vdrive-group-commit")
     private var condition: NSCondition { committer.condition }
@@ -167,12 +164,12 @@ final class GroupCommitter: @unchecked Sendable {
             deadline = nil
             condition.unlock()
             guard let catalog else { return }
-            catalog.withDatabaseUnchecked {
-                guard let started = catalog.db.groupStarted else { return }
+            catalog.withDatabaseUnchecked { locked in
+                guard let started = locked.db.groupStarted else { return }
                 if Database.monotonicNanoseconds() >= started + window {
-                    catalog.commitGroupLogged()
+                    locked.commitGroupLogged()
                     // Still open (SQLite kept it after a failed commit): try again later.
-                    if catalog.db.groupStarted != nil { wake(at: Database.monotonicNanoseconds() + window) }
+                    if locked.db.groupStarted != nil { wake(at: Database.monotonicNanoseconds() + window) }
                 } else {
                     wake(at: started + window)
                 }

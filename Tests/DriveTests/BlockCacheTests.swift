@@ -513,7 +513,7 @@ final class FakeLedger: ServerLedger, @unchecked Sendable {   // `done` changes 
         let a = try store(fs, "a.jpg", in: roll, bytes)
         let digest = try fs.catalog.storedBlocks(a.ino)[0]!
         // What the wiring's trigger does for an item that is not done: one more reference.
-        try fs.catalog.withDatabase { db in _ = try db.run("UPDATE blocks SET refs = refs + 1 WHERE hash = ?", digest.hex) }
+        try fs.catalog.withDatabase { _ = try $0.db.run("UPDATE blocks SET refs = refs + 1 WHERE hash = ?", digest.hex) }
         let ledger = FakeLedger(done: ["Camera Roll/a.jpg"])
         #expect(try fs.blockCache.enforce(CacheBound(bytes: 0, optimizeStorage: true), ledger: ledger) == 0)
         #expect(fs.blobs.contains(digest))
@@ -557,7 +557,7 @@ final class FakeLedger: ServerLedger, @unchecked Sendable {   // `done` changes 
         }
         let fs = try DriveFileSystem.workspace(statePath: state)
         _ = try fs.recover()
-        #expect(try fs.catalog.withDatabase { try $0.appliedMigrations() }.contains("drive-004-residency"))
+        #expect(try fs.catalog.withDatabase { try $0.db.appliedMigrations() }.contains("drive-004-residency"))
         #expect(try fs.blockCache.totals() == ResidencyTotals(local: Int64(bytes.count), cached: 0, onlineOnly: 0))
         let fh = try fs.open(3, writable: false, truncate: false)
         var out = [UInt8](repeating: 0, count: bytes.count)

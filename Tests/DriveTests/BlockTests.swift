@@ -162,8 +162,8 @@ import Storage
         #expect(fs.blobs.contains(smallDigest))
         #expect(!fs.blobs.contains(bigDigest))
         #expect(try fs.blobs.allDigests().count == 3, "small + two non-zero blocks of big")
-        #expect(try fs.catalog.withDatabase { db in
-            try db.queryOne("SELECT refs FROM blocks WHERE hash = ?", smallDigest.hex) { $0.int64(0) }
+        #expect(try fs.catalog.withDatabase {
+            try $0.db.queryOne("SELECT refs FROM blocks WHERE hash = ?", smallDigest.hex) { $0.int64(0) }
         } == 2)
         // Freeing works on migrated blocks as on new ones.
         try fs.unlink(parent: 1, name: Array("big".utf8))

@@ -357,7 +357,7 @@ import Backup
             try write(fs, fh, Array("abc".utf8), at: 0)
             try fs.fsync(fh)
             fs.release(fh)
-            #expect(try fs.catalog.meta("durable_gen") == fs.catalog.withDatabase { _ in fs.catalog.generation })
+            #expect(try fs.catalog.meta("durable_gen") == fs.catalog.withDatabase { $0.generation })
             fs.shutdown()
         }
         let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
