@@ -47,7 +47,7 @@ enum FuseXattrOps {
         } else if value.count > size {
             fuse_reply_err(req, ERANGE)
         } else {
-            value.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), value.count) }
+            _ = value.withUnsafeBytes { fuse_reply_buf(req, $0.baseAddress?.assumingMemoryBound(to: CChar.self), value.count) }
         }
     }
 }

@@ -46,7 +46,7 @@ enum BackupBenchmark {
         ])
         let vdrive = Bench.sibling("vdrive")
         let d = o.dir
-        try? Bench.sh("fusermount3 -u -z \(d)/mnt 2>/dev/null; true")
+        _ = try? Bench.sh("fusermount3 -u -z \(d)/mnt 2>/dev/null; true")
         try Bench.sh("rm -rf \(d) && mkdir -p \(d)/src \(d)/mnt \(d)/config")
         if o.sections.contains("cpu") { try cpuSection(o, vdrive: vdrive) }
         guard o.sections.contains("classic") else { return }
@@ -162,7 +162,7 @@ enum BackupBenchmark {
             ["peak RSS, \(o.entries) entries + \(o.rssGiB) GiB upload (MB)", Bench.f(peakRSS, 1), "-", "-"],
         ]))
         mount.stop()
-        try? Bench.sh("rm -rf \(d)/src")
+        _ = try? Bench.sh("rm -rf \(d)/src")
     }
 
     /// A fresh server with one device, whose token goes to `tokenFile`.

@@ -47,8 +47,8 @@ extension BackupBenchmark {
             let s = try startServer(vdrive, data: "\(d)/peer-server", tokenFile: "\(d)/peer-token")
             let token = try String(contentsOfFile: "\(d)/peer-token", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             var c0 = Bench.childrenCPUSeconds()
-            var s0 = s.cpuSeconds()
-            var t0 = Bench.now()
+            let s0 = s.cpuSeconds()
+            let t0 = Bench.now()
             try Bench.sh("cp \(d)/src-cpu/* \(d)/plain/")
             x.peerCP = Bench.childrenCPUSeconds() - c0
             c0 = Bench.childrenCPUSeconds()

@@ -45,7 +45,7 @@ enum LinkBenchmark {
         ])
         let vdrive = Bench.sibling("vdrive")
         let d = o.dir
-        try? Bench.sh("fusermount3 -u -z \(d)/drive/mnt 2>/dev/null; true")
+        _ = try? Bench.sh("fusermount3 -u -z \(d)/drive/mnt 2>/dev/null; true")
         try Bench.sh("rm -rf \(d) && mkdir -p \(d)/photos \(d)/video")
         let rate = o.mbit * 1e6 / 8
         var rows: [[String]] = []
@@ -124,7 +124,7 @@ enum LinkBenchmark {
         var header = ["workload", "link alone (bytes / rate)", "curl --parallel --parallel-max 4, block protocol", "drive: cp into Camera Roll until backed up", "drive, from the end of cp"]
         if let baseline = o.baselineVdrive { header += ["baseline drive (\(baseline))", "baseline, from the end of cp"] }
         print(Bench.table(header, rows))
-        try? Bench.sh("rm -rf \(d)/photos \(d)/video \(d)/blocks-photos \(d)/blocks-video")
+        _ = try? Bench.sh("rm -rf \(d)/photos \(d)/video \(d)/blocks-photos \(d)/blocks-video")
     }
 
     static func port(of base: String) throws -> UInt16 {

@@ -29,11 +29,11 @@ enum OnlineBenchmark {
             "--rounds": { rounds = try Bench.count($0) },
         ])
         let vdrive = Bench.sibling("vdrive")
-        try? Bench.sh("fusermount3 -u -z \(dir)/drive/mnt 2>/dev/null; true")
+        _ = try? Bench.sh("fusermount3 -u -z \(dir)/drive/mnt 2>/dev/null; true")
         try Bench.sh("rm -rf \(dir) && mkdir -p \(dir)/drive/mnt")
         // Gone at the end (3 GiB of videos and their copies), after the mount and server stop;
         // `KEEP=1` keeps it, as for `vdrive-bench restore`.
-        defer { if ProcessInfo.processInfo.environment["KEEP"] == nil { try? Bench.sh("rm -rf \(dir)") } }
+        defer { if ProcessInfo.processInfo.environment["KEEP"] == nil { _ = try? Bench.sh("rm -rf \(dir)") } }
         setenv("VDRIVE_CACHE_CHECK_SECONDS", "1", 1)   // the mount applies the bound every second
 
         let server = try BackupBenchmark.startServer(vdrive, data: "\(dir)/server", tokenFile: "\(dir)/token")

@@ -56,7 +56,7 @@ enum RestoreBenchmark {
             "--baseline-vdrive": { o.baseline = $0 },
         ])
         try Bench.sh("rm -rf \(o.dir) && mkdir -p \(o.dir)")
-        defer { if ProcessInfo.processInfo.environment["KEEP"] == nil { try? Bench.sh("rm -rf \(o.dir)") } }
+        defer { if ProcessInfo.processInfo.environment["KEEP"] == nil { _ = try? Bench.sh("rm -rf \(o.dir)") } }
         let data = o.dir + "/server"
         let registry = try DeviceRegistry(dataDirectory: data)
         var tokens: [String: String] = [:]

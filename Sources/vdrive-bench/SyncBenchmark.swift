@@ -111,7 +111,7 @@ enum SyncBenchmark {
         let workspace = try SyncWorkspace(vdrive: o.vdrive, dir: o.dir + "/" + name)
         defer {
             workspace.stop()
-            try? Bench.sh("rm -rf '\(workspace.dir)'")
+            _ = try? Bench.sh("rm -rf '\(workspace.dir)'")
         }
         let a = try workspace.mount("device-a"), b = try workspace.mount("device-b")
         return try body(workspace, a, b)
@@ -148,7 +148,7 @@ enum SyncBenchmark {
         try SyncPeers.ensureInstalled(["rsync": "rsync", "syncthing": "syncthing"])
         let source = o.dir + "/bulk-source"
         let expected = try makeBulkSource(source, files: o.bulkFiles)
-        defer { try? Bench.sh("rm -rf '\(source)'") }
+        defer { _ = try? Bench.sh("rm -rf '\(source)'") }
         let megabytes = Double(expected.bytes) / 1e6
         say("  bulk: \(o.bulkFiles) files, \(Bench.f(megabytes, 0)) MB in \(expected.folders.count) folders")
 
@@ -174,11 +174,11 @@ enum SyncBenchmark {
 
         // rsync -a to an rsync daemon on loopback.
         let rsyncDir = o.dir + "/rsync"
-        try? Bench.sh("rm -rf '\(rsyncDir)'")
+        _ = try? Bench.sh("rm -rf '\(rsyncDir)'")
         let daemon = try RsyncDaemon(dir: rsyncDir)
         let rsync: Transfer
         do {
-            defer { daemon.stop(); try? Bench.sh("rm -rf '\(rsyncDir)'") }
+            defer { daemon.stop(); _ = try? Bench.sh("rm -rf '\(rsyncDir)'") }
             let copy = "rsync -a '\(source)/' \(daemon.url)bulk/"
             rsync = try timedTransfer(expected: expected, receiver: daemon.module + "/bulk", pids: []) { try Bench.sh(copy) }
             say("  rsync -a to rsync --daemon: \(Bench.f(rsync.sendSeconds)) s, checked after \(Bench.f(rsync.seconds)) s; machine CPU s \(Bench.f(rsync.machineCPU))")
@@ -187,12 +187,12 @@ enum SyncBenchmark {
 
         // Two Syncthing instances: cp -r into one until the other has every file.
         let stDir = o.dir + "/syncthing"
-        try? Bench.sh("rm -rf '\(stDir)'")
+        _ = try? Bench.sh("rm -rf '\(stDir)'")
         var syncthing: Transfer?
         var syncthingProblem: String?
         do {
             let pair = try SyncthingPair(dir: stDir)
-            defer { pair.stop(); try? Bench.sh("rm -rf '\(stDir)'") }
+            defer { pair.stop(); _ = try? Bench.sh("rm -rf '\(stDir)'") }
             let copy = "cp -r '\(source)' '\(pair.a.folder)/bulk'"
             let t = try timedTransfer(expected: expected, receiver: pair.b.folder + "/bulk", pids: pair.pids) { try Bench.sh(copy) }
             say("  Syncthing: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: both instances \(Bench.f(t.processCPU)), machine \(Bench.f(t.machineCPU))")
@@ -344,7 +344,7 @@ enum SyncBenchmark {
         let workspace = try SyncWorkspace(vdrive: o.vdrive, dir: o.dir + "/first-mount")
         defer {
             workspace.stop()
-            try? Bench.sh("rm -rf '\(workspace.dir)'")
+            _ = try? Bench.sh("rm -rf '\(workspace.dir)'")
         }
         let seedStart = Bench.now()
         let seeded = try seed(workspace, files: o.files)

@@ -16,7 +16,7 @@ final class SyncWorkspace {
     init(vdrive: String, dir: String) throws {
         self.vdrive = vdrive
         self.dir = dir
-        try? Bench.sh("rm -rf '\(dir)'")
+        _ = try? Bench.sh("rm -rf '\(dir)'")
         try FileManager.default.createDirectory(atPath: dir + "/server", withIntermediateDirectories: true)
         server = try RunningServer(vdrive: vdrive, data: dir + "/server", extra: [], errors: dir + "/server.log")
     }

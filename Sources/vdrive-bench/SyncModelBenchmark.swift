@@ -44,7 +44,7 @@ enum SyncModelBenchmark {
         // Removed after the mounts and the server stopped (defers run last first), and
         // only after a run that passed (`KEEP=1` keeps it too): a failure's states and logs stay.
         var passed = false
-        defer { if passed && ProcessInfo.processInfo.environment["KEEP"] == nil { try? Bench.sh("rm -rf '\(dir)'") } }
+        defer { if passed && ProcessInfo.processInfo.environment["KEEP"] == nil { _ = try? Bench.sh("rm -rf '\(dir)'") } }
         let world = try ModelWorld(vdrive: vdrive, dir: dir, devices: devices)
         defer { world.stop() }
         let options = MirrorModelOptions(seed: seed, operations: ops, devices: devices)

@@ -14,7 +14,7 @@ extension SyncBenchmark {
 
     /// `files` files of 4-64 KiB of random bytes (sizes spread evenly), 100 to a folder.
     static func makeBulkSource(_ source: String, files: Int) throws -> ExpectedTree {
-        try? Bench.sh("rm -rf '\(source)'")
+        _ = try? Bench.sh("rm -rf '\(source)'")
         var tree = ExpectedTree()
         var sizes = SeededGenerator(seed: 7)
         for i in 0..<files {
