@@ -4,13 +4,6 @@ import Protocol
 import Storage
 import Synchronization
 
-/// Where the server keeps blocks: its local folder (`blobs/`, the embedded default) or
-/// an S3 bucket (a scaled server: several processes share it).
-public enum BlockStoreChoice: Sendable, Equatable {
-    case folder
-    case s3(S3Location, S3Credentials)
-}
-
 /// The blocks of a scaled server, in an S3 bucket as objects `blocks/<sha256>`.
 ///
 /// Devices PUT blocks straight to the store with presigned URLs; the server's CPU never
@@ -147,23 +140,5 @@ extension ObjectStoreError {
     /// The reply when the store failed: 503, try again (the store is down or restarting).
     var response: HTTPResponse {
         .error(503, "store_unavailable", "the server's object store failed (request id \(ServerLog.failure(self))); try again shortly", headers: [("Retry-After", "5")])
-    }
-}
-
-extension BlockStoreChoice {
-    /// Parses `--store` / `VDRIVE_STORE`: `s3://BUCKET?endpoint=…&region=…[&credentials=FILE]`
-    /// (credentials from the file, else `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` in
-    /// `environment`). The embedded folder store is the default and needs no value.
-    public static func parse(_ text: String, environment: [String: String]) throws(S3Location.ParseError) -> BlockStoreChoice {
-        let location = try S3Location.parse(text)
-        return .s3(location, try location.credentials(environment: environment))
-    }
-
-    /// For messages and logs (never the credentials).
-    public var summary: String {
-        switch self {
-        case .folder: return "blobs/ in the data folder"
-        case .s3(let location, _): return "s3://\(location.bucket) at \(location.endpoint)"
-        }
     }
 }

@@ -69,7 +69,7 @@ public final class SpaceCollector: Sendable {
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
         let metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
-        self.init(metadata: metadata, blocks: try ServerContext.openBlocks(configuration.store, folder: blobs),
+        self.init(metadata: metadata, blocks: try configuration.store.open(folder: blobs),
                   dataDirectory: configuration.dataDirectory)
     }
 

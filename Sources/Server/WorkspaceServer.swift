@@ -197,7 +197,7 @@ final class ServerContext: Sendable {
             key = try metadata.presignKey()
             workspaceID = try metadata.workspaceID()
         } catch { throw .records(configuration.records, error) }
-        let context = ServerContext(configuration: configuration, metadata: metadata, blocks: try openBlocks(configuration.store, folder: blobs),
+        let context = ServerContext(configuration: configuration, metadata: metadata, blocks: try configuration.store.open(folder: blobs),
                                     dataBlobs: blobs, presigner: Presigner(key: key), workspaceID: workspaceID)
         var opened = false
         defer { if !opened { context.notifier.stop() } }
@@ -205,15 +205,6 @@ final class ServerContext: Sendable {
         do { try metadata.recordQuota(configuration.quota) } catch { throw .records(configuration.records, error) }
         opened = true
         return context
-    }
-
-    /// The store `choice` names: `folder` (the data folder's `blobs/`), or the bucket of
-    /// an S3 store, checked (and created when missing) before serving.
-    static func openBlocks(_ choice: BlockStoreChoice, folder: BlobStore) throws(ServerError) -> any BlockStore {
-        guard case .s3(let location, let credentials) = choice else { return FolderBlocks(folder) }
-        let objects = ObjectBlocks(store: S3Store(location: location, credentials: credentials))
-        do { try objects.prepare() } catch { throw .store("s3://\(location.bucket) at \(location.endpoint)", error.description) }
-        return objects
     }
 
     static func now() -> Int64 { Int64(time(nil)) }
