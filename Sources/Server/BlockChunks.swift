@@ -44,27 +44,12 @@ enum BlockChunks {
         try context.metadata.setBlockChunks(digest.hex, chunks.flatMap(\.bytes))
     }
 
-    /// Reads the block once, from the folder or the object store; a block that does not
-    /// hash to its name is not listed (500: the store is damaged, and a list of its wrong
-    /// bytes would vouch for them).
+    /// Reads the block once from the store; a block that does not hash to its name is
+    /// not listed (500: the store is damaged, and a list of its wrong bytes would vouch
+    /// for them).
     static func compute(_ digest: SHA256Digest, size: Int64, context: ServerContext) throws -> [SHA256Digest] {
         let digester = ChunkDigester()
-        if let objects = context.objects {
-            guard try objects.store.read(ObjectBlocks.key(digest), { digester.update($0) }) != nil else { throw ChunkListError.damaged(digest.hex) }
-        } else {
-            let fd = try context.blockStore.open(digest)
-            defer { FileIO.close(fd) }
-            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: Blocks.chunkSize, alignment: 16)
-            defer { buffer.deallocate() }
-            var offset: Int64 = 0
-            while offset < size {
-                let want = Int(min(Int64(Blocks.chunkSize), size - offset))
-                let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want])
-                guard try FileIO.pread(fd, into: piece, at: offset) == want else { throw ChunkListError.damaged(digest.hex) }
-                digester.update(UnsafeRawBufferPointer(piece))
-                offset += Int64(want)
-            }
-        }
+        guard try context.blocks.read(digest, { digester.update($0) }) != nil else { throw ChunkListError.damaged(digest.hex) }
         let (whole, chunks, count) = digester.finish()
         guard whole == digest, count == size else { throw ChunkListError.damaged(digest.hex) }
         return chunks

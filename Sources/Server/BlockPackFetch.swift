@@ -42,8 +42,7 @@ enum BlockPackFetch {
             }
             let headers = [("Content-Type", BlockPack.mediaType)]
             if records.isEmpty { return HTTPResponse(status: 200, headers: headers) }
-            let source: ContentReader.Source = context.objects.map { .objects($0) } ?? .folder(context.blockStore)
-            return HTTPResponse(status: 200, headers: headers, body: .stream(length: total, reader: PackReader(records, source: source)))
+            return HTTPResponse(status: 200, headers: headers, body: .stream(length: total, reader: PackReader(records, feed: context.blocks.feed(records))))
         } catch {
             return ServerContext.failure(error)
         }
@@ -60,36 +59,29 @@ enum BlockPackFetch {
     }
 }
 
-/// A pack's bytes for a streamed reply: each record's header, then its block, read from
-/// its file (opened when the reply reaches it, one at a time) or from its object
-/// (`ObjectPrefetch`). A block shorter than its row says (damage) ends the reply short:
-/// the client's check of the pack's length and of each block's hash sees it.
+/// A pack's bytes for a streamed reply: each record's header, then its block, opened
+/// by the store's feed when the reply reaches it, one at a time (an object store's feed
+/// fetches ahead: `ObjectPrefetch`). A block shorter than its row says (damage) ends the
+/// reply short: the client's check of the pack's length and of each block's hash sees it.
 /// libmicrohttpd asks for the bytes in order; a position out of order ends the reply.
 /// `@unchecked Sendable`: used by its connection's thread only (BodyReader's rule).
 final class PackReader: BodyReader, @unchecked Sendable {
-    private let records: [PackRecord]
-    private let source: ContentReader.Source
-    private let prefetch: ObjectPrefetch?
+    private let feed: any BlockFeed
     private var encoder: BlockPackEncoder
-    /// The record whose block is open, and its file or bytes.
+    /// The record whose block is open, and the block.
     private var open = -1
-    private var fd: Int32 = -1
-    private var held: [UInt8] = []
+    private var block: OpenBlock?
 
-    init(_ records: [PackRecord], source: ContentReader.Source) {
-        self.records = records
-        self.source = source
+    init(_ records: [PackRecord], feed: any BlockFeed) {
+        self.feed = feed
         encoder = BlockPackEncoder(records.map { ($0.digest, $0.length) })
-        if case .objects(let objects) = source { prefetch = ObjectPrefetch(records, objects: objects) } else { prefetch = nil }
     }
 
     func read(at position: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int? {
         guard position == encoder.position else { return nil }
         guard let n = encoder.fill(buffer, block: { record, offset, piece in
             guard enter(record) else { return nil }
-            if fd >= 0 { return try? FileIO.pread(fd, into: piece, at: Int64(offset)) }
-            held.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + piece.count])) }
-            return piece.count
+            return block?.read(into: piece, at: offset)
         }), n > 0 else { return nil }
         return n
     }
@@ -98,27 +90,20 @@ final class PackReader: BodyReader, @unchecked Sendable {
     private func enter(_ i: Int) -> Bool {
         if i == open { return true }
         closeBlock()
-        switch source {
-        case .folder(let store):
-            guard let opened = try? store.open(records[i].digest) else { return false }
-            fd = opened
-        case .objects:
-            guard let bytes = prefetch?.bytes(i) else { return false }
-            held = bytes
-        }
+        guard let opened = feed.block(i) else { return false }
+        block = opened
         open = i
         return true
     }
 
     func close() {
         closeBlock()
-        prefetch?.close()
+        feed.close()
     }
 
     private func closeBlock() {
-        if fd >= 0 { FileIO.close(fd) }
-        fd = -1
-        held = []
+        block?.close()
+        block = nil
         open = -1
     }
 }
@@ -127,7 +112,7 @@ final class PackReader: BodyReader, @unchecked Sendable {
 /// `aheadBytes` (at least one block) beyond the one being sent: the connection's thread
 /// waits for a round trip to the store at the start, not once per block.
 /// `@unchecked Sendable`: its state is guarded by `condition`.
-final class ObjectPrefetch: @unchecked Sendable {
+final class ObjectPrefetch: BlockFeed, @unchecked Sendable {
     static let aheadBytes = 8 << 20
 
     private enum Slot { case fetching, fetched([UInt8]?) }
@@ -142,7 +127,7 @@ final class ObjectPrefetch: @unchecked Sendable {
     init(_ records: [PackRecord], objects: ObjectBlocks) { self.records = records; self.objects = objects }
 
     /// Record `index`'s block, waiting for its fetch; nil when it failed or is not its length.
-    func bytes(_ index: Int) -> [UInt8]? {
+    func block(_ index: Int) -> OpenBlock? {
         condition.lock()
         defer { condition.unlock() }
         startFetches(from: index)
@@ -150,7 +135,7 @@ final class ObjectPrefetch: @unchecked Sendable {
             if closed { return nil }
             if case .fetched(let bytes) = slots[index] {
                 slots[index] = nil
-                return bytes
+                return bytes.map(OpenBlock.bytes)
             }
             condition.wait()
         }

@@ -7,19 +7,8 @@ extension ServerContext {
     /// server's own rule for one block, `recordBlock`, applied to all of them at once).
     func recordBlocks(_ records: [PackRecord]) throws {
         guard !records.isEmpty else { return }
-        try metadata.recordBlocks(records.map { ($0.digest.hex, Int64($0.length)) }, now: Self.now()) { try firstLacking(records.map(\.digest)) }
+        try metadata.recordBlocks(records.map { ($0.digest.hex, Int64($0.length)) }, now: Self.now()) { try blocks.firstLacking(records.map(\.digest))?.hex }
         usedBytes.withLock { $0 = nil }  // counted again for the next quota check
-    }
-
-    /// The first of `digests` whose bytes are not in the store (a stat each, or a HEAD of
-    /// each object, several at once), nil when all are there.
-    private func firstLacking(_ digests: [SHA256Digest]) throws -> String? {
-        guard let objects else { return digests.first { !blockStore.contains($0) }?.hex }
-        let lacking = Mutex<[Int]>([])
-        try Concurrently.run(digests.count, width: ObjectPackStaging.width) { i in
-            if try objects.store.head(ObjectBlocks.key(digests[i])) == nil { lacking.withLock { $0.append(i) } }
-        }
-        return lacking.withLock { $0.min() }.map { digests[$0].hex }
     }
 }
 

@@ -17,7 +17,7 @@ import Glibc
 /// whose file is in the store already (same size) is not written: its bytes are dropped.
 final class FolderPackStaging: PackStaging {
     private let context: ServerContext
-    private var store: BlobStore { context.blockStore }
+    private let store: BlobStore
     /// Records whose bytes are in a staging file, with its path.
     private var written: [(record: PackRecord, path: String)] = []
     /// Records dropped because the store has their block's file.
@@ -25,7 +25,7 @@ final class FolderPackStaging: PackStaging {
     /// The record being written.
     private var open: (record: PackRecord, fd: Int32, path: String, position: Int64)?
 
-    init(context: ServerContext) { self.context = context }
+    init(context: ServerContext, store: BlobStore) { self.context = context; self.store = store }
 
     var memoryBound: Int { 0 }
 

@@ -29,8 +29,7 @@ enum BlockPackUpload {
         } catch {
             return .respond(ServerContext.failure(error))
         }
-        if let objects = context.objects { return .read(PackBody(context: context, staging: ObjectPackStaging(context: context, objects: objects))) }
-        return .read(PackBody(context: context, staging: FolderPackStaging(context: context)))
+        return .read(PackBody(context: context, staging: context.blocks.packStaging(context: context)))
     }
 }
 
@@ -43,7 +42,7 @@ struct PackRecord {
 }
 
 /// Where a pack's records go while its body arrives, and how they are stored once it is
-/// whole: the folder store (BlockPackStaging.swift) or an object store. `begin`, `write`
+/// whole: the store's (`BlockStore.packStaging`, BlockPackStaging.swift). `begin`, `write`
 /// and `end` run on the connection's thread (they must not wait on the network);
 /// `commit` on a worker. `discard` may follow anything and is called at most once more
 /// than needed (it is idempotent).

@@ -32,18 +32,14 @@ enum BlockPut {
                 return .respond(.json(200, CreateUploadResponse(status: CreateUploadResponse.present)))
             }
             try context.checkQuota(adding: length)
-            if let objects = context.objects {
-                return .read(ObjectPutBody(context: context, objects: objects, digest: digest, length: length))
-            }
-            let staging = try context.blockStore.makeStagingFile()
-            return .read(PutBody(context: context, digest: digest, length: length, fd: staging.fd, path: staging.path))
+            return .read(try context.blocks.putBody(digest, length: length, context: context))
         } catch {
             return .respond(ServerContext.failure(error))
         }
     }
 }
 
-/// Streams a whole-block PUT into a fresh staging file, hashing as it goes.
+/// Streams a whole-block PUT into a fresh staging file of the folder store, hashing as it goes.
 final class PutBody: RequestBody {
     private let context: ServerContext
     private let digest: SHA256Digest

@@ -14,10 +14,10 @@ enum BlockVerify {
             if try context.metadata.blockSize(digest.hex) != nil {
                 return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
             }
-            guard let objects = context.objects else {
+            guard let presigned = context.blocks.presigned else {
                 return .error(404, "not_found", "the workspace has no block \(digest.hex); this server keeps blocks itself: send it by tus (the URL of POST /v1/uploads)")
             }
-            switch try objects.verify(digest) {
+            switch try presigned.verify(digest) {
             case .absent:
                 return .error(404, "not_found", "the object store has no block \(digest.hex): PUT it to the URL POST /v1/uploads gave (ask again for a fresh one), then verify")
             case .mismatch(let actual, let size):

@@ -3,27 +3,21 @@ import Protocol
 import Storage
 
 /// A content's bytes assembled from its blocks for a streamed reply: zero blocks are
-/// served as zeros without a read; a stored block is read from its file (opened when
-/// the reply reaches it, one at a time) or, on a server keeping blocks in an object
-/// store, fetched whole into memory (at most 4 MiB, one at a time). Blocks were
-/// verified against their hashes when stored; the client checks them again (block
-/// hashes, or the content hash of a whole download).
+/// served as zeros without a read; a stored block is opened from the store when the
+/// reply reaches it, one at a time (its file, or, from an object store, its bytes
+/// fetched whole into memory, at most 4 MiB). Blocks were verified against their hashes
+/// when stored; the client checks them again (block hashes, or the content hash of a
+/// whole download).
 /// `@unchecked Sendable`: used by its connection's thread only (BodyReader's rule).
 final class ContentReader: BodyReader, @unchecked Sendable {
-    enum Source {
-        case folder(BlobStore)
-        case objects(ObjectBlocks)
-    }
-
     private let manifest: BlockManifest
-    private let source: Source
+    private let store: any BlockStore
     private var openIndex = -1
-    private var fd: Int32 = -1
-    private var held: [UInt8] = []
+    private var block: OpenBlock?
 
-    init(manifest: BlockManifest, source: Source) {
+    init(manifest: BlockManifest, store: any BlockStore) {
         self.manifest = manifest
-        self.source = source
+        self.store = store
     }
 
     func read(at position: Int64, into buffer: UnsafeMutableRawBufferPointer) -> Int? {
@@ -38,30 +32,19 @@ final class ContentReader: BodyReader, @unchecked Sendable {
         }
         if openIndex != index {
             closeBlock()
-            switch source {
-            case .folder(let store):
-                guard let opened = try? store.open(manifest.blocks[index]) else { return nil }
-                fd = opened
-            case .objects(let objects):
-                guard let bytes = try? objects.bytes(manifest.blocks[index]), bytes.count == manifest.length(ofBlock: index) else { return nil }
-                held = bytes
-            }
+            guard let opened = store.open(manifest.blocks[index], length: manifest.length(ofBlock: index)) else { return nil }
+            block = opened
             openIndex = index
         }
-        if case .objects = source {
-            held.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[Int(within)..<Int(within) + count])) }
-            return count
-        }
-        guard let n = try? FileIO.pread(fd, into: piece, at: within), n > 0 else { return nil }
+        guard let n = block?.read(into: piece, at: Int(within)), n > 0 else { return nil }
         return n
     }
 
     func close() { closeBlock() }
 
     private func closeBlock() {
-        if fd >= 0 { FileIO.close(fd) }
-        fd = -1
-        held = []
+        block?.close()
+        block = nil
         openIndex = -1
     }
 }

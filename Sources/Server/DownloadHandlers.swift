@@ -16,17 +16,15 @@ enum DownloadHandlers {
                 return .error(404, "not_found", "the workspace has no content \(digest.hex)")
             }
             return try respond(request, etag: digest.hex, size: manifest.size) { start, length in
-                if let objects = context.objects {
-                    // Scaled store: assembled from the bucket, one block in memory at a time.
-                    return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, source: .objects(objects)), start: start))
-                }
-                // A range inside one stored block is sent straight from its file (sendfile).
+                // A range inside one stored block is sent straight from its file (sendfile)
+                // where the store keeps files; otherwise assembled, one block at a time.
                 let index = Int(start / Int64(Blocks.size))
                 let within = start - Int64(index) * Int64(Blocks.size)
-                if length > 0, within + length <= Int64(manifest.length(ofBlock: index)), !manifest.isZero(index) {
-                    return .file(fd: try context.blockStore.open(manifest.blocks[index]), offset: within, length: length)
+                if length > 0, within + length <= Int64(manifest.length(ofBlock: index)), !manifest.isZero(index),
+                   let fd = try context.blocks.file(manifest.blocks[index]) {
+                    return .file(fd: fd, offset: within, length: length)
                 }
-                return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, source: .folder(context.blockStore)), start: start))
+                return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, store: context.blocks), start: start))
             }
         } catch {
             return ServerContext.failure(error)
@@ -39,18 +37,20 @@ enum DownloadHandlers {
             guard let size = try context.metadata.blockSize(digest.hex) else {
                 return .error(404, "not_found", "the workspace has no block \(digest.hex) (zero blocks are never stored: they are \(Blocks.size) or fewer zero bytes)")
             }
-            if let objects = context.objects {
-                return redirect(request, etag: digest.hex, to: objects.downloadURL(digest, expiresIn: min(context.configuration.uploadExpiry, 3600)))
+            if let presigned = context.blocks.presigned {
+                return redirect(request, etag: digest.hex, to: presigned.downloadURL(digest, expiresIn: min(context.configuration.uploadExpiry, 3600)))
             }
             return try respond(request, etag: digest.hex, size: size) { start, length in
-                .file(fd: try context.blockStore.open(digest), offset: start, length: length)
+                if let fd = try context.blocks.file(digest) { return .file(fd: fd, offset: start, length: length) }
+                let block = BlockManifest(content: digest, size: size, blocks: [digest])
+                return .stream(length: length, reader: OffsetReader(ContentReader(manifest: block, store: context.blocks), start: start))
             }
         } catch {
             return ServerContext.failure(error)
         }
     }
 
-    /// A block of a scaled server is sent by the object store: 307 to a presigned GET
+    /// A block of a store devices reach themselves is sent by the store: 307 to a presigned GET
     /// (the device sends its `Range` there, and no bearer token). 304 still comes from here.
     private static func redirect(_ request: HTTPRequest, etag hex: String, to url: String) -> HTTPResponse {
         let etag = "\"\(hex)\""

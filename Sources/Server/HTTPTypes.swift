@@ -5,8 +5,9 @@
 /// a *request body* sink that receives the body chunk by chunk; *metadata* is the
 /// records (devices, blocks, contents, uploads, files) in SQLite or PostgreSQL behind
 /// `RecordStore` (RecordStore.swift); a file's content is
-/// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in a
-/// Storage `BlobStore` (the block store), partial uploads in its staging folder.
+/// a *manifest* (content hash, size, block list) over 4 MiB *blocks*, which live in the
+/// *block store* (`BlockStore`: the folder `blobs/` or an S3 bucket), partial tus
+/// uploads in the staging folder of `blobs/`.
 /// Thread safety: libmicrohttpd's few epoll threads read and write the sockets and call
 /// the router; a body's `finish` (hashing, fsync, rows, the object store) runs on a
 /// bounded worker pool while the connection is suspended, so it never stalls the other

@@ -2,13 +2,7 @@ import Crypto
 import ObjectStore
 import Protocol
 import Storage
-
-/// Where the server keeps blocks: its local folder (`blobs/`, the embedded default) or
-/// an S3 bucket (a scaled server: several processes share it).
-public enum BlockStoreChoice: Sendable, Equatable {
-    case folder
-    case s3(S3Location, S3Credentials)
-}
+import Synchronization
 
 /// The blocks of a scaled server, in an S3 bucket as objects `blocks/<sha256>`.
 ///
@@ -16,8 +10,9 @@ public enum BlockStoreChoice: Sendable, Equatable {
 /// touches their bytes except once, to verify a block before it is recorded (and so
 /// offered for dedup). Nothing about an upload is kept in the server process or on its
 /// disk: the plan is computed from the records, the URL is signed on the spot, and the
-/// verification reads the store. Any process can answer any request.
-final class ObjectBlocks: Sendable {
+/// verification reads the store. Any process can answer any request. A block the server
+/// receives itself (a whole-block PUT, a pack) is held in memory and PUT by the server.
+final class ObjectBlocks: BlockStore, PresignedBlocks {
     let store: S3Store
 
     init(store: S3Store) { self.store = store }
@@ -32,6 +27,55 @@ final class ObjectBlocks: Sendable {
         try store.createBucket()
     }
 
+    var presigned: (any PresignedBlocks)? { self }
+
+    func holds(_ digest: SHA256Digest) throws -> Bool { try store.head(Self.key(digest)) != nil }
+
+    /// A HEAD of each object, several at once.
+    func firstLacking(_ digests: [SHA256Digest]) throws -> SHA256Digest? {
+        let lacking = Mutex<[Int]>([])
+        try Concurrently.run(digests.count, width: ObjectPackStaging.width) { i in
+            if try !self.holds(digests[i]) { lacking.withLock { $0.append(i) } }
+        }
+        return lacking.withLock { $0.min() }.map { digests[$0] }
+    }
+
+    func read(_ digest: SHA256Digest, _ consumer: @escaping (UnsafeRawBufferPointer) -> Void) throws -> Int64? {
+        try store.read(Self.key(digest), consumer)
+    }
+
+    /// The whole block, fetched into memory (at most 4 MiB).
+    func open(_ digest: SHA256Digest, length: Int) -> OpenBlock? {
+        guard let bytes = try? self.bytes(digest), bytes.count == length else { return nil }
+        return .bytes(bytes)
+    }
+
+    func file(_ digest: SHA256Digest) -> Int32? { nil }
+
+    /// Fetched ahead of the reply (`ObjectPrefetch`).
+    func feed(_ records: [PackRecord]) -> any BlockFeed { ObjectPrefetch(records, objects: self) }
+
+    /// Read into memory (a block is at most 4 MiB) and PUT; the staging file goes.
+    func adopt(stagingPath: String, fd: Int32, as digest: SHA256Digest) throws {
+        var bytes: [UInt8] = []
+        _ = try FileIO.stream(fd) { bytes.append(contentsOf: $0) }
+        try put(digest, bytes: bytes)
+        try? FileIO.unlink(stagingPath)
+    }
+
+    func remove(_ digest: SHA256Digest) throws { try store.delete(Self.key(digest)) }
+
+    /// None: an object no row names is a device's PUT not yet verified, and only
+    /// `verify` records it.
+    func unrecorded(_ digest: SHA256Digest) -> Int64? { nil }
+
+    /// Held in memory, checked, PUT and recorded: nothing touches the server's disk.
+    func putBody(_ digest: SHA256Digest, length: Int64, context: ServerContext) -> any RequestBody {
+        ObjectPutBody(context: context, objects: self, digest: digest, length: length)
+    }
+
+    func packStaging(context: ServerContext) -> any PackStaging { ObjectPackStaging(context: context, objects: self) }
+
     /// The presigned PUT of one missing block, as the upload plan lists it. The URL
     /// signs the block's length and its SHA-256 (`x-amz-checksum-sha256`), so the store
     /// itself refuses other bytes; the server verifies again before recording it.
@@ -42,19 +86,10 @@ final class ObjectBlocks: Sendable {
                                 kind: BlockUploadInfo.s3, headers: headers), put.expires)
     }
 
-    enum Verdict: Equatable {
-        /// The object holds exactly the block: `size` bytes hashing to its name.
-        case verified(size: Int64)
-        /// No object of that name (never PUT, or deleted).
-        case absent
-        /// The object's bytes are not the block (hash `actual`, `size` bytes): it was deleted.
-        case mismatch(actual: SHA256Digest, size: Int64)
-    }
-
     /// Reads the object of `digest` once and checks its SHA-256 against the name (the one
     /// read of block bytes the server does). A mismatch (or a size no block has) deletes
     /// the object, so the hash never becomes present from it.
-    func verify(_ digest: SHA256Digest) throws(ObjectStoreError) -> Verdict {
+    func verify(_ digest: SHA256Digest) throws -> BlockVerdict {
         let hasher = SHA256Hasher()
         guard let size = try store.read(Self.key(digest), { hasher.update($0) }) else { return .absent }
         let actual = hasher.finish()
@@ -67,6 +102,17 @@ final class ObjectBlocks: Sendable {
     /// sends its `Range` there; the server sends no block bytes).
     func downloadURL(_ digest: SHA256Digest, expiresIn: Int64) -> String {
         store.presignGet(Self.key(digest), expiresIn: expiresIn).url
+    }
+
+    /// A page of the bucket's block objects (1,000 keys); a key that is not exactly
+    /// `blocks/<sha256>` is no block and is left out.
+    func page(after: String?) throws -> (blocks: [ListedBlock], more: Bool, next: String?) {
+        let page = try store.listObjects(prefix: Self.prefix, startAfter: after)
+        let blocks = page.objects.compactMap { object -> ListedBlock? in
+            guard let digest = SHA256Digest(hex: String(object.key.dropFirst(Self.prefix.count))), Self.key(digest) == object.key else { return nil }
+            return ListedBlock(digest: digest, size: object.size, modified: object.modified)
+        }
+        return (blocks, page.more, page.objects.last?.key)
     }
 
     /// The whole block, read into memory (at most 4 MiB): for a content assembled by the server.
@@ -94,23 +140,5 @@ extension ObjectStoreError {
     /// The reply when the store failed: 503, try again (the store is down or restarting).
     var response: HTTPResponse {
         .error(503, "store_unavailable", "the server's object store failed (request id \(ServerLog.failure(self))); try again shortly", headers: [("Retry-After", "5")])
-    }
-}
-
-extension BlockStoreChoice {
-    /// Parses `--store` / `VDRIVE_STORE`: `s3://BUCKET?endpoint=…&region=…[&credentials=FILE]`
-    /// (credentials from the file, else `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` in
-    /// `environment`). The embedded folder store is the default and needs no value.
-    public static func parse(_ text: String, environment: [String: String]) throws(S3Location.ParseError) -> BlockStoreChoice {
-        let location = try S3Location.parse(text)
-        return .s3(location, try location.credentials(environment: environment))
-    }
-
-    /// For messages and logs (never the credentials).
-    public var summary: String {
-        switch self {
-        case .folder: return "blobs/ in the data folder"
-        case .s3(let location, _): return "s3://\(location.bucket) at \(location.endpoint)"
-        }
     }
 }

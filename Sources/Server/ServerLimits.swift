@@ -137,8 +137,8 @@ extension ServerContext {
             return RequestFailure(413, "too_many_uploads", "this plan needs \(hashes.count) block uploads; one request may start at most \(limits.uploadsPerRequest): upload the file in parts",
                                   field: "blocks")
         }
-        // A server with an object store keeps no uploads: nothing accumulates.
-        guard !hashes.isEmpty, objects == nil else { return nil }
+        // A server whose devices upload straight to its store keeps no uploads: nothing accumulates.
+        guard !hashes.isEmpty, blocks.presigned == nil else { return nil }
         let newUploads = hashes.count - (try metadata.uploadCount(hashes))
         guard newUploads > 0 else { return nil }
         let inProgress = try metadata.uploadsInProgress(deviceID: device.id)

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import ObjectStore
 import Postgres
 import Protocol
 import Storage
@@ -21,8 +20,9 @@ import Glibc
 /// without its bytes. Docs/architecture.md, "The server's garbage collection", has the
 /// argument.
 ///
-/// With an object store it also removes *orphan objects*: a block's object a device PUT
-/// with its presigned URL and never verified, so no `blocks` row names it. Each is
+/// With a store devices PUT to themselves (an object store, `BlockStore.presigned`) it
+/// also removes *orphan objects*: a block's object a device PUT with its presigned URL
+/// and never verified, so no `blocks` row names it. Each is
 /// decided like a block (its marker is inserted only if no row names it, in a
 /// transaction of its own; then the object goes; then the marker), once its
 /// `LastModified` is older than the grace: a verify arriving meanwhile is refused while
@@ -55,12 +55,11 @@ public final class SpaceCollector: Sendable {
     }
 
     let metadata: Metadata
-    let blockStore: BlobStore
-    let objects: ObjectBlocks?
+    let blocks: any BlockStore
     let dataDirectory: String
 
-    init(metadata: Metadata, blockStore: BlobStore, objects: ObjectBlocks?, dataDirectory: String) {
-        self.metadata = metadata; self.blockStore = blockStore; self.objects = objects; self.dataDirectory = dataDirectory
+    init(metadata: Metadata, blocks: any BlockStore, dataDirectory: String) {
+        self.metadata = metadata; self.blocks = blocks; self.dataDirectory = dataDirectory
     }
 
     /// For `vdrive serve gc` and `usage`: the data folder's records and blocks, opened
@@ -70,7 +69,7 @@ public final class SpaceCollector: Sendable {
         do { blobs = try BlobStore(root: configuration.blobRoot) }
         catch let e as Errno { throw .dataFolder(configuration.blobRoot, e) } catch { throw .dataFolder(configuration.blobRoot, .ioError) }
         let metadata = try Metadata(location: configuration.records, blobRoot: configuration.blobRoot)
-        self.init(metadata: metadata, blockStore: blobs, objects: try ServerContext.openObjects(configuration.store),
+        self.init(metadata: metadata, blocks: try configuration.store.open(folder: blobs),
                   dataDirectory: configuration.dataDirectory)
     }
 
@@ -155,20 +154,19 @@ public final class SpaceCollector: Sendable {
     /// listed a page (1,000 keys) at a time, narrowed by one query per page, then each
     /// decided in the transaction that inserts its marker (the `INSERT`'s own condition,
     /// against the rows as they are then); its object is removed, then its marker. An
-    /// object whose age the store does not give is kept. No object store: nothing to do.
+    /// object whose age the store does not give is kept. A store only the server writes
+    /// to has no orphans: nothing to do.
     private func sweepOrphanObjects(cutoff: Int64, now: Int64, dryRun: Bool, into report: inout Report) throws {
-        guard let objects else { return }
+        guard let presigned = blocks.presigned else { return }
         let pause = Self.pauseForTests
         var after: String? = nil
         while true {
-            let page = try objects.store.listObjects(prefix: ObjectBlocks.prefix, startAfter: after)
-            after = page.objects.last?.key
+            let page = try presigned.page(after: after)
+            after = page.next
             var old: [String: Int64] = [:]
-            for object in page.objects {
-                guard let modified = object.modified, modified <= cutoff,
-                      let digest = SHA256Digest(hex: String(object.key.dropFirst(ObjectBlocks.prefix.count))),
-                      ObjectBlocks.key(digest) == object.key else { continue }
-                old[digest.hex] = object.size
+            for block in page.blocks {
+                guard let modified = block.modified, modified <= cutoff else { continue }
+                old[block.digest.hex] = block.size
             }
             let orphans = try unnamedObjects(Array(old.keys))
             for hash in orphans.sorted() {
@@ -226,11 +224,7 @@ public final class SpaceCollector: Sendable {
     /// Removes a marked block's bytes, then its marker (bytes already gone are fine).
     private func removeBytes(_ hash: String) throws {
         guard let digest = SHA256Digest(hex: hash) else { return }
-        if let objects {
-            try objects.store.delete(ObjectBlocks.key(digest))
-        } else {
-            blockStore.remove(digest)
-        }
+        try blocks.remove(digest)
         try metadata.withSession { db in try db.run("DELETE FROM block_removals WHERE hash = ?", hash) }
     }
 

@@ -26,8 +26,9 @@ enum UploadHandlers {
                 }
                 return .json(200, CreateUploadResponse(status: CreateUploadResponse.present))
             }
-            // A scaled server's URLs point at the object store, not at the Host asked.
-            let base = try context.objects == nil ? context.publicBase(for: request) : ""
+            // URLs to a store devices reach themselves point at it, not at the Host asked.
+            let presigned = context.blocks.presigned
+            let base = try presigned == nil ? context.publicBase(for: request) : ""
             var blocks: [BlockUploadInfo] = []
             var anyCreated = false
             var expires = context.configuration.uploadExpires(after: ServerContext.now())
@@ -35,9 +36,9 @@ enum UploadHandlers {
             if let refusal = try context.uploadLimitRefusal(hashes: absent.map(\.digest.hex), device: device) { throw refusal }
             try context.checkQuota(adding: absent.reduce(0) { $0 + $1.length })
             for block in absent {
-                if let objects = context.objects {
-                    // Scaled store: a presigned PUT straight to the bucket; nothing is kept here.
-                    let planned = objects.plan(block, expiresIn: context.configuration.objectPutExpiry)
+                if let presigned {
+                    // A presigned PUT straight to the store; nothing is kept here.
+                    let planned = presigned.plan(block, expiresIn: context.configuration.objectPutExpiry)
                     blocks.append(planned.info)
                     expires = min(expires, planned.expires)
                     continue
@@ -182,8 +183,9 @@ enum TusHandlers {
             // Base64 of 64 bytes that are not hex digits: the form fits, the content does not.
             return .respond(.error(422, "bad_request", "Upload-Metadata sha256 is base64 of 64 bytes that are not hex digits; send base64 of the 64 hex digits (or of the 32 raw bytes)", field: "Upload-Metadata.sha256"))
         }
-        if context.objects != nil {
-            // tus keeps an upload's bytes on the server's disk; a scaled server keeps none.
+        if context.blocks.presigned != nil {
+            // tus keeps an upload's bytes on the server's disk; a server whose devices
+            // upload straight to its store keeps none.
             // (Checked after the headers, so a malformed request is still a 400.)
             return .respond(.error(404, "not_found", "this server keeps blocks in an object store: there is no tus upload here; ask POST /v1/uploads for presigned PUTs"))
         }

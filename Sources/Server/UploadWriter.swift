@@ -119,8 +119,9 @@ final class PatchBody: RequestBody {
 }
 
 extension ServerContext {
-    /// The last byte landed: check the whole block's SHA-256, then fsync, rename into the
-    /// block store, sync the folder, and only then write the row. Returns nil on success,
+    /// The last byte landed: check the whole block's SHA-256, then hand the staging file
+    /// to the block store, which makes it durable (the folder store: fdatasync, rename,
+    /// sync the folder), and only then write the row. Returns nil on success,
     /// else the reply (460 when the bytes are not the block the upload was created for:
     /// the upload is reset to offset 0 and nothing enters the store).
     /// `computed` is the content's SHA-256 when the caller hashed it on the way in.
@@ -141,8 +142,7 @@ extension ServerContext {
             let adding = try configuration.quota == nil || metadata.blockSize(digest.hex) != nil ? 0 : length
             do {
                 try recordingWithinQuota(adding) {
-                    try FileIO.fdatasync(fd)
-                    try blockStore.adopt(stagingPath: stagingPath, as: digest, durable: true)
+                    try blocks.adopt(stagingPath: stagingPath, fd: fd, as: digest)
                     try recordBlock(digest, size: length, uploadID: uploadID)
                 }
             } catch let refusal as RequestFailure {

@@ -146,8 +146,12 @@ public final class WorkspaceServer: Sendable {
 final class ServerContext: Sendable {
     let configuration: ServerConfiguration
     let metadata: Metadata
-    /// The block store (a `BlobStore`: content-addressed files, one per block).
-    let blockStore: BlobStore
+    /// Where blocks are kept: the folder `blobs/` or an object store (BlockStore.swift).
+    let blocks: any BlockStore
+    /// `blobs/` in the data folder, whichever store keeps the blocks: tus uploads are
+    /// staged in its `staging/`, and the blobs an older data folder kept whole are
+    /// removed from it (BlockMigration.swift).
+    let dataBlobs: BlobStore
     let presigner: Presigner
     /// The workspace's identity (Metadata.workspaceID), read once at start.
     let workspaceID: String
@@ -156,9 +160,6 @@ final class ServerContext: Sendable {
     let notifier = ChangeNotifier()
     /// Bytes of request bodies held in memory, over all connections.
     let memoryBudget: MemoryBudget
-    /// The S3 bucket holding the blocks of a scaled server; nil for the embedded store
-    /// (then `blockStore` holds them).
-    let objects: ObjectBlocks?
     private let lastSweep = Mutex(ServerContext.now())
     /// The workspace's bytes in blocks, as last counted (Quota.swift).
     let usedBytes = Mutex<(bytes: Int64, at: Int64)?>(nil)
@@ -168,16 +169,15 @@ final class ServerContext: Sendable {
     /// Told after every committed tree change (TreeChangeListener.swift).
     var treeListener: any TreeChangeListener { notifier }
     var collector: SpaceCollector {
-        SpaceCollector(metadata: metadata, blockStore: blockStore, objects: objects, dataDirectory: configuration.dataDirectory)
+        SpaceCollector(metadata: metadata, blocks: blocks, dataDirectory: configuration.dataDirectory)
     }
 
-    private init(configuration: ServerConfiguration, metadata: Metadata, blockStore: BlobStore, presigner: Presigner,
-                 workspaceID: String, objects: ObjectBlocks?) {
-        self.configuration = configuration; self.metadata = metadata; self.blockStore = blockStore; self.presigner = presigner
+    private init(configuration: ServerConfiguration, metadata: Metadata, blocks: any BlockStore, dataBlobs: BlobStore, presigner: Presigner,
+                 workspaceID: String) {
+        self.configuration = configuration; self.metadata = metadata; self.blocks = blocks; self.dataBlobs = dataBlobs; self.presigner = presigner
         self.workspaceID = workspaceID
         self.uploads = UploadTable(openLimit: configuration.limits.openUploads)
         self.memoryBudget = MemoryBudget(total: configuration.limits.bufferedBytes)
-        self.objects = objects
         self.metrics = ServerMetrics(token: configuration.metricsToken)
     }
 
@@ -197,8 +197,8 @@ final class ServerContext: Sendable {
             key = try metadata.presignKey()
             workspaceID = try metadata.workspaceID()
         } catch { throw .records(configuration.records, error) }
-        let context = ServerContext(configuration: configuration, metadata: metadata, blockStore: blobs, presigner: Presigner(key: key),
-                                    workspaceID: workspaceID, objects: try openObjects(configuration.store))
+        let context = ServerContext(configuration: configuration, metadata: metadata, blocks: try configuration.store.open(folder: blobs),
+                                    dataBlobs: blobs, presigner: Presigner(key: key), workspaceID: workspaceID)
         var opened = false
         defer { if !opened { context.notifier.stop() } }
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
@@ -207,24 +207,16 @@ final class ServerContext: Sendable {
         return context
     }
 
-    /// The bucket of an S3 store, checked (and created when missing) before serving.
-    static func openObjects(_ choice: BlockStoreChoice) throws(ServerError) -> ObjectBlocks? {
-        guard case .s3(let location, let credentials) = choice else { return nil }
-        let objects = ObjectBlocks(store: S3Store(location: location, credentials: credentials))
-        do { try objects.prepare() } catch { throw .store("s3://\(location.bucket) at \(location.endpoint)", error.description) }
-        return objects
-    }
-
     static func now() -> Int64 { Int64(time(nil)) }
 
-    func stagingPath(uploadID: String) -> String { blockStore.stagingRoot + "/tus-" + uploadID }
+    func stagingPath(uploadID: String) -> String { dataBlobs.stagingRoot + "/tus-" + uploadID }
 
     /// After an unclean stop: an upload's recorded offset never exceeds its staging
     /// file's size; a block renamed into place whose row was not yet written is checked
     /// and recorded; expired uploads and stray staging files are removed; files of
     /// blobs that the block migration replaced are removed.
     func recover() throws {
-        try BlockMigration.removeObsolete(metadata, store: blockStore)
+        try BlockMigration.removeObsolete(metadata, store: dataBlobs)
         let pending = try metadata.allUploads()
         let now = Self.now()
         var keep: Set<String> = []
@@ -232,13 +224,9 @@ final class ServerContext: Sendable {
             guard let digest = SHA256Digest(hex: upload.hash) else { continue }
             let staging = stagingPath(uploadID: upload.id)
             if upload.expiresAt < now { continue }  // removed by sweepExpired below
-            if try metadata.blockSize(upload.hash) == nil, blockStore.contains(digest) {
-                // Killed between the rename into the store and the row: check, then record.
-                if blockStore.verify(digest) {
-                    do { try recordBlock(digest, size: upload.length, uploadID: upload.id) } catch is BlockBeingRemoved {}
-                } else {
-                    blockStore.remove(digest)
-                }
+            // Killed between the rename into the store and the row: checked, then recorded.
+            if try metadata.blockSize(upload.hash) == nil, let size = blocks.unrecorded(digest) {
+                do { try recordBlock(digest, size: size, uploadID: upload.id) } catch is BlockBeingRemoved {}
             }
             if upload.completed { continue }
             keep.insert("tus-" + upload.id)
@@ -252,8 +240,8 @@ final class ServerContext: Sendable {
                 try metadata.setReceived(id: upload.id, from: upload.received, to: clamped)
             }
         }
-        for name in (try? FileIO.listDirectory(blockStore.stagingRoot)) ?? [] where !keep.contains(name) {
-            _ = unlink(blockStore.stagingRoot + "/" + name)
+        for name in (try? FileIO.listDirectory(dataBlobs.stagingRoot)) ?? [] where !keep.contains(name) {
+            _ = unlink(dataBlobs.stagingRoot + "/" + name)
         }
         try sweepExpired(now: now)
     }
@@ -284,25 +272,16 @@ final class ServerContext: Sendable {
 
     /// Records a block that is in the store (and marks its upload complete) in one transaction.
     func recordBlock(_ digest: SHA256Digest, size: Int64, uploadID: String?) throws {
-        try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now()) { try holdsBytes(digest) }
+        try metadata.recordBlock(digest.hex, size: size, uploadID: uploadID, now: Self.now()) { try blocks.holds(digest) }
         usedBytes.withLock { $0 = nil }  // counted again for the next quota check
     }
 
-    /// Whether the block's bytes are in the store (a stat, or a HEAD of its object).
-    func holdsBytes(_ digest: SHA256Digest) throws -> Bool {
-        guard let objects else { return blockStore.contains(digest) }
-        return try objects.store.head(ObjectBlocks.key(digest)) != nil
-    }
 
     /// The block's length when the workspace has it. A block file without its row (a
     /// kill between rename and row) is checked and recorded here.
     func presentBlockSize(_ digest: SHA256Digest) throws -> Int64? {
         if let size = try metadata.blockSize(digest.hex) { return size }
-        guard blockStore.contains(digest) else { return nil }
-        guard blockStore.verify(digest), let size = blockStore.size(of: digest), size <= Int64(Blocks.size) else {
-            blockStore.remove(digest)
-            return nil
-        }
+        guard let size = blocks.unrecorded(digest) else { return nil }
         do { try recordBlock(digest, size: size, uploadID: nil) } catch is BlockBeingRemoved { return nil }  // the collection's leftover
         return size
     }
