@@ -14,6 +14,8 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
         var heldNonInteractive = false
         /// Chunk offsets whose next `n` sends are corrupted (one byte flipped).
         var corrupt: [Int: Int] = [:]
+        /// Blocks whose next send is corrupted, whatever the order they are asked in.
+        var corruptOnce: Set<SHA256Digest> = []
         var bytesSent = 0
         var requests = 0
         var chunkListRequests = 0
@@ -38,6 +40,8 @@ final class FakeRemote: RemoteContent, @unchecked Sendable {
             var bytes = Array(block[offset..<min(block.count, offset + length)])
             if let n = s.corrupt[offset], n > 0 {
                 s.corrupt[offset] = n - 1
+                bytes[0] ^= 0xff
+            } else if s.corruptOnce.remove(hash) != nil {
                 bytes[0] ^= 0xff
             }
             s.bytesSent += bytes.count
@@ -276,7 +280,8 @@ extension FakeRemote {
         }
         #expect(files.allSatisfy { !fs.blobs.contains($0.digest) && (try? fs.catalog.inlineBlock($0.digest)) == nil })
         fs.blockCache.remote = remote
-        remote.state.withLock { $0.corrupt[0] = 1 }   // the first block sent comes wrong
+        // One block comes wrong (named: the exchanges may be served in any order).
+        remote.state.withLock { _ = $0.corruptOnce.insert(files[0].digest) }
         fs.blockCache.prefetch(files.map { ($0.digest, $0.bytes.count) })
         try eventually("299 blocks kept", within: 30) { files.filter { fs.blobs.contains($0.digest) }.count == 299 }
         // About 24 MB: three exchanges of at most 8 MiB, not 300.
