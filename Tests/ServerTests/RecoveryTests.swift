@@ -21,12 +21,22 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         try WorkspaceServer(ServerConfiguration(dataDirectory: data, host: "127.0.0.1", port: 0, uploadExpiry: expiry, database: database))
     }
 
-    @Test(arguments: Records.all) func offsetIsClampedToTheStagingFile(_ records: Records) throws {
+    /// What each case starts from: fresh records, a data folder, one device's token.
+    func fresh(_ records: Records) throws -> (DatabaseLocation?, TemporaryDirectory, String, String) {
         let database = try records.freshLocation()
         let dir = TemporaryDirectory()
-        defer { dir.remove() }
         let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
+        do {
+            return (database, dir, data, try DeviceRegistry(dataDirectory: data, database: database).add("d"))
+        } catch {
+            dir.remove()
+            throw error
+        }
+    }
+
+    @Test(arguments: Records.all) func offsetIsClampedToTheStagingFile(_ records: Records) throws {
+        let (database, dir, data, token) = try fresh(records)
+        defer { dir.remove() }
         let f = TestFile(in: dir.path, size: 3000)
         let fd = f.open()
         defer { close(fd) }
@@ -56,11 +66,8 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
     /// present, read back whole) instead of a ticket that says nothing is left to send,
     /// which left the content missing forever. Damaged staged bytes start the upload over.
     @Test(arguments: Records.all) func bytesAllReceivedButNeverCommittedAreCommittedAtTheNextPlan(_ records: Records) throws {
-        let database = try records.freshLocation()
-        let dir = TemporaryDirectory()
+        let (database, dir, data, token) = try fresh(records)
         defer { dir.remove() }
-        let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 3000, seed: 31)
         let damaged = TestFile(in: dir.path, size: 3000, seed: 32)
         var ids: [String] = []
@@ -106,11 +113,8 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
     }
 
     @Test(arguments: Records.all) func expiredUploadsAreSweptAndStrayStagingFilesRemoved(_ records: Records) throws {
-        let database = try records.freshLocation()
-        let dir = TemporaryDirectory()
+        let (database, dir, data, token) = try fresh(records)
         defer { dir.remove() }
-        let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 100)
         var oldURL = ""
         do {
@@ -130,11 +134,8 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
     }
 
     @Test(arguments: Records.all) func blockRenamedButNotRecordedIsRecordedAfterCheck(_ records: Records) throws {
-        let database = try records.freshLocation()
-        let dir = TemporaryDirectory()
+        let (database, dir, data, token) = try fresh(records)
         defer { dir.remove() }
-        let data = dir.path + "/data"
-        let token = try DeviceRegistry(dataDirectory: data, database: database).add("d")
         let f = TestFile(in: dir.path, size: 5000)
         let bad = TestFile(in: dir.path, size: 5000, seed: 2)
         // As if killed between the rename into the store and the row: one right, one damaged.
