@@ -75,7 +75,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         var status = MirrorStatus()
         /// Inodes whose send failed: not tried again before `until` (seconds) unless
         /// changed here after the failure (`failedAt`, the mirror's clock): a file renamed
-        /// away from a name the server refuses goes at once.
+        /// away from a name the server refuses goes at once. Its inodes still dirty are the
+        /// failures the status counts.
         var retryAfter: [UInt64: (until: Double, failedAt: Int64)] = [:]
         var fullUntil: Double = 0
         /// Name clashes of one inode in a row (a swap of two names needs two passes).
@@ -83,8 +84,6 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         var contentMissing: Set<UInt64> = []
         /// Server changes that could not be applied at their last try, and why.
         var unapplied: [String: String] = [:]
-        /// Inodes whose last send failed, and why; counted while they are still dirty.
-        var failing: [UInt64: String] = [:]
         var device: String?
     }
     let state = Mutex(State())
@@ -123,7 +122,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
             var status = s.status
             status.failures = s.unapplied.count
             if status.lastProblem == nil { status.lastProblem = s.unapplied.values.first }
-            return (status, Array(s.failing.keys))
+            return (status, Array(s.retryAfter.keys))
         }
         var s = status
         let stored = statusLock.withLock { try? MirrorStatus.stored(in: statusDB, failing: failing) }

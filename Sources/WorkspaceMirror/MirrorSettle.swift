@@ -23,7 +23,7 @@ extension MirrorEngine {
             for (p, _) in applied {
                 s.clashes[p.ino] = nil
                 s.contentMissing.remove(p.ino)
-                s.failing[p.ino] = nil
+                s.retryAfter[p.ino] = nil
             }
         }
     }

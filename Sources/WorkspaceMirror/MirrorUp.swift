@@ -315,7 +315,6 @@ extension MirrorEngine {
     func noteFailure(_ ino: UInt64, _ text: String, retryIn seconds: Double = 60) {
         MirrorLog.error(text)
         state.withLock {
-            $0.failing[ino] = text
             $0.status.lastProblem = text
             $0.retryAfter[ino] = (Date().timeIntervalSince1970 + seconds, MirrorClock.nanoseconds())
         }
