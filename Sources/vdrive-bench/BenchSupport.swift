@@ -48,10 +48,14 @@ enum Bench {
 
     /// Runs `body` under `perf record -g -p pid` into `output`, then writes the report by
     /// symbol (`output.txt`, Swift names demangled) and by library (`output.dso.txt`).
+    /// `VDRIVE_BENCH_CALL_GRAPH=dwarf` unwinds with DWARF at 499 Hz instead: frame pointers
+    /// stop at libc, so a `pread` is not charged to its Swift caller.
     static func profile(pid: pid_t, into output: String, during body: () throws -> Void) throws {
         let rec = Process()
         rec.executableURL = URL(fileURLWithPath: "/usr/bin/perf")
-        rec.arguments = ["record", "-F", "2999", "-g", "-p", "\(pid)", "-o", output]
+        let callGraph = ProcessInfo.processInfo.environment["VDRIVE_BENCH_CALL_GRAPH"] == "dwarf"
+            ? ["-F", "499", "--call-graph", "dwarf,16384"] : ["-F", "2999", "-g"]
+        rec.arguments = ["record"] + callGraph + ["-p", "\(pid)", "-o", output]
         rec.standardOutput = FileHandle.nullDevice
         rec.standardError = FileHandle.nullDevice
         try rec.run()

@@ -37,6 +37,44 @@ import Storage
         return try db.queryOne("SELECT count(*) FROM inline_blocks") { $0.int(0) } ?? -1
     }
 
+    /// A catalog made when the bytes were a WITHOUT ROWID table: moved to the rowid table
+    /// at the first mount, the same bytes read back, the trigger that drops them with
+    /// their block still in place, and a new small file stored beside them.
+    @Test func smallBlocksOfAnOlderCatalogMoveToTheRowidTableAndReadBack() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let bytes = pseudoRandomBytes(20_000, seed: 5)
+        let a = try logic.store(fs, "old.h", bytes)
+        fs.shutdown()
+        do {
+            // Back to the table as drive-005 made it, and the record of drive-007 taken away.
+            let db = try Database(path: dir.path + "/state/catalog.sqlite")
+            try db.execute("""
+                CREATE TABLE inline_blocks_old (hash TEXT PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+                INSERT INTO inline_blocks_old SELECT hash, data FROM inline_blocks;
+                DROP TRIGGER blocks_delete_inline;
+                DROP TABLE inline_blocks;
+                ALTER TABLE inline_blocks_old RENAME TO inline_blocks;
+                CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
+                DELETE FROM schema_migrations WHERE name = 'drive-007-inline-blocks-by-rowid';
+                """)
+            #expect(try db.queryOne("SELECT count(*) FROM sqlite_schema WHERE name = 'inline_blocks' AND sql LIKE '%WITHOUT ROWID%'") { $0.int(0) } == 1)
+        }
+        let again = try logic.makeFS(dir)
+        #expect(try contents(again, a.ino) == bytes)
+        #expect(try inlineRows(dir) == 1)
+        let other = pseudoRandomBytes(9_000, seed: 6)
+        let b = try logic.store(again, "new.h", other)
+        #expect(try contents(again, b.ino) == other)
+        #expect(try inlineRows(dir) == 2)
+        try again.unlink(parent: 1, name: Array("old.h".utf8))
+        again.collectGarbage()
+        #expect(try inlineRows(dir) == 1)
+        again.shutdown()
+        let db = try Database(path: dir.path + "/state/catalog.sqlite", options: .init(readOnly: true, create: false))
+        #expect(try db.queryOne("SELECT count(*) FROM sqlite_schema WHERE name = 'inline_blocks' AND sql LIKE '%WITHOUT ROWID%'") { $0.int(0) } == 0)
+    }
+
     @Test func aSmallFileHasNoBlockFileAndReadsBack() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
