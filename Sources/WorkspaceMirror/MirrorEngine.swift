@@ -71,6 +71,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 
     struct State {
         var woken = false
+        /// The feed brought changes: the server answers again, a pass backing off goes now.
+        var serverSpoke = false
         var stopping = false
         var status = MirrorStatus()
         /// Inodes whose send failed: not tried again before `until` (seconds) unless
@@ -193,10 +195,27 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 if stopping { break }
                 failures += 1
                 noteProblem(error)
-                next = min(30, 0.5 * Double(1 << min(failures, 6)))
+                backOff(min(30, 0.5 * Double(1 << min(failures, 6))))
+                continue
             }
             pause(next)
         }
+    }
+
+    /// After a failed pass: waits out `seconds` whatever the drive changes meanwhile. A
+    /// local change does not bring the server back, and a pass plans every waiting
+    /// change again: woken by each file of a copy into an offline drive, the passes cost
+    /// CPU quadratic in the files copied (a copy of 10,000 files took 20 CPU-s instead of 8).
+    /// Changes the feed brings end the wait: the server answers again.
+    func backOff(_ seconds: Double) {
+        signal.lock()
+        defer { signal.unlock() }
+        state.withLock { $0.serverSpoke = false }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while !state.withLock({ $0.stopping || $0.serverSpoke }) {
+            if !signal.wait(until: deadline) { break }
+        }
+        state.withLock { $0.woken = false }
     }
 
     /// Brings the catalog up to date both ways without waiting (the task run without a

@@ -47,7 +47,10 @@ extension MirrorEngine {
             }
             try MirrorRows.setState("cursor", String(page.latest < cursor ? 0 : page.next), in: db)
         }
-        if !page.nodes.isEmpty { wake() }
+        if !page.nodes.isEmpty {
+            state.withLock { $0.serverSpoke = true }
+            wake()
+        }
         return !page.nodes.isEmpty
     }
 }

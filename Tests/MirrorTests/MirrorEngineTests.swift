@@ -64,6 +64,27 @@ import TestSupport
         #expect(server.livePaths()["note.txt"]?.hash == contentHash("settled"))
     }
 
+    /// Offline, the mirror tries again on its timer (1 s, 2 s, ...), not at each change:
+    /// every try plans all that waits, so trying at each file of a copy cost CPU
+    /// quadratic in the files. Once the server is back, everything goes up.
+    @Test func anOfflineMirrorTriesAgainOnItsTimerNotAtEveryChange() throws {
+        let a = try MirrorDevice("a", server: server); defer { a.remove() }
+        server.offline = true
+        a.engine.start(); defer { a.engine.stop() }
+        try a.write("first.txt", "1")
+        try eventually("a first send refused", within: 5, poll: 0.01) { server.refusedSends >= 1 }
+        let before = server.refusedSends
+        // A change every 50 ms for 1.5 s, each settled (0.2 s) while later ones come.
+        for i in 0..<30 {
+            try a.write("f\(i).txt", "\(i)")
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        // Waking at each change tried about 30 times; the timer tries at most twice in 1.5 s.
+        #expect(server.refusedSends - before <= 3)
+        server.offline = false
+        try eventually("all 31 files on the server", within: 40, poll: 0.05) { server.livePaths().count == 31 }
+    }
+
     @Test func deletesReachTheOtherDevice() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])

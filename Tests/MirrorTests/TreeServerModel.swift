@@ -20,7 +20,16 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     /// Names whose puts are refused for good (as a server refuses a change it cannot take).
     var refusedNames: Set<String> = []
 
+    /// Sends (of changes or contents) that failed as unreachable.
+    var refusedSends: Int { lock.withLock { refused } }
+    private var refused = 0
+
     private func unreachable() throws { if offline { throw MirrorUnreachable("the test server is offline") } }
+
+    private func unreachableSend() throws {
+        if offline { lock.withLock { refused += 1 } }
+        try unreachable()
+    }
 
     func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage {
         try unreachable()
@@ -43,13 +52,13 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     }
 
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome] {
-        try unreachable()
+        try unreachableSend()
         return lock.withLock { changes.map(apply) }
     }
 
     func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> Int32,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
-        try unreachable()
+        try unreachableSend()
         var unread: [String: String] = [:]
         for u in uploads {
             do {
