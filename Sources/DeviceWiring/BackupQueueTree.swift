@@ -26,6 +26,8 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     private let status: @Sendable () -> BackupStatus
     /// The workspace mirror's status, when it runs (its line follows the backup's).
     var mirrorStatus: (@Sendable () -> MirrorStatus)?
+    /// Why the mirror's last send of an inode failed (`MirrorEngine.failure(of:)`).
+    var mirrorFailure: (@Sendable (UInt64) -> String?)?
     /// Whether a writable handle is open on an inode (the drive's `hasWriters`).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
     private var cache: [BackupItemState: (at: Double, items: [String: BackupListing], names: [String])] = [:]
@@ -66,8 +68,10 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
             let name = String(path.split(separator: "/").last ?? "")
             let excluded = CameraRollRules.isInCameraRoll(path) || path == MirrorRules.cameraRoll || MirrorRules.isTemporary(name)
             let writing = hasWriters?(ino) ?? false
-            if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, hasWriters: writing, in: db) {
+            let failure = mirrorFailure?(ino)
+            if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, hasWriters: writing, failure: failure, in: db) {
                 sync[DriveFileSystem.syncAttribute] = Array(state.rawValue.utf8)
+                if state == .failed, let failure { sync[DriveFileSystem.syncErrorAttribute] = Array(failure.utf8) }
             }
         }
         guard let hex = try? db.queryOne("SELECT content FROM inodes WHERE ino = ?", ino, row: { $0.string(0) }),

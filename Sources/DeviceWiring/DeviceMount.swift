@@ -40,6 +40,7 @@ public enum DeviceMount {
                                       carrying: backups.follower)
         if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
             tree.mirrorStatus = { engine.status }
+            tree.mirrorFailure = { engine.failure(of: $0) }
             tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
         }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)

@@ -965,6 +965,8 @@ public final class DriveFileSystem: @unchecked Sendable {
 
     /// Where the file stands with the workspace's mirror (synced, pending, online-only, …).
     public static let syncAttribute = "user.vdrive.sync"
+    /// Why a file whose `syncAttribute` is `failed` could not be sent.
+    public static let syncErrorAttribute = "user.vdrive.sync-error"
     public static let backupAttribute = "user.vdrive.backup"
 
     public func getxattr(_ ino: UInt64, name: String) throws -> [UInt8] {

@@ -79,7 +79,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         /// changed here after the failure (`failedAt`, the mirror's clock): a file renamed
         /// away from a name the server refuses goes at once. Its inodes still dirty are the
         /// failures the status counts.
-        var retryAfter: [UInt64: (until: Double, failedAt: Int64)] = [:]
+        /// `why`: the failure's text, the file's `user.vdrive.sync-error`.
+        var retryAfter: [UInt64: (until: Double, failedAt: Int64, why: String)] = [:]
         var fullUntil: Double = 0
         /// Name clashes of one inode in a row (a swap of two names needs two passes).
         var clashes: [UInt64: Int] = [:]
@@ -118,6 +119,11 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         journal.wake = { [weak self] in self?.wake() }
         drive.addFollower(journal)
     }
+
+    /// Why the last send of `ino` failed, while it waits to be tried again; nil when it
+    /// did not fail (a file changed or sent since is no longer failing: the caller checks
+    /// that it still waits, as `MirrorFileState.of` does).
+    public func failure(of ino: UInt64) -> String? { state.withLock { $0.retryAfter[ino]?.why } }
 
     public var status: MirrorStatus {
         let (status, failing) = state.withLock { s in

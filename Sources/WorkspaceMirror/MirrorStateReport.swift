@@ -34,16 +34,21 @@ extension MirrorStatus {
 
 /// The `user.vdrive.sync` attribute of a file: where its mirror stands.
 public enum MirrorFileState: String, Sendable {
-    case synced, pending, uploading, onlineOnly = "online-only", conflict, excluded
+    case synced, pending, uploading, onlineOnly = "online-only", conflict, excluded, failed
 
     /// From the catalog (any connection): `name` is the file's name, `excluded` what the
     /// rules say of its place, `hasWriters` whether a writable handle is open on it: its
     /// writes reach the catalog at a close, a sync or another handle's release, and it is
     /// sent once the last writer closes, so until then it is `pending`, never `synced`.
-    public static func of(ino: UInt64, name: String, excluded: Bool, hasWriters: Bool = false, in db: Database) throws -> MirrorFileState {
+    /// `failure`: why its last send failed (`MirrorEngine.failure(of:)`); while the change
+    /// still waits to go, the file is `failed`.
+    public static func of(ino: UInt64, name: String, excluded: Bool, hasWriters: Bool = false, failure: String? = nil,
+                          in db: Database) throws -> MirrorFileState {
         if excluded { return .excluded }
         if hasWriters { return .pending }
-        if try db.queryOne("SELECT 1 FROM mirror_dirty WHERE ino = ?", ino, row: { _ in true }) ?? false { return .pending }
+        if try db.queryOne("SELECT 1 FROM mirror_dirty WHERE ino = ?", ino, row: { _ in true }) ?? false {
+            return failure == nil ? .pending : .failed
+        }
         guard let version = try db.queryOne("SELECT version FROM mirror_nodes WHERE ino = ?", ino, row: { $0.int64(0) }) else { return .pending }
         if version == 0 { return .uploading }
         if name.contains(" (conflict from ") { return .conflict }

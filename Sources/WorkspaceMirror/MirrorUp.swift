@@ -316,7 +316,7 @@ extension MirrorEngine {
         MirrorLog.error(text)
         state.withLock {
             $0.status.lastProblem = text
-            $0.retryAfter[ino] = (Date().timeIntervalSince1970 + seconds, MirrorClock.nanoseconds())
+            $0.retryAfter[ino] = (Date().timeIntervalSince1970 + seconds, MirrorClock.nanoseconds(), text)
         }
     }
 }

@@ -303,6 +303,14 @@ import TestSupport
         for _ in 0..<3 { try? a.sync() }
         #expect(a.engine.status.failures == 2)
         #expect(server.livePaths()["fine.txt"] != nil)
+        // Each failing file says so, and why.
+        let two = try a.ino("two.txt")
+        func fileState(_ ino: UInt64, _ name: String) throws -> MirrorFileState {
+            try MirrorFileState.of(ino: ino, name: name, excluded: false, failure: a.engine.failure(of: ino), in: a.engine.db)
+        }
+        #expect(a.engine.failure(of: two)?.contains("refuses") == true)
+        #expect(try fileState(two, "two.txt") == .failed)
+        #expect(try fileState(try a.ino("fine.txt"), "fine.txt") == .synced)
         try a.unlink("one.txt")
         try? a.sync()
         #expect(a.engine.status.failures == 1)
@@ -312,6 +320,8 @@ import TestSupport
         try? a.sync()
         #expect(a.engine.status.failures == 0)
         #expect(server.livePaths()["two, renamed.txt"] != nil)
+        #expect(a.engine.failure(of: two) == nil)
+        #expect(try fileState(two, "two, renamed.txt") == .synced)
     }
 
     @Test func aRestartedDeviceSendsNothingTwice() throws {
