@@ -211,7 +211,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// After a failed pass: waits out `seconds` whatever the drive changes meanwhile. A
     /// local change does not bring the server back, and a pass plans every waiting
     /// change again: woken by each file of a copy into an offline drive, the passes cost
-    /// CPU quadratic in the files copied (a copy of 10,000 files took 20 CPU-s instead of 8).
+    /// CPU quadratic in the files copied (a copy of 10,000 files: 17-21 CPU-s, now 7-15).
     /// Changes the feed brings end the wait: the server answers again.
     func backOff(_ seconds: Double) {
         signal.lock()
