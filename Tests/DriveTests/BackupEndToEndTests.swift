@@ -50,7 +50,7 @@ import CLinux
     }
 
     static func xattr(_ path: String, _ name: String) -> String? {
-        var buf = [UInt8](repeating: 0, count: 256)
+        var buf = [UInt8](repeating: 0, count: 4096)
         let n = vd_getxattr(path, name, &buf, buf.count)
         return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
     }

@@ -2,7 +2,6 @@ import Testing
 import Foundation
 import Crypto
 import Storage
-import CLinux
 import TestSupport
 import TestTraits
 
@@ -187,47 +186,6 @@ import TestTraits
         #expect(!FileManager.default.fileExists(atPath: a.path("Old/a.txt")))
         // One name made on both: both kept.
         #expect(tree.keys.filter { $0.hasPrefix("both") }.count == 2)
-    }
-
-    /// A change that cannot be sent (its block gone from this drive's store) is `failed`,
-    /// says why in `user.vdrive.sync-error` and in the status, and never reaches the
-    /// other device as a delete or an empty version; the next change of the file goes.
-    @Test(arguments: Backend.allCases)
-    func aFileThatCannotBeSentSaysWhyAndTheOtherDeviceKeepsItsLastVersion(_ backend: Backend) throws {
-        let dir = TemporaryDirectory("vdrive-mirror-failed"); defer { dir.remove() }
-        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
-        defer { drives.forEach { $0.stop() }; server.stop() }
-        let (a, b) = (drives[0], drives[1])
-        func xattr(_ path: String, _ name: String) -> String? {
-            var buf = [UInt8](repeating: 0, count: 4096)
-            let n = vd_getxattr(path, name, &buf, buf.count)
-            return n < 0 ? nil : String(decoding: buf[0..<n], as: UTF8.self)
-        }
-        let first = pseudoRandomBytes(200_000, seed: 61)
-        try writeFile(a.path("plan.bin"), first)
-        try Self.waitFor("the plan on the other device", drives) { (try? readFile(b.path("plan.bin"))) == first }
-
-        server.stopServer()
-        let second = pseudoRandomBytes(200_000, seed: 62)   // past the catalog's small blocks: a block file
-        try writeFile(a.path("plan.bin"), second)
-        try Self.waitFor("the edit pending", drives) { xattr(a.path("plan.bin"), "user.vdrive.sync") == "pending" }
-        let block = try BlobStore(root: a.state + "/blobs").path(for: SHA256Hasher.digest(second))
-        try #require(FileManager.default.fileExists(atPath: block))
-        try FileManager.default.removeItem(atPath: block)
-        try server.start()
-        try Self.waitFor("the edit failed", drives, within: 90) { xattr(a.path("plan.bin"), "user.vdrive.sync") == "failed" }
-        #expect(xattr(a.path("plan.bin"), "user.vdrive.sync-error")?.contains("could not be read from this drive's store") == true)
-        try Self.waitFor("the status names the failure", drives) {
-            (try? String(contentsOfFile: a.path(".backup/status"), encoding: .utf8))?.contains("1 failed: could not send 'plan.bin'") == true
-        }
-        // Nothing of the failure reached the other device: its last version stays whole.
-        #expect(try readFile(b.path("plan.bin")) == first)
-
-        let third = pseudoRandomBytes(150_000, seed: 63)
-        try writeFile(a.path("plan.bin"), third)
-        try Self.waitFor("the next edit on the other device", drives) { (try? readFile(b.path("plan.bin"))) == third }
-        try Self.waitFor("the file synced again", drives) { xattr(a.path("plan.bin"), "user.vdrive.sync") == "synced" }
-        #expect(xattr(a.path("plan.bin"), "user.vdrive.sync-error") == nil)
     }
 
     /// Where each file stands, in its attribute and in the status line; and a large file

@@ -379,8 +379,8 @@ extension WorkspaceMirrorScaleTests {
     /// A file edited here whose new content cannot be read back from the drive's block
     /// store (its block file removed, or its bytes damaged) is neither sent empty nor
     /// deleted: the server keeps the old version, the other device keeps the old bytes,
-    /// the file says `pending` and the status says what failed, while other changes
-    /// still go up.
+    /// the file says `failed` (and `user.vdrive.sync-error` why) and the status says what
+    /// failed, while other changes still go up; the file's next edit goes.
     @Test(arguments: Backend.allCases)
     func aBlockLostHereIsAFailureNeverADeleteOrAnEmptyVersion(_ backend: Backend) throws {
         let dir = TemporaryDirectory("vdrive-mirror-lost-block"); defer { dir.remove() }
@@ -418,7 +418,9 @@ extension WorkspaceMirrorScaleTests {
         try Mirror.waitFor("a later change on the other device", drives) { Self.exists(b.path("after.txt")) }
         for (name, bytes) in zip(names, old) {
             #expect(try readFile(b.path(name)) == bytes, "the desktop keeps the old \(name)")
-            #expect(xattr(a.path(name), "user.vdrive.sync") == "pending")
+            // The file says it failed, and why.
+            #expect(xattr(a.path(name), "user.vdrive.sync") == "failed")
+            #expect(xattr(a.path(name), "user.vdrive.sync-error")?.contains("could not send '\(name)'") == true)
         }
         #expect(!Self.status(a).contains("Workspace: up to date"))
         // On the server: each file live, its one version the old content, nothing empty.
@@ -426,6 +428,13 @@ extension WorkspaceMirrorScaleTests {
         #expect(live == ["damaged.bin", "missing.bin"])
         let versions = server.records("SELECT v.size FROM tree_versions v JOIN tree_nodes n ON n.id = v.node WHERE n.name IN ('missing.bin', 'damaged.bin')")
         #expect(versions == ["200000", "200000"])
+
+        // The next edit of a failed file goes, and the file is synced again.
+        let again = pseudoRandomBytes(150_000, seed: 63)
+        try writeFile(a.path(names[0]), again)
+        try Mirror.waitFor("the next edit on the other device", drives) { (try? readFile(b.path(names[0]))) == again }
+        try Mirror.waitFor("the file synced again", drives) { xattr(a.path(names[0]), "user.vdrive.sync") == "synced" }
+        #expect(xattr(a.path(names[0]), "user.vdrive.sync-error") == nil)
     }
 }
 
