@@ -177,11 +177,15 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     }
 
     /// Waits until woken or `seconds` passed.
-    func pause(_ seconds: Double) {
+    func pause(_ seconds: Double) { waitOnSignal(seconds) { $0.woken } }
+
+    /// Waits until `seconds` passed, the mirror stops or `ends` holds, then forgets the
+    /// wakes meanwhile (the pass that follows sees every change they were for).
+    private func waitOnSignal(_ seconds: Double, until ends: (State) -> Bool) {
         signal.lock()
         defer { signal.unlock() }
         let deadline = Date(timeIntervalSinceNow: seconds)
-        while !state.withLock({ $0.woken || $0.stopping }) {
+        while !state.withLock({ $0.stopping || ends($0) }) {
             if !signal.wait(until: deadline) { break }
         }
         state.withLock { $0.woken = false }
@@ -214,14 +218,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// CPU quadratic in the files copied (a copy of 10,000 files: 17-21 CPU-s, now 7-15).
     /// Changes the feed brings end the wait: the server answers again.
     func backOff(_ seconds: Double) {
-        signal.lock()
-        defer { signal.unlock() }
         state.withLock { $0.serverSpoke = false }
-        let deadline = Date(timeIntervalSinceNow: seconds)
-        while !state.withLock({ $0.stopping || $0.serverSpoke }) {
-            if !signal.wait(until: deadline) { break }
-        }
-        state.withLock { $0.woken = false }
+        waitOnSignal(seconds) { $0.serverSpoke }
     }
 
     /// Brings the catalog up to date both ways without waiting (the task run without a

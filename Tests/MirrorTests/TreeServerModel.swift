@@ -24,11 +24,11 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     var refusedSends: Int { lock.withLock { refused } }
     private var refused = 0
 
-    private func unreachable() throws { if offline { throw MirrorUnreachable("the test server is offline") } }
-
-    private func unreachableSend() throws {
-        if offline { lock.withLock { refused += 1 } }
-        try unreachable()
+    /// `send`: a send of changes or contents, counted in `refusedSends` when refused.
+    private func unreachable(send: Bool = false) throws {
+        guard offline else { return }
+        if send { lock.withLock { refused += 1 } }
+        throw MirrorUnreachable("the test server is offline")
     }
 
     func page(since: Int64, wait: Int, stop: @escaping @Sendable () -> Bool) throws -> RemotePage {
@@ -52,13 +52,13 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     }
 
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome] {
-        try unreachableSend()
+        try unreachable(send: true)
         return lock.withLock { changes.map(apply) }
     }
 
     func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> Int32,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
-        try unreachableSend()
+        try unreachable(send: true)
         var unread: [String: String] = [:]
         for u in uploads {
             do {
