@@ -35,26 +35,12 @@ public enum Blocks {
         return Int(max(0, min(Int64(size), fileSize - start)))
     }
 
-    private static let zeroDigests = Mutex<[Int: SHA256Digest]>([:])
-
-    /// The digest of `length` zero bytes (cached: a file has at most two distinct lengths).
-    public static func zeroDigest(length: Int) -> SHA256Digest {
-        if let d = zeroDigests.withLock({ $0[length] }) { return d }
-        // 64 KiB of zeros fed repeatedly: no 4 MiB allocation per distinct length.
-        let chunk = [UInt8](repeating: 0, count: 64 << 10)
-        let h = SHA256Hasher()
-        var left = length
-        chunk.withUnsafeBytes { zeros in
-            while left > 0 {
-                let take = min(left, zeros.count)
-                h.update(UnsafeRawBufferPointer(rebasing: zeros[0..<take]))
-                left -= take
-            }
-        }
-        let d = h.finish()
-        zeroDigests.withLock { $0[length] = d }
-        return d
-    }
+    /// The digest of `length` zero bytes. Asked for every block of every file that goes
+    /// by (is it a hole?), with as many lengths as there are small files, and on a server
+    /// with lengths a client chose: so neither a hash of up to 4 MiB of zeros per call
+    /// nor a cache growing with each new length, but the hash resumed from the nearest
+    /// saved point below `length` (`ZeroRuns`), at most 4 KiB of zeros hashed per call.
+    public static func zeroDigest(length: Int) -> SHA256Digest { ZeroRuns.shared.digest(length: length) }
 
     /// True when `digest` names a block of `length` zeros: a hole, never stored or sent.
     public static func isZero(_ digest: SHA256Digest, length: Int) -> Bool {
@@ -113,5 +99,38 @@ public final class ContentHasher {
             inBlock = 0
         }
         return (ContentHash.of(blocks: blocks), blocks)
+    }
+}
+
+/// SHA-256 states after 0, 4 KiB, 8 KiB, ... up to `Blocks.size` zero bytes, made as far
+/// as asked (at most 1,025 of them, about 200 KB). A digest of n zeros copies the state
+/// at the 4 KiB boundary below n and hashes the rest.
+final class ZeroRuns: Sendable {
+    static let shared = ZeroRuns()
+    static let step = 4 << 10
+    private let points = Mutex<[SHA256Hasher]>([SHA256Hasher()])
+    private let zeros = [UInt8](repeating: 0, count: step)
+
+    func digest(length: Int) -> SHA256Digest {
+        let n = max(0, length)
+        let point = min(n / Self.step, Blocks.size / Self.step)
+        let h = points.withLock { points in
+            while points.count <= point {
+                let next = points[points.count - 1].copy()
+                next.update(zeros)
+                points.append(next)
+            }
+            return points[point].copy()
+        }
+        // Past the last saved point only for a length above a block's (never a block).
+        var left = n - point * Self.step
+        zeros.withUnsafeBytes { z in
+            while left > 0 {
+                let take = min(left, z.count)
+                h.update(UnsafeRawBufferPointer(rebasing: z[0..<take]))
+                left -= take
+            }
+        }
+        return h.finish()
     }
 }

@@ -52,6 +52,15 @@ public final class SHA256Hasher: @unchecked Sendable {
         bytes.withUnsafeBytes { update($0) }
     }
 
+    /// A second hasher that has seen what this one has; the two then go on apart.
+    public func copy() -> SHA256Hasher {
+        precondition(!finished, "SHA256Hasher.copy after finish")
+        let other = SHA256Hasher()
+        precondition(EVP_MD_CTX_copy_ex(other.context, context) == 1, "EVP_MD_CTX_copy_ex failed")
+        other.byteCount = byteCount
+        return other
+    }
+
     public func finish() -> SHA256Digest {
         precondition(!finished, "SHA256Hasher.finish called twice")
         finished = true

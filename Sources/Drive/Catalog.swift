@@ -126,12 +126,15 @@ final class Catalog: @unchecked Sendable {
             // connection of its own; this connection checkpoints only as a backstop (64 MB of
             // WAL), so a FUSE request rarely copies pages and fsyncs under the catalog lock.
             try db.execute("PRAGMA wal_autocheckpoint = 16000")
-            // A WAL the checkpoints caught up with starts again from its first byte. Reused
-            // frames (4,120 bytes, not page-aligned) overwrite pages the kernel may have dropped,
-            // and each such write first reads its page from the disk, under the catalog's lock
-            // (perf of `tar x` after `drop_caches`: 8% of the mount's samples waiting there).
-            // Truncated at that point instead, the WAL's frames are appended: nothing to read.
-            try db.execute("PRAGMA journal_size_limit = 0")
+            // A WAL the checkpoints caught up with starts again from its first byte, over the
+            // same file: its pages stay allocated and cached. Truncated to nothing at each reset
+            // instead, every second of writes allocated and zeroed the WAL's pages and blocks
+            // again: 12% more of the mount's CPU for `cp -r` of 10,000 small files
+            // (Docs/benchmarks.md). The price: a reused frame (4,120 bytes, not
+            // page-aligned) over a page the kernel dropped reads that page first, under the
+            // catalog's lock (seen after `drop_caches` in `tar x`). Above 64 MB (a burst the
+            // checkpoints fell behind on) the WAL is cut back to that size.
+            try db.execute("PRAGMA journal_size_limit = 67108864")
             try db.execute("PRAGMA cache_size = -8000")
             // A change in an open group is a savepoint (GroupCommit.swift): SQLite keeps the
             // pages it would restore on its rollback in a sub-journal, in memory rather than in

@@ -50,6 +50,17 @@ import Storage
         #expect(h.server.stats.bytesReceived == Int64(MiB))
     }
 
+    /// The digest of a run of zeros, resumed from a saved point, is the digest of those
+    /// bytes, at and around every boundary and for lengths asked in any order.
+    @Test func aRunOfZerosHasTheDigestOfItsBytes() {
+        let lengths = [Blocks.size, 1, 4095, 4096, 4097, 8191, 65536 + 13, 0, 35_000, Blocks.size - 1, 12_288]
+        for length in lengths {
+            #expect(Blocks.zeroDigest(length: length) == SHA256Hasher.digest([UInt8](repeating: 0, count: length)), "length \(length)")
+        }
+        #expect(!Blocks.isZero(SHA256Hasher.digest([0, 0, 1]), length: 3))
+        #expect(Blocks.isZero(SHA256Hasher.digest([UInt8](repeating: 0, count: 70_000)), length: 70_000))
+    }
+
     @Test func zeroBlocksAreNeverSent() throws {
         let h = try Harness(); defer { h.remove() }
         let zeros = [UInt8](repeating: 0, count: Blocks.size)
