@@ -167,7 +167,8 @@ enum SyncBenchmark {
                 try transfer()
             }
             printRequests(workspace.accessLines(from: offset))
-            say("  vdrive: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: mounts and server \(Bench.f(t.processCPU)), machine \(Bench.f(t.machineCPU))")
+            say("  vdrive: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: mounts and server \(Bench.f(t.processCPU)) "
+                + "(A \(Bench.f(t.eachCPU[0])), B \(Bench.f(t.eachCPU[1])), server \(Bench.f(t.eachCPU[2]))), machine \(Bench.f(t.machineCPU))")
             return t
         }
         try Bench.sh("sync")

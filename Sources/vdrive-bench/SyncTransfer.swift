@@ -40,6 +40,8 @@ extension SyncBenchmark {
         var sendSeconds: Double
         var processCPU: Double
         var machineCPU: Double
+        /// CPU seconds of each process of `pids`, in their order.
+        var eachCPU: [Double] = []
     }
 
     /// Runs `send` on its own thread and, meanwhile, checks `receiver` (every 100 ms,
@@ -84,8 +86,9 @@ extension SyncBenchmark {
         let seconds = Bench.now() - start
         let sendEnd = sender.waitForEnd()
         if let error = sender.error { throw Bench.Failure(description: "the copy failed: \(error)") }
-        let cpu = zip(pids, cpu0).map { treeCPUSeconds($0) - $1 }.reduce(0, +)
-        return Transfer(seconds: seconds, sendSeconds: sendEnd - start, processCPU: cpu, machineCPU: Bench.machineBusySeconds() - machine0)
+        let each = zip(pids, cpu0).map { treeCPUSeconds($0) - $1 }
+        return Transfer(seconds: seconds, sendSeconds: sendEnd - start, processCPU: each.reduce(0, +),
+                        machineCPU: Bench.machineBusySeconds() - machine0, eachCPU: each)
     }
 }
 
