@@ -11,7 +11,8 @@ import Glibc
 extension WorkspaceClient {
     /// Sends blocks in packs (`POST /v1/blocks`), as many packs of at most
     /// `API.maxPackBody` as they need, one after the other. Each block is `length` bytes
-    /// (1 to `Blocks.size`, not all zeros) of `fd` from offset 0, read while it is sent.
+    /// (1 to `Blocks.size`, not all zeros): of its file from offset 0, read while it is
+    /// sent, or in memory (a small block a device keeps in its catalog).
     /// Returns the server's counts summed: blocks stored by these packs, and blocks the
     /// workspace had already (a block sent twice counts once stored, then present).
     /// A pack is stored whole or not at all; when this throws, the packs before the
@@ -20,6 +21,11 @@ extension WorkspaceClient {
     /// read, or was shorter than its length.
     @discardableResult
     public func sendBlockPack(_ blocks: [(digest: SHA256Digest, fd: Int32, length: Int)]) throws(ClientError) -> (stored: Int, present: Int) {
+        try sendBlockPack(blocks.map { (digest: $0.digest, bytes: OutgoingBlockBytes.file($0.fd), length: $0.length) })
+    }
+
+    @discardableResult
+    public func sendBlockPack(_ blocks: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)]) throws(ClientError) -> (stored: Int, present: Int) {
         var total = (stored: 0, present: 0)
         var start = 0
         while start < blocks.count {
@@ -44,7 +50,7 @@ extension WorkspaceClient {
     }
 
     /// One `POST /v1/blocks` of `blocks`, `bytes` long.
-    private func sendPack(_ blocks: [(digest: SHA256Digest, fd: Int32, length: Int)], bytes: Int) throws(ClientError) -> BlockPackResponse {
+    private func sendPack(_ blocks: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)], bytes: Int) throws(ClientError) -> BlockPackResponse {
         let reply = try connection.perform(method: "POST", url: baseURL + API.blockPack,
                                            headers: [try authHeader(), "Content-Type: \(BlockPack.mediaType)", "Expect:"],
                                            body: .stream(length: Int64(bytes), source: PackStream(blocks)))
@@ -112,21 +118,34 @@ extension WorkspaceClient {
 /// Reads a pack to send from the blocks' files: each block `length` bytes of its
 /// descriptor from offset 0, as libcurl asks for them.
 /// `@unchecked Sendable`: used by the one thread running the request.
+/// Where a block going up in a pack is read from: its own file (a descriptor, read from
+/// offset 0; the caller keeps and closes it), or bytes already in memory.
+public enum OutgoingBlockBytes: Sendable {
+    case file(Int32)
+    case memory([UInt8])
+}
+
 private final class PackStream: RequestBodyStream, @unchecked Sendable {
-    private let fds: [Int32]
+    private let sources: [OutgoingBlockBytes]
     private var encoder: BlockPackEncoder
     /// Why the last read failed (an errno).
     private var failure: Int32 = 0
 
-    init(_ blocks: [(digest: SHA256Digest, fd: Int32, length: Int)]) {
-        fds = blocks.map(\.fd)
+    init(_ blocks: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)]) {
+        sources = blocks.map(\.bytes)
         encoder = BlockPackEncoder(blocks.map { ($0.digest, $0.length) })
     }
 
     func read(into buffer: UnsafeMutableRawBufferPointer) -> Int {
         let filled = encoder.fill(buffer) { record, offset, piece in
             var n: Int
-            repeat { n = pread(fds[record], piece.baseAddress, piece.count, off_t(offset)) } while n < 0 && errno == EINTR
+            switch sources[record] {
+            case .memory(let bytes):
+                n = max(0, min(piece.count, bytes.count - offset))
+                if n > 0 { bytes.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + n])) } }
+            case .file(let fd):
+                repeat { n = pread(fd, piece.baseAddress, piece.count, off_t(offset)) } while n < 0 && errno == EINTR
+            }
             if n > 0 { return n }
             failure = n < 0 ? errno : EIO  // EIO: the file is shorter than the block
             return nil

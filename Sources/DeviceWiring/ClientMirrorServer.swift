@@ -1,5 +1,6 @@
 import Foundation
 import Client
+import Drive
 import Crypto
 import HTTPClient
 import Protocol
@@ -68,16 +69,16 @@ final class ClientMirrorServer: MirrorServer {
     /// Blocks (and their open descriptors) gathered before a pack goes.
     static let packBlocks = 512
 
-    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
+    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> StoredBlock,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
         var unread: [String: String] = [:]
-        var pack: [(digest: SHA256Digest, fd: Int32, length: Int)] = []
+        var pack: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)] = []
         /// The content each block of `pack` was gathered for.
         var owners: [String] = []
-        defer { for b in pack { close(b.fd) } }
+        defer { Self.close(pack) }
         var packed = Set<SHA256Digest>()
         func flush() throws {
-            defer { for b in pack { close(b.fd) }; pack = []; owners = [] }
+            defer { Self.close(pack); pack = []; owners = [] }
             if pack.isEmpty { return }
             do { _ = try client.sendBlockPack(pack) } catch .contentMismatch(let why) {
                 // A block whose bytes are not its hash any more (damaged on this drive): the
@@ -100,17 +101,21 @@ final class ClientMirrorServer: MirrorServer {
                 continue
             }
             let wanted = Set(c.missing.isEmpty ? c.blocks : c.missing)
-            var mine: [(digest: SHA256Digest, fd: Int32, length: Int)] = []
+            var mine: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)] = []
             do {
                 for (index, hex) in c.blocks.enumerated() where wanted.contains(hex) {
                     let length = Blocks.length(ofBlock: index, fileSize: c.size)
                     guard let digest = SHA256Digest(hex: hex), length > 0, !Blocks.isZero(digest, length: length),
                           !packed.contains(digest) else { continue }
-                    mine.append((digest, try open(hex), length))
+                    switch try open(hex) {
+                    case .file(let fd): mine.append((digest, .file(fd), length))
+                    case .inline(let bytes): mine.append((digest, .memory(bytes), length))
+                    }
                     packed.insert(digest)
                 }
             } catch let e as Errno {
-                for b in mine { close(b.fd); packed.remove(b.digest) }
+                Self.close(mine)
+                for b in mine { packed.remove(b.digest) }
                 unread[c.content] = "\(e)"
                 continue
             }
@@ -122,9 +127,14 @@ final class ClientMirrorServer: MirrorServer {
         return unread
     }
 
+    /// Closes the descriptors of a pack's blocks read from files.
+    private static func close(_ blocks: [(digest: SHA256Digest, bytes: OutgoingBlockBytes, length: Int)]) {
+        for case .file(let fd) in blocks.map(\.bytes) { FileIO.close(fd) }
+    }
+
     /// One content through the upload plan: the server names the blocks it lacks and how
     /// each goes (tus, or a presigned PUT to a scaled server's store).
-    private func sendContent(_ c: OutgoingContent, open: (String) throws -> Int32, stop: @escaping @Sendable () -> Bool) throws {
+    private func sendContent(_ c: OutgoingContent, open: (String) throws -> StoredBlock, stop: @escaping @Sendable () -> Bool) throws {
         guard let digest = SHA256Digest(hex: c.content) else { throw MirrorRefusal("not a content hash: \(c.content)") }
         let list = c.blocks.compactMap(SHA256Digest.init(hex:))
         var renewals = 0
@@ -132,8 +142,14 @@ final class ClientMirrorServer: MirrorServer {
             guard case .blocks(let tickets, _) = try mapped({ try client.createUpload(content: digest, size: c.size, blocks: list) }) else { return }
             do {
                 for ticket in tickets {
-                    let fd = try open(ticket.hash.hex)
-                    defer { close(fd) }
+                    // A block kept in the catalog is small: only the last of a larger file's
+                    // blocks may be, and it goes from a memory file like any other.
+                    let fd: Int32
+                    switch try open(ticket.hash.hex) {
+                    case .file(let file): fd = file
+                    case .inline(let bytes): fd = try BlobStore.memoryFile(holding: bytes)
+                    }
+                    defer { FileIO.close(fd) }
                     // The block's bytes alone: its own file, from offset 0.
                     var alone = ticket
                     alone.index = 0

@@ -31,6 +31,14 @@ public enum InlineBlocks {
     public static let limit = 64 << 10
 }
 
+/// A stored block as `StoredBlocks.read` gives it.
+public enum StoredBlock: Sendable {
+    /// Its file, open read-only; the caller closes it.
+    case file(Int32)
+    /// A small block's bytes, kept in the catalog.
+    case inline([UInt8])
+}
+
 /// The workspace's blocks as another process or thread reads them (the backup, the
 /// `sync` task): a block kept in the catalog as a memory file, else its block file.
 /// Holds its own read-only connection to the catalog, opened at first need.
@@ -47,8 +55,18 @@ public final class StoredBlocks: Sendable {
     /// Opens the block named `digest` read-only; throws `Errno.noSuchFileOrDirectory` when
     /// it is neither in the catalog nor in the store.
     public func open(_ digest: SHA256Digest) throws -> Int32 {
-        if let bytes = try inlineBytes(digest) { return try BlobStore.memoryFile(holding: bytes) }
-        return try blobs.open(digest)
+        switch try read(digest) {
+        case .file(let fd): return fd
+        case .inline(let bytes): return try BlobStore.memoryFile(holding: bytes)
+        }
+    }
+
+    /// The block named `digest` as it is kept: a small block's bytes from the catalog, or
+    /// a read-only descriptor on its file (the caller closes it). For a reader that can
+    /// take bytes (a pack going up) a small block costs no memory file.
+    public func read(_ digest: SHA256Digest) throws -> StoredBlock {
+        if let bytes = try inlineBytes(digest) { return .inline(bytes) }
+        return .file(try blobs.open(digest))
     }
 
     private func inlineBytes(_ digest: SHA256Digest) throws -> [UInt8]? {

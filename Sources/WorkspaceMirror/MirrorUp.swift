@@ -206,7 +206,7 @@ extension MirrorEngine {
             if !lacking.isEmpty {
                 let unread = try server.sendContents(Array(uploads.values), open: { hex in
                     guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
-                    return try self.blocks.open(digest)
+                    return try self.blocks.read(digest)
                 }, stop: { [weak self] in self?.stopping ?? true })
                 var again: [Int] = []
                 for i in lacking {

@@ -1,3 +1,5 @@
+import Drive
+
 /// A node of the workspace tree as the server last described it (Docs/sync.md): the
 /// mirror's own terms, free of the wire's encoding (the wiring translates).
 public struct RemoteNode: Sendable, Equatable {
@@ -110,11 +112,12 @@ public protocol MirrorServer: Sendable {
     /// Sends changes in order; one outcome each.
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome]
     /// Makes contents present on the server: sends the blocks it lacks, reading each
-    /// through `open` (a descriptor of the block's bytes alone, closed by the caller's side).
+    /// through `open` (a descriptor of the block's bytes alone, which the server's side
+    /// closes, or a small block's bytes).
     /// Given up (throwing) soon after `stop` answers true; sent again later, it resumes.
     /// A content whose block `open` could not give is left out, the others sent: returns
     /// those left out, with why.
-    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> Int32,
+    func sendContents(_ contents: [OutgoingContent], open: (String) throws -> StoredBlock,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String]
     /// A content's block list (hex), zero blocks included.
     func blockList(of content: String) throws -> [String]

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Drive
 @testable import WorkspaceMirror
 
 /// The workspace tree's rules (Docs/sync.md, "Wire format") held in memory: the server the
@@ -56,15 +57,14 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
         return lock.withLock { changes.map(apply) }
     }
 
-    func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> Int32,
+    func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> StoredBlock,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
         try unreachable(send: true)
         var unread: [String: String] = [:]
         for u in uploads {
             do {
                 for b in u.blocks {
-                    let fd = try open(b)
-                    close(fd)
+                    if case .file(let fd) = try open(b) { close(fd) }
                 }
             } catch {
                 unread[u.content] = "\(error)"

@@ -82,6 +82,33 @@ import Glibc
         func close() { fds.forEach { Glibc.close($0) } }
     }
 
+    /// Small blocks a device keeps in its catalog go up from memory, in the same pack as
+    /// blocks read from files, and come back byte-identical; bytes that are not their
+    /// digest's are refused as from a file.
+    @Test(arguments: Backend.allCases) func blocksFromMemoryAndFromFilesShareAPackAndComeBack(_ backend: Backend) throws {
+        let s = try PackServer(backend); defer { s.remove() }
+        let blocks = BlockFiles(in: s.dir.path, count: 40, whole: 1, seed: 17); defer { blocks.close() }
+        let mixed = (0..<40).map { i in
+            (digest: blocks.digests[i], bytes: i % 2 == 0 ? OutgoingBlockBytes.memory(blocks.bytes[i]) : .file(blocks.fds[i]), length: blocks.bytes[i].count)
+        }
+        let sent = try s.client.sendBlockPack(mixed)
+        #expect(sent.stored == 40 && sent.present == 0)
+        var got = 0
+        try s.client.fetchBlockPack(blocks.digests) { digest, bytes in
+            #expect(blocks.bytes[got].elementsEqual(bytes), "block \(got) (\(digest.hex)) came back different")
+            got += 1
+        }
+        #expect(got == 40)
+
+        var wrong = randomBytes(3000, seed: 18)
+        let digest = SHA256Hasher.digest(wrong)
+        wrong[1500] ^= 1
+        #expect { try s.client.sendBlockPack([(digest: digest, bytes: OutgoingBlockBytes.memory(wrong), length: wrong.count)]) } throws: { error in
+            if case ClientError.contentMismatch = error { return true } else { return false }
+        }
+        #expect(try !s.has(digest))
+    }
+
     @Test(arguments: Backend.allCases) func aPackGoesUpAndComesBackByteIdentical(_ backend: Backend) throws {
         let s = try PackServer(backend); defer { s.remove() }
         // 200 small blocks and 4 whole ones: over 16 MiB, so the client sends two packs.
