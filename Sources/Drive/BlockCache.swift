@@ -299,6 +299,11 @@ public final class BlockCache: @unchecked Sendable {
     /// never served), else its block file; nil when it is not here or damaged.
     func openHeld(_ hash: SHA256Digest) throws -> Int32? {
         if let bytes = try catalog.inlineBlock(hash) { return try BlobStore.memoryFile(holding: bytes) }
+        return try openHeldFile(hash)
+    }
+
+    /// The same for a block known not to be kept in the catalog: its file only.
+    func openHeldFile(_ hash: SHA256Digest) throws -> Int32? {
         if isDamaged(hash) { return nil }
         do { return try blobs.open(hash) } catch Errno.noSuchFileOrDirectory { return nil }
     }

@@ -554,7 +554,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// checked bytes of a block just fetched (still in memory), or zeros (a hole).
     enum ReadPiece {
         case block(SharedDescriptor, offset: Int64, length: Int)
-        case memory(FetchedBlock, offset: Int, length: Int)
+        case memory(any ReplyBytes, offset: Int, length: Int)
         case zeros(Int)
     }
 
@@ -629,8 +629,14 @@ public final class DriveFileSystem: @unchecked Sendable {
                 if let m = blockCache.fetched.take(digest, span.inBlock..<(span.inBlock + span.length)) {
                     return .ready(.memory(m, offset: span.inBlock, length: span.length))
                 }
-                if !node.notHeld.contains(digest), let fd = try residentReader(node, digest) {
-                    return .ready(.block(fd, offset: Int64(span.inBlock), length: span.length))
+                if !node.notHeld.contains(digest) {
+                    let length = Blocks.length(ofBlock: span.index, fileSize: size)
+                    if let b = try inlineReader(node, digest, length: length) {
+                        return .ready(.memory(b, offset: span.inBlock, length: span.length))
+                    }
+                    if let fd = try residentReader(node, digest, inlineChecked: length <= InlineBlocks.limit) {
+                        return .ready(.block(fd, offset: Int64(span.inBlock), length: span.length))
+                    }
                 }
                 return .remote(digest, blockLength: Blocks.length(ofBlock: span.index, fileSize: size),
                                inBlock: span.inBlock, length: span.length,
@@ -691,10 +697,22 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// The open file's cached descriptor of a stored block, when the block is here.
-    private func residentReader(_ node: OpenNode, _ digest: SHA256Digest) throws -> SharedDescriptor? {
+    /// `inlineChecked`: the block is known not to be kept in the catalog.
+    private func residentReader(_ node: OpenNode, _ digest: SHA256Digest, inlineChecked: Bool = false) throws -> SharedDescriptor? {
         if let d = node.readers[digest] { return d }
-        guard let fd = try openIfResident(digest) else { return nil }
+        guard let fd = try inlineChecked ? blockCache.openHeldFile(digest) : openIfResident(digest) else { return nil }
         return try node.reader(digest) { _ in fd }
+    }
+
+    /// The open file's copy of a small block kept in the catalog, when it is one.
+    private func inlineReader(_ node: OpenNode, _ digest: SHA256Digest, length: Int) throws -> InlineBytes? {
+        guard length <= InlineBlocks.limit else { return nil }
+        if let b = node.inline[digest] { return b }
+        guard let bytes = try catalog.inlineBlock(digest) else { return nil }
+        let b = InlineBytes(bytes)
+        if node.inline.count >= 8 { node.inline.removeAll(keepingCapacity: true) }
+        node.inline[digest] = b
+        return b
     }
 
     /// Ahead of a sequential reader: the next stored block is asked of the disk (every

@@ -31,7 +31,7 @@ struct BlockMemory: @unchecked Sendable {
 /// holds it too).
 /// `@unchecked Sendable`: the bytes are written only before `FetchedBlocks.publish`
 /// and only read after it.
-final class FetchedBlock: @unchecked Sendable {
+final class FetchedBlock: ReplyBytes, @unchecked Sendable {
     let capacity: Int
     private let memory: BlockMemory
     private let owner: FetchedBlocks

@@ -76,3 +76,25 @@ public final class StoredBlocks: Sendable {
         }
     }
 }
+
+/// Bytes a read's reply points at until it is sent: a block just fetched (`FetchedBlock`),
+/// or a small block's bytes read from the catalog (`InlineBytes`).
+protocol ReplyBytes: AnyObject, Sendable {
+    func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer
+}
+
+/// A small block's bytes, read from the catalog once per open file and answered from
+/// memory: a descriptor on a memory file made for each open (a `memfd_create`, a write,
+/// then a splice per read) cost more than the read itself.
+final class InlineBytes: ReplyBytes, @unchecked Sendable {   // immutable after init
+    private let memory: UnsafeMutableRawBufferPointer
+
+    init(_ bytes: [UInt8]) {
+        memory = UnsafeMutableRawBufferPointer.allocate(byteCount: max(bytes.count, 1), alignment: 16)
+        bytes.withUnsafeBytes { memory.copyMemory(from: $0) }
+    }
+
+    deinit { memory.deallocate() }
+
+    func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: memory[range]) }
+}

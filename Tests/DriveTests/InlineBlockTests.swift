@@ -96,6 +96,30 @@ import Storage
         fs.shutdown()
     }
 
+    /// An open handle reads a small file's block from memory, read once from the catalog:
+    /// pieces at any offset, past the end, and, after another handle rewrote the file,
+    /// the new bytes (a commit drops what the open file kept).
+    @Test func piecesOfASmallFileReadFromOneHandleAndAfterARewrite() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let bytes = pseudoRandomBytes(40_000, seed: 3)
+        let a = try logic.store(fs, "piece.bin", bytes)
+        let fh = try fs.open(a.ino, writable: false, truncate: false)
+        defer { fs.release(fh) }
+        for (offset, count) in [(0, 1), (1, 4095), (39_999, 10), (12_345, 20_000), (40_000, 5), (0, 40_000)] {
+            let got = try logic.read(fs, fh, count: count, at: Int64(offset))
+            #expect(got == Array(bytes[min(offset, bytes.count)..<min(bytes.count, offset + count)]), "\(count) bytes at \(offset)")
+        }
+        let rewritten = pseudoRandomBytes(30_000, seed: 4)
+        try changing(fs, a.ino) { w in
+            _ = try fs.setattr(a.ino, { var c = AttributeChanges(); c.size = 0; return c }(), handle: w)
+            _ = try rewritten.withUnsafeBytes { try fs.write(w, $0, at: 0) }
+        }
+        #expect(try logic.read(fs, fh, count: 40_000, at: 0) == rewritten)
+        #expect(try logic.read(fs, fh, count: 100, at: 29_950) == Array(rewritten[29_950...]))
+        #expect(try inlineRows(dir) == 1)
+    }
+
     @Test func aFileThatGrowsPastTheLimitGetsABlockFileAndOneThatShrinksBackDoesNot() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try logic.makeFS(dir)
