@@ -16,8 +16,9 @@ import Synchronization
 ///
 /// What stays the same: the block is named by its SHA-256, has its `blocks` row (refs,
 /// generation), is deduplicated, hashed while written and sent to the server like any
-/// other block; a reader gets a descriptor on its bytes (a memory file), so every
-/// reader of blocks (reads, copy-on-write, the backup) works unchanged.
+/// other block. A read of its file and the mirror's packs going up take its bytes from
+/// memory (`InlineBytes`, `StoredBlocks.read`); every other reader of blocks
+/// (copy-on-write, the backup) gets a descriptor on them (a memory file) and works unchanged.
 ///
 /// What differs: the block is staged in memory while written (a `memfd`, moved to a
 /// staging file on the disk if the file grows past `limit`); it is durable with the
