@@ -709,6 +709,12 @@ public final class DriveFileSystem: @unchecked Sendable {
         guard length <= InlineBlocks.limit else { return nil }
         if let b = node.inline[digest] { return b }
         guard let bytes = try catalog.inlineBlock(digest) else { return nil }
+        // Never a reply past its bytes: a row shorter than the file says is read as a block
+        // not held here (fetched again, checked against its hash).
+        guard bytes.count == length else {
+            DriveLog.error("block \(digest.hex) in the catalog has \(bytes.count) bytes, not \(length): reads of its file fetch it again")
+            return nil
+        }
         let b = InlineBytes(bytes)
         if node.inline.count >= 8 { node.inline.removeAll(keepingCapacity: true) }
         node.inline[digest] = b
