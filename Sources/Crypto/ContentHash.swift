@@ -122,7 +122,8 @@ final class ZeroRuns: Sendable {
             }
             return points[point].copy()
         }
-        // Past the last saved point only for a length above a block's (never a block).
+        // The rest past the saved point: under 4 KiB, more only for a length above a
+        // block's (never a block's length).
         var left = n - point * Self.step
         zeros.withUnsafeBytes { z in
             while left > 0 {

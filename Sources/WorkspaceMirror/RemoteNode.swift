@@ -112,8 +112,8 @@ public protocol MirrorServer: Sendable {
     /// Sends changes in order; one outcome each.
     func send(_ changes: [NodeChange]) throws -> [ChangeOutcome]
     /// Makes contents present on the server: sends the blocks it lacks, reading each
-    /// through `open` (a descriptor of the block's bytes alone, which the server's side
-    /// closes, or a small block's bytes).
+    /// through `open`: a descriptor of the block's bytes alone (this method closes it),
+    /// or a small block's bytes.
     /// Given up (throwing) soon after `stop` answers true; sent again later, it resumes.
     /// A content whose block `open` could not give is left out, the others sent: returns
     /// those left out, with why.
