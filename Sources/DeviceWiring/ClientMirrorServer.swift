@@ -186,7 +186,7 @@ final class ClientMirrorServer: MirrorServer {
         case TreeResult.nameTaken: return .nameTaken(current)
         case TreeResult.cycle: return .cycle(current)
         case TreeResult.notEmpty: return .notEmpty(current)
-        case TreeResult.parentMissing: return .parentMissing
+        case TreeResult.parentMissing: return .parentMissing(r.message ?? "the parent folder is not in the workspace")
         case "missing_blocks", "content_missing", "size_conflict": return .contentMissing(r.missing ?? [])
         default:
             if r.status == 507 { return .serverFull }

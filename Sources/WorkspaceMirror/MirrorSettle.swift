@@ -37,6 +37,9 @@ extension MirrorEngine {
             try resolveConflict(p, theirs: theirs, now: now)
 
         case .nameTaken(let occupant):
+            // Our new folder, where another device made one first (we had not heard of it
+            // yet): they become one, as when the feed brings theirs first.
+            if try mergeIntoTheirFolder(p, occupant) { return }
             // A swap of two names, or a name freed later in the same batch: tried again next
             // pass. Taken for good (another device's node): ours is kept under a conflict name.
             let clashes = state.withLock { s -> Int in s.clashes[p.ino, default: 0] += 1; return s.clashes[p.ino]! }
@@ -55,8 +58,12 @@ extension MirrorEngine {
             guard let theirs else { return }
             try restoreHere(p, theirs, now: now)
 
-        case .parentMissing:
-            noteFailure(p.ino, "the folder of '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")' is gone from the workspace server for good (purged from its trash); move the file to a folder that exists", retryIn: 300)
+        case .parentMissing(let why):
+            // A folder of ours the server does not have yet (its own put was refused in the
+            // same batch: renamed, or merged with theirs since) is not one gone from it:
+            // the node goes after its folder, at the next pass.
+            if try parentNotSentAsNamed(p) { return }
+            noteFailure(p.ino, "the workspace server has no folder for '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")' (\(why)); move it to a folder that exists", retryIn: 300)
 
         case .contentMissing:
             // Sent with its blocks and still missing (a block collected between): the next
@@ -72,6 +79,31 @@ extension MirrorEngine {
         case .refused(let why):
             noteFailure(p.ino, "the workspace server refused the change of '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")': \(why)", retryIn: 600)
         }
+    }
+
+    /// Our folder, new (never on the server), refused because a folder of the server
+    /// holds its name and this device has not applied that one yet: our inode takes their
+    /// node. The next pass finds it in sync, our children go up into it, and theirs come
+    /// down into it. Returns false when that is not the case.
+    private func mergeIntoTheirFolder(_ p: Planned, _ occupant: RemoteNode?) throws -> Bool {
+        guard case .put(let ours, base: 0, _) = p.change, let theirs = occupant, !theirs.deleted,
+              MirrorPlanner.clash(oursKind: ours.kind, theirsKind: theirs.kind) == .mergeFolders,
+              theirs.parent == ours.parent, theirs.name == ours.name else { return false }
+        return try write {
+            guard try MirrorRows.synced(node: theirs.id, in: db) == nil else { return false }
+            try MirrorRows.save(SyncedNode(ino: p.ino, node: theirs), in: db)
+            return true
+        }
+    }
+
+    /// Whether the parent a put named is not (or no longer) this device's agreed folder on
+    /// the server: not sent yet, waiting to be sent again, or known by another id since.
+    private func parentNotSentAsNamed(_ p: Planned) throws -> Bool {
+        guard case .put(let node, _, _) = p.change, let local = try drive.committedEntry(p.ino) else { return false }
+        if local.parent == 1 { return node.parent != RemoteNode.rootID }
+        guard let parent = try MirrorRows.synced(ino: local.parent, in: db) else { return true }
+        if parent.node.version == 0 || parent.node.id != node.parent { return true }
+        return try MirrorRows.isDirty(local.parent, in: db)
     }
 
     private func resolveConflict(_ p: Planned, theirs: RemoteNode, now: Int64) throws {

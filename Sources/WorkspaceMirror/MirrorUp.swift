@@ -82,10 +82,12 @@ extension MirrorEngine {
                 }
                 return true
             }
-            // The parent first: a new folder's children name its id.
+            // The parent first: a new folder's children name its id. A folder whose id is
+            // kept but not on the server yet (its put was refused, and waits) is no parent
+            // to send to until it goes up in the same batch, first.
             var parentID = RemoteNode.rootID
             if local.parent != 1 {
-                if let p = try known(local.parent) {
+                if let p = try known(local.parent), p.node.version > 0 || planned[local.parent] != nil {
                     parentID = p.node.id
                 } else if let pd = bySeq[local.parent], try plan(pd), let p = try known(local.parent) {
                     parentID = p.node.id

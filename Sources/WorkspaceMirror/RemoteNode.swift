@@ -79,8 +79,8 @@ public enum ChangeOutcome: Sendable, Equatable {
     case cycle(RemoteNode?)
     /// A folder delete refused: it still has children (someone added one).
     case notEmpty(RemoteNode?)
-    /// The parent is unknown to the server, purged, or not a folder.
-    case parentMissing
+    /// The parent is unknown to the server, purged, or not a folder: the server's reason.
+    case parentMissing(String)
     /// The content is not on the server yet: send it (the blocks the server named, or
     /// all of them when it named none), then the change again.
     case contentMissing([String])

@@ -39,6 +39,10 @@ final class MirrorDevice {
 
     func sync() throws { try engine.runOnce() }
 
+    /// One pass up and nothing else: what this device sends before the feed has told it of
+    /// the others' changes (the race of two devices acting at once).
+    func sendBeforeHearing() throws { _ = try engine.sendLocal(force: true) }
+
     func remove() { fs.shutdown(); dir.remove() }
 
     // MARK: Changes as the kernel would make them

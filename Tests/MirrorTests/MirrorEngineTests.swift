@@ -188,6 +188,43 @@ import TestSupport
         #expect(try b.tree() == (try a.tree()))
     }
 
+    /// The same, when the second folder goes up before its device heard of the first: the
+    /// server refuses its name, and it becomes the first one here (its file goes into it).
+    @Test func twoFoldersOfOneNameBecomeOneWhenTheSecondIsSentBeforeHearingOfTheFirst() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Shared")
+        try a.write("Shared/from-a.txt", "a")
+        try a.sync()
+        try b.mkdir("Shared")
+        try b.write("Shared/from-b.txt", "b")
+        try b.sendBeforeHearing()
+        try settle(ds)
+        #expect(try a.tree().keys.sorted() == ["Shared", "Shared/from-a.txt", "Shared/from-b.txt"])
+        #expect(try b.tree() == (try a.tree()))
+        #expect(b.engine.status.failures == 0)
+    }
+
+    /// A file whose new folder the server refused in the same batch (its name is taken by a
+    /// file) goes up after the folder does, under the folder's conflict name: a folder not
+    /// on the server yet is not one gone from it.
+    @Test func aFileInANewFolderTheServerRefusedGoesUpWithTheFolderLater() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("Photos", "a file")
+        try a.sync()
+        try b.mkdir("Photos")
+        try b.write("Photos/kept.txt", "kept")
+        try b.sendBeforeHearing()
+        try settle(ds)
+        let tree = try a.tree()
+        let copies = tree.keys.filter { $0.hasPrefix("Photos (conflict from b ") && $0.hasSuffix("/kept.txt") }
+        #expect(copies.count == 1, "\(tree.keys.sorted())")
+        #expect(tree["Photos"] == "file \(contentHash("a file")) 6 xfalse")
+        #expect(try b.tree() == tree)
+        #expect(b.engine.status.failures == 0)
+    }
+
     @Test func aFileAddedToAFolderDeletedElsewhereSurvivesWithItsFolder() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])

@@ -133,10 +133,10 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
                 if existing.version != base { return .conflict(existing) }
                 if existing.kind != node.kind { return .refused("kind") }
             } else if base != 0 {
-                return .parentMissing
+                return .parentMissing("no node has id \(node.id)")
             }
             if node.parent != RemoteNode.rootID {
-                guard let p = nodes[node.parent], p.kind == .folder else { return .parentMissing }
+                guard let p = nodes[node.parent], p.kind == .folder else { return .parentMissing("no folder has id \(node.parent)") }
                 _ = p
             }
             if let occupant = nodes.values.first(where: { $0.parent == node.parent && $0.name == node.name && $0.id != node.id && !$0.deleted }) {

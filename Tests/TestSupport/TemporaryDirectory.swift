@@ -1,6 +1,7 @@
 import Foundation
 
-/// A fresh folder under the system's temporary directory, one per test, removed by `remove()`.
+/// A fresh folder under the system's temporary directory, one per test, removed by `remove()`
+/// unless `VDRIVE_KEEP_TEMP` is set (then kept, and named, for a failure's post-mortem).
 public struct TemporaryDirectory: Sendable {
     public let path: String
 
@@ -9,5 +10,11 @@ public struct TemporaryDirectory: Sendable {
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     }
 
-    public func remove() { try? FileManager.default.removeItem(atPath: path) }
+    public func remove() {
+        if ProcessInfo.processInfo.environment["VDRIVE_KEEP_TEMP"] != nil {
+            print("kept: \(path)")
+            return
+        }
+        try? FileManager.default.removeItem(atPath: path)
+    }
 }
