@@ -168,6 +168,10 @@ import TestTraits
         try writeFile(b.path("Old/new.txt"), Array("added while it was deleted elsewhere".utf8))
         try writeFile(a.path("both.txt"), Array("made on the laptop".utf8))
         try writeFile(b.path("both.txt"), Array("made on the desktop".utf8))
+        try Self.mkdir(a.path("Together"))
+        try writeFile(a.path("Together/from-laptop.txt"), Array("the laptop's file".utf8))
+        try Self.mkdir(b.path("Together"))
+        try writeFile(b.path("Together/from-desktop.txt"), Array("the desktop's file".utf8))
         try server.start()
 
         try Self.waitForSameTree(drives, within: 90)
@@ -186,6 +190,11 @@ import TestTraits
         #expect(!FileManager.default.fileExists(atPath: a.path("Old/a.txt")))
         // One name made on both: both kept.
         #expect(tree.keys.filter { $0.hasPrefix("both") }.count == 2)
+        // One folder made on both: one folder, each device's file in it, read on the other
+        // (whichever device sent first, and whether the other heard of it before sending).
+        try #require(tree.keys.filter { $0.hasPrefix("Together") }.sorted() == ["Together", "Together/from-desktop.txt", "Together/from-laptop.txt"])
+        #expect(try readFile(b.path("Together/from-laptop.txt")) == Array("the laptop's file".utf8))
+        #expect(try readFile(a.path("Together/from-desktop.txt")) == Array("the desktop's file".utf8))
     }
 
     /// Where each file stands, in its attribute and in the status line; and a large file
