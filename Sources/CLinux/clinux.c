@@ -24,6 +24,10 @@ int vd_clone_file(int dst_fd, int src_fd) {
     return ioctl(dst_fd, FICLONE, src_fd);
 }
 
+int vd_punch_hole(int fd, int64_t offset, int64_t length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
+}
+
 int vd_syncfs(int fd) {
     return syncfs(fd);
 }

@@ -46,25 +46,45 @@ public enum BlockAudit {
     /// files stored by commits above that generation and not damaged yet (the after-crash
     /// check: bytes kept in the catalog are as safe as its transactions); nil: every
     /// block, and the files no row names. `progress` is told each block's bytes.
-    public static func run(_ db: Database, blobs: BlobStore, newerThan generation: Int64? = nil,
+    /// `pack`: the small blocks' pack beside the catalog (`BlockPack.path(besideCatalog:)`).
+    /// A catalog from before the pack (its small blocks' bytes still in `inline_blocks`,
+    /// moved at its next mount) is read as it is.
+    public static func run(_ db: Database, blobs: BlobStore, pack: BlockPack?, newerThan generation: Int64? = nil,
                            progress: ((Int64) -> Void)? = nil) throws -> Report {
         var report = Report()
+        let table = try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
+            ? "inline_blocks" : "packed_blocks"
+        // Packed bytes are checked after an unclean stop as block files are (the pack is
+        // synced by the flusher, not by SQLite); bytes still in the catalog are as safe as
+        // its transactions.
+        let uncheckedAfterCrash = table == "inline_blocks" ? "i.hash IS NULL" : "1"
         let rows = try db.query("""
-            SELECT b.hash, b.size, b.damaged, i.data IS NOT NULL FROM blocks b LEFT JOIN inline_blocks i ON i.hash = b.hash
-            WHERE b.resident = 1 AND b.gen > ? AND (? OR (b.damaged = 0 AND i.hash IS NULL))
+            SELECT b.hash, b.size, b.damaged, i.hash IS NOT NULL FROM blocks b LEFT JOIN \(table) i ON i.hash = b.hash
+            WHERE b.resident = 1 AND b.gen > ? AND (? OR (b.damaged = 0 AND \(uncheckedAfterCrash)))
             """, generation ?? Int64.min, generation == nil) { row in
             (SHA256Digest(hex: row.string(0) ?? ""), row.int64(1), row.int(2) != 0, row.int(3) != 0)
         }
-        for (digest, size, damaged, inline) in rows {
+        for (digest, size, damaged, small) in rows {
             guard let digest else { continue }
             if damaged {
                 report.findings.append(Finding(digest: digest, problem: .markedDamaged))
                 continue
             }
             let problem: Problem?
-            if inline {
-                let bytes = try Catalog.inlineBlock(digest, in: db) ?? []
-                problem = bytes.count == size && SHA256Hasher.digest(bytes) == digest ? nil : .wrongBytes
+            if small {
+                let bytes: [UInt8]?
+                if table == "inline_blocks" {
+                    bytes = try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
+                } else if let pack {
+                    bytes = try? Catalog.packedBlock(digest, in: db, pack: pack)
+                } else {
+                    bytes = nil
+                }
+                if let bytes {
+                    problem = bytes.count == size && SHA256Hasher.digest(bytes) == digest ? nil : .wrongBytes
+                } else {
+                    problem = .missing
+                }
             } else {
                 problem = check(file: blobs.path(for: digest), digest, size: size)
             }
@@ -82,7 +102,7 @@ public enum BlockAudit {
             """, row: { $0.string(0) ?? "" }) {
             if let d = SHA256Digest(hex: hex) { report.findings.append(Finding(digest: d, problem: .noRow)) }
         }
-        // A block kept in the catalog may also have a file (a photo's block saved again
+        // A packed block may also have a file (a photo's block saved again
         // as a small file elsewhere): its row still names that file, which goes with it.
         let held = Set(try db.query("SELECT hash FROM blocks WHERE resident = 1") { $0.string(0) ?? "" })
         report.unnamedFiles = try blobs.allDigests().filter { !held.contains($0.hex) }

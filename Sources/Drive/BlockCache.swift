@@ -124,7 +124,7 @@ public final class BlockCache: @unchecked Sendable {
     /// not asked here, on the reader's path (a cold folder waits for the disk); the
     /// fetch asks it again before it fetches.
     public func prefetch(_ hash: SHA256Digest, length: Int, knownNotHeld: Bool = false) {
-        if !knownNotHeld, (!isDamaged(hash) && blobs.contains(hash)) || (try? catalog.inlineBlock(hash)) != nil { return }
+        if !knownNotHeld, (!isDamaged(hash) && blobs.contains(hash)) || (try? catalog.isPacked(hash)) == true { return }
         if fetched.holds(hash) { return }
         let start = state.withLock { s -> Bool in
             guard s.remote != nil, !s.prefetching.contains(hash) else { return false }
@@ -145,7 +145,7 @@ public final class BlockCache: @unchecked Sendable {
         var wanted: [(hash: SHA256Digest, length: Int)] = []
         var seen = Set<SHA256Digest>()
         for b in blocks where b.length > 0 && seen.insert(b.hash).inserted {
-            if (!isDamaged(b.hash) && blobs.contains(b.hash)) || (try? catalog.inlineBlock(b.hash)) != nil || fetched.holds(b.hash) { continue }
+            if (!isDamaged(b.hash) && blobs.contains(b.hash)) || (try? catalog.isPacked(b.hash)) == true || fetched.holds(b.hash) { continue }
             if (try? catalog.verifiedChunks(b.hash)) != 0 { prefetch(b.hash, length: b.length, knownNotHeld: true); continue }
             wanted.append(b)
         }
@@ -298,7 +298,7 @@ public final class BlockCache: @unchecked Sendable {
     /// (a memory file with its bytes; asked first, so a damaged file of the same bytes is
     /// never served), else its block file; nil when it is not here or damaged.
     func openHeld(_ hash: SHA256Digest) throws -> Int32? {
-        if let bytes = try catalog.inlineBlock(hash) { return try BlobStore.memoryFile(holding: bytes) }
+        if let bytes = try catalog.packedBlock(hash) { return try BlobStore.memoryFile(holding: bytes) }
         return try openHeldFile(hash)
     }
 

@@ -24,6 +24,8 @@ final class Catalog: @unchecked Sendable {
     private let locked: Locked
     /// The catalog database's path (other pieces open their own connections to it).
     let databasePath: String
+    /// The small blocks' bytes (BlockPack.swift); safe on any thread.
+    let pack: BlockPack
 
     /// `extraMigrations` are other pieces' tables in this database (the backup queue),
     /// applied after the drive's own, in one ordered list. `rootFolders`: folders a new
@@ -31,6 +33,7 @@ final class Catalog: @unchecked Sendable {
     init(path: String, blobs: BlobStore, extraMigrations: [Migration] = [], rootFolders: [String] = []) throws {
         locked = try Locked(path: path, blobs: blobs, extraMigrations: extraMigrations, rootFolders: rootFolders)
         databasePath = locked.db.path
+        pack = locked.pack
     }
 
     /// Runs `body` with the lock held, then the end-of-change step (GroupCommit.swift).
@@ -101,6 +104,12 @@ final class Catalog: @unchecked Sendable {
         var blocksStored: (([SHA256Digest]) -> Void)?
         /// Block files to remove once the open group committed (their rows are dropped in it).
         var removalsAfterCommit: [SHA256Digest] = []
+        /// The small blocks' bytes (BlockPack.swift).
+        let pack: BlockPack
+        /// Ranges of the pack to free once the open group committed (their rows are dropped
+        /// in it), and ranges appended in the open group (freed if the group is lost).
+        var packRangesAfterCommit: [PackRange] = []
+        var packRangesInGroup: [PackRange] = []
         /// Set when a group was lost: `Database.commitCount` then. Changes commit one by one
         /// (their callers hear of a failure) until one commits again (GroupCommit.swift).
         var groupsSuspendedAt: Int?
@@ -116,6 +125,7 @@ final class Catalog: @unchecked Sendable {
         fileprivate init(path: String, blobs: BlobStore, extraMigrations: [Migration], rootFolders: [String]) throws {
             self.blobs = blobs
             db = try Database(path: path)
+            pack = try BlockPack(path: BlockPack.path(besideCatalog: path), writable: true)
             let migrations = CatalogSchema.migrations + RecordsTable.migrations + extraMigrations
             try db.refuseNewerSchema(known: migrations)
             try db.execute("PRAGMA journal_mode = WAL")
@@ -146,6 +156,8 @@ final class Catalog: @unchecked Sendable {
             inodesCommittedBelow = nextIno
             generation = try db.queryOne("SELECT coalesce(max(gen), 0) FROM blocks") { $0.int64(0) } ?? 0
             try BlockMigration.removeSplitBlobFiles(db, store: blobs)
+            try moveInlineBlocksToPack()
+            try cutPackTail()
             try bootstrapIfNew(rootFolders: rootFolders)
             // Every change of an inode row through this connection drops its cached copy;
             // a rollback drops them all (a row read inside the transaction may not stand).

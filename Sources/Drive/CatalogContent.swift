@@ -42,7 +42,10 @@ extension Catalog {
 
     func setMeta(_ key: String, _ value: Int64) throws { try withDatabase { try $0.setMeta(key, value) } }
 
-    func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? { try withDatabase { try $0.inlineBlock(digest) } }
+    func packedBlock(_ digest: SHA256Digest) throws -> [UInt8]? { try withDatabase { try $0.packedBlock(digest) } }
+
+    /// Whether a sound copy of the block is in the pack (no bytes read).
+    func isPacked(_ digest: SHA256Digest) throws -> Bool { try withDatabase { try Catalog.packedRange(digest, in: $0.db) != nil } }
 
     func markDamaged(_ digest: SHA256Digest) throws { try withDatabase { try $0.markDamaged(digest) } }
 
@@ -82,10 +85,6 @@ extension Catalog {
         return out
     }
 
-    /// `inlineBlock(_:)` on any connection to the catalog (`StoredBlocks` has its own).
-    static func inlineBlock(_ digest: SHA256Digest, in db: Database) throws -> [UInt8]? {
-        try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
-    }
 }
 
 /// The content half of the catalog: block lists, commits, block lifetime, damage.
@@ -142,17 +141,19 @@ extension Catalog.Locked {
             let (attrs, garbage) = try write { () -> (NodeAttributes, [SHA256Digest]) in
                 generation += 1
                 for s in staged {
+                    try dropDamagedPackedCopy(s.digest)
                     try db.run("""
                         INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
                         ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1, gen = excluded.gen WHERE blocks.damaged = 1 OR blocks.resident = 0
                         """, s.digest.hex, s.length, generation)
                 }
                 for block in inlined {
+                    let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", block.digest.hex) { $0.int(0) != 0 } ?? false
                     try db.run("""
                         INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
                         ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0
                         """, block.digest.hex, block.bytes.count, generation)
-                    try db.run("INSERT INTO inline_blocks(hash, data) VALUES (?, ?) ON CONFLICT(hash) DO NOTHING", block.digest.hex, block.bytes)
+                    try storePacked(block.digest, block.bytes, damaged: damaged)
                 }
                 try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
                 for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
@@ -182,7 +183,8 @@ extension Catalog.Locked {
                 return (a, try takeUnreferencedBlocks())
             }
             removeBlockFiles(garbage)
-            if !staged.isEmpty { blocksStored?(staged.map(\.digest)) }
+            // Packed bytes wake the flusher too (it syncs the pack); they need no fsync of their own.
+            if !staged.isEmpty || !inlined.isEmpty { blocksStored?(staged.map(\.digest)) }
             return attrs
         } catch {
             for d in linkedHere { blobs.remove(d) }
@@ -234,7 +236,11 @@ extension Catalog.Locked {
     func takeUnreferencedBlocks() throws -> [SHA256Digest] {
         let unreferenced = "refs <= 0 AND (fetched = 0 OR resident = 0)"
         let hashes = try db.query("SELECT hash FROM blocks WHERE \(unreferenced)") { SHA256Digest(hex: $0.string(0) ?? "") }
-        if !hashes.isEmpty { try db.run("DELETE FROM blocks WHERE \(unreferenced)") }
+        if !hashes.isEmpty {
+            let packed = try packedRanges(ofBlocksWhere: unreferenced)
+            try db.run("DELETE FROM blocks WHERE \(unreferenced)")
+            releasePackRanges(packed)
+        }
         return hashes.compactMap { $0 }
     }
 
@@ -265,7 +271,7 @@ extension Catalog.Locked {
         for d in digests {
             do {
                 let named = try db.queryOne("""
-                    SELECT 1 FROM blocks WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM inline_blocks)
+                    SELECT 1 FROM blocks WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM packed_blocks)
                     """, d.hex) { _ in true } ?? false
                 if !named { unnamed.append(d) }
             } catch {
@@ -294,9 +300,9 @@ extension Catalog.Locked {
         try db.run("INSERT INTO drive_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value)
     }
 
-    /// The bytes of a small block kept in the catalog, or nil for a block file.
-    func inlineBlock(_ digest: SHA256Digest) throws -> [UInt8]? {
-        try Catalog.inlineBlock(digest, in: db)
+    /// The bytes of a small block kept in the pack, or nil for a block file.
+    func packedBlock(_ digest: SHA256Digest) throws -> [UInt8]? {
+        try Catalog.packedBlock(digest, in: db, pack: pack)
     }
 
     func markDamaged(_ digest: SHA256Digest) throws {

@@ -165,6 +165,7 @@ extension Catalog.Locked {
         try FileIO.rename(path, target)
         return try write {
             generation += 1
+            try dropDamagedPackedCopy(digest)
             try db.run("""
                 INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
                 ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
@@ -219,7 +220,7 @@ extension Catalog.Locked {
             out += try db.query("""
                 SELECT b.hash, b.size FROM blocks b
                 WHERE b.resident = 1 AND b.refs > 0 AND b.damaged = 0
-                  AND b.hash NOT IN (SELECT hash FROM inline_blocks)
+                  AND b.hash NOT IN (SELECT hash FROM packed_blocks)
                   AND b.refs = (SELECT count(*) FROM file_blocks f JOIN evictable_inodes e ON e.ino = f.ino WHERE f.hash = b.hash)
                 ORDER BY b.used_ns
                 """) { (SHA256Digest(hex: $0.string(0) ?? ""), $0.int64(1)) }
@@ -243,7 +244,7 @@ extension Catalog.Locked {
         let evicted = try db.transaction { () -> Bool in
             guard let (refs, fetched, damaged) = try db.queryOne("""
                 SELECT refs, fetched, damaged FROM blocks
-                WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM inline_blocks)
+                WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM packed_blocks)
                 """, digest.hex, row: { ($0.int64(0), $0.int(1) != 0, $0.int(2) != 0) }), !damaged else { return false }
             if refs <= 0 {
                 guard fetched else { return false }   // the garbage pass takes it

@@ -192,5 +192,18 @@ enum CatalogSchema {
         CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks
         BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
         """),
+        // Small blocks' bytes leave the catalog for the pack file beside it (BlockPack.swift):
+        // a row says where each block is. The bytes of `inline_blocks` are moved into the
+        // pack at the first open (`Catalog.Locked.moveInlineBlocksToPack`), which then
+        // drops that table and its trigger.
+        Migration("drive-008-packed-blocks", """
+        CREATE TABLE packed_blocks (
+            hash TEXT PRIMARY KEY,
+            pack_offset INTEGER NOT NULL,
+            length INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TRIGGER blocks_delete_packed AFTER DELETE ON blocks
+        BEGIN DELETE FROM packed_blocks WHERE hash = OLD.hash; END;
+        """),
     ]
 }

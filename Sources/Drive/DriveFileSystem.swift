@@ -708,7 +708,7 @@ public final class DriveFileSystem: @unchecked Sendable {
     private func inlineReader(_ node: OpenNode, _ digest: SHA256Digest, length: Int) throws -> InlineBytes? {
         guard length <= InlineBlocks.limit else { return nil }
         if let b = node.inline[digest] { return b }
-        guard let bytes = try catalog.inlineBlock(digest) else { return nil }
+        guard let bytes = try catalog.packedBlock(digest) else { return nil }
         // Never a reply past its bytes: a row shorter than the file says is read as a block
         // not held here (fetched again, checked against its hash).
         guard bytes.count == length else {

@@ -143,8 +143,10 @@ final class Durability: @unchecked Sendable {
         }
     }
 
-    /// fsync of the WAL makes every committed transaction in it durable.
+    /// fsync of the WAL makes every committed transaction in it durable; the pack goes
+    /// first, so that a durable row never names packed bytes that are not.
     private func syncCatalogFiles() throws {
+        try catalog.pack.sync()
         for suffix in ["-wal", ""] {
             let path = catalog.databasePath + suffix
             guard let fd = try? FileIO.open(path, O_RDONLY) else { continue }
@@ -158,7 +160,7 @@ final class Durability: @unchecked Sendable {
     /// checked by its own hash, so only the damaged blocks of a file fail to read.
     func verifyAfterUncleanStop() throws -> [String] {
         let durable = try catalog.meta("durable_gen") ?? 0
-        let report = try catalog.reading { db in try BlockAudit.run(db, blobs: blobs, newerThan: durable) }
+        let report = try catalog.reading { db in try BlockAudit.run(db, blobs: blobs, pack: catalog.pack, newerThan: durable) }
         var lost: [String] = []
         for finding in report.findings {
             try catalog.markDamaged(finding.digest)

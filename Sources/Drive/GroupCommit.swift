@@ -57,6 +57,7 @@ extension Catalog.Locked {
         let removals = removalsAfterCommit
         removalsAfterCommit = []
         if !removals.isEmpty { removeUnnamedBlockFiles(removals) }
+        packGroupCommitted()
         journalCommitted()
     }
 
@@ -108,6 +109,7 @@ extension Catalog.Locked {
         guard groupsSuspendedAt == nil else { return }   // this loss was handled where it was thrown
         DriveLog.error("\(lost); the drive is back to its state of a few milliseconds earlier: files changed in that time may be missing or older, check free space. Until a commit succeeds again, every change is committed before its reply")
         removalsAfterCommit = []
+        packGroupLost()
         journalAwaitsCommit = false   // what it recorded went with the group
         forgetCaches()
         if inodesCommittedBelow < nextIno { lostInodes.append(inodesCommittedBelow..<nextIno) }

@@ -135,6 +135,12 @@ public enum FileIO {
     /// write can be a synchronous round trip each, so the page cache is kept.
     public static let directWriteFileSystems: Set<Int> = [0xEF53, 0x5846_5342, 0x9123_683E]
 
+    /// Frees the disk blocks under `length` bytes at `offset`; the range then reads as
+    /// zeros and the file keeps its size. Only whole 4 KiB blocks inside the range are freed.
+    public static func punchHole(_ fd: Int32, at offset: Int64, length: Int64) throws {
+        if vd_punch_hole(fd, offset, length) != 0 { throw Errno.current }
+    }
+
     public static func startWriteback(_ fd: Int32, offset: Int64, length: Int64) {
         _ = vd_start_writeback(fd, offset, length)
     }

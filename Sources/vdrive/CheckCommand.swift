@@ -54,7 +54,9 @@ enum CheckCommand {
         let progress = CheckProgress(total: total)
         let report: BlockAudit.Report
         do {
-            report = try BlockAudit.run(db, blobs: blobs, progress: { progress.add($0) })
+            let packPath = BlockPack.path(besideCatalog: catalogPath)
+            let pack = FileManager.default.fileExists(atPath: packPath) ? try BlockPack(path: packPath, writable: false) : nil
+            report = try BlockAudit.run(db, blobs: blobs, pack: pack, progress: { progress.add($0) })
         } catch {
             progress.finish()
             throw CLIError("could not read the catalog in \(state): \(error)", code: ExitCode.ioError)

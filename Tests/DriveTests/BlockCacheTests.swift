@@ -278,7 +278,7 @@ extension FakeRemote {
             try fs.catalog.evict(digest, onlyNamedBy: [a.ino])
             files.append((a.ino, bytes, digest))
         }
-        #expect(files.allSatisfy { !fs.blobs.contains($0.digest) && (try? fs.catalog.inlineBlock($0.digest)) == nil })
+        #expect(files.allSatisfy { !fs.blobs.contains($0.digest) && (try? fs.catalog.packedBlock($0.digest)) == nil })
         fs.blockCache.remote = remote
         // One block comes wrong (named: the exchanges may be served in any order).
         remote.state.withLock { _ = $0.corruptOnce.insert(files[0].digest) }

@@ -75,7 +75,7 @@ import Storage
     /// The store as `vdrive check` sees it, read under the catalog's lock so that no
     /// commit or removal runs halfway through.
     static func check(_ fs: DriveFileSystem) throws -> BlockAudit.Report {
-        try fs.catalog.withDatabaseUnchecked { try BlockAudit.run($0.db, blobs: fs.blobs) }
+        try fs.catalog.withDatabaseUnchecked { try BlockAudit.run($0.db, blobs: fs.blobs, pack: $0.pack) }
     }
 
     static func describe(_ r: BlockAudit.Report) -> String {

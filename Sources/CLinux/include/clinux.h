@@ -7,6 +7,8 @@
 ssize_t vd_copy_file_range(int fd_in, int64_t *off_in, int fd_out, int64_t *off_out, size_t len);
 int vd_clone_file(int dst_fd, int src_fd);
 int vd_syncfs(int fd);
+/* fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE): frees a range's disk blocks, reads as zeros. */
+int vd_punch_hole(int fd, int64_t offset, int64_t length);
 /* sync_file_range(SYNC_FILE_RANGE_WRITE): start writing a range back, without waiting. */
 int vd_start_writeback(int fd, int64_t offset, int64_t length);
 /* open(path, O_WRONLY | O_DIRECT): writes that bypass the page cache (-1 and errno when

@@ -1,0 +1,143 @@
+import Foundation
+import Crypto
+import Storage
+
+/// Where a small block's bytes are in the pack (BlockPack.swift).
+struct PackRange: Sendable, Equatable {
+    let offset: Int64
+    let length: Int
+}
+
+extension Catalog {
+    /// The bytes of a small block kept in the pack, read through any connection to the
+    /// catalog (`StoredBlocks` has its own); nil for a block that is not packed.
+    static func packedBlock(_ digest: SHA256Digest, in db: Database, pack: BlockPack) throws -> [UInt8]? {
+        guard let range = try packedRange(digest, in: db) else { return nil }
+        return try pack.read(at: range.offset, length: range.length)
+    }
+
+    /// Where a sound block's bytes are in the pack: nil when it is not packed, or marked
+    /// damaged (its reads then go to its file or the server, never to these bytes).
+    static func packedRange(_ digest: SHA256Digest, in db: Database) throws -> PackRange? {
+        try db.queryOne("""
+            SELECT p.pack_offset, p.length FROM packed_blocks p JOIN blocks b ON b.hash = p.hash WHERE p.hash = ? AND b.damaged = 0
+            """, digest.hex) { PackRange(offset: $0.int64(0), length: $0.int(1)) }
+    }
+}
+
+/// The pack's half of the catalog's content: storing a small block, freeing its range,
+/// and the pack's upkeep at open. Same rules as the rest of `Catalog.Locked`.
+extension Catalog.Locked {
+    /// Inside a content commit's transaction: makes sure the pack holds `bytes` under
+    /// `digest` and a row says where. Bytes already packed for a sound block are not
+    /// written again; a damaged block's bytes are written anew (self-heal) and its old
+    /// range freed after the commit.
+    func storePacked(_ digest: SHA256Digest, _ bytes: [UInt8], damaged: Bool) throws {
+        let old = try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex) {
+            PackRange(offset: $0.int64(0), length: $0.int(1))
+        }
+        if old != nil && !damaged { return }
+        let offset = try bytes.withUnsafeBytes { try pack.append($0) }
+        let range = PackRange(offset: offset, length: bytes.count)
+        packRangesInGroup.append(range)
+        do {
+            try db.run("""
+                INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?)
+                ON CONFLICT(hash) DO UPDATE SET pack_offset = excluded.pack_offset, length = excluded.length
+                """, digest.hex, offset, bytes.count)
+        } catch {
+            packRangesInGroup.removeLast()
+            pack.release(at: range.offset, length: range.length)
+            throw error
+        }
+        if let old { releasePackRanges([old]) }
+    }
+
+    /// A block marked damaged stored again as a file (a commit, a fetch): its packed copy,
+    /// the wrong bytes, goes with the mark, so that no read prefers it to the new file.
+    func dropDamagedPackedCopy(_ digest: SHA256Digest) throws {
+        let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
+        guard damaged, let old = try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex, row: {
+            PackRange(offset: $0.int64(0), length: $0.int(1))
+        }) else { return }
+        try db.run("DELETE FROM packed_blocks WHERE hash = ?", digest.hex)
+        releasePackRanges([old])
+    }
+
+    /// The packed ranges of blocks about to be dropped by `condition` on `blocks`.
+    func packedRanges(ofBlocksWhere condition: String) throws -> [PackRange] {
+        try db.query("""
+            SELECT p.pack_offset, p.length FROM packed_blocks p JOIN blocks b ON b.hash = p.hash WHERE b.\(condition)
+            """) { PackRange(offset: $0.int64(0), length: $0.int(1)) }
+    }
+
+    /// Frees ranges whose rows a transaction dropped: at once when it committed, else
+    /// when the open group commits (a lost group brings the rows back).
+    func releasePackRanges(_ ranges: [PackRange]) {
+        guard !ranges.isEmpty else { return }
+        if db.groupStarted != nil {
+            packRangesAfterCommit += ranges
+        } else {
+            for r in ranges { pack.release(at: r.offset, length: r.length) }
+        }
+    }
+
+    /// The open group committed: its dropped ranges are freed, its appended ones stay.
+    func packGroupCommitted() {
+        let ranges = packRangesAfterCommit
+        packRangesAfterCommit = []
+        packRangesInGroup = []
+        for r in ranges { pack.release(at: r.offset, length: r.length) }
+    }
+
+    /// The open group was lost: what it appended is named by no row; what it dropped is
+    /// named again.
+    func packGroupLost() {
+        for r in packRangesInGroup { pack.release(at: r.offset, length: r.length) }
+        packRangesInGroup = []
+        packRangesAfterCommit = []
+    }
+
+    /// At open: cuts what follows the last block a row names (appended for changes a
+    /// kill took back).
+    func cutPackTail() throws {
+        let end = try db.queryOne("SELECT coalesce(max(pack_offset + length), 0) FROM packed_blocks") { $0.int64(0) } ?? 0
+        try pack.cutTail(keeping: end)
+    }
+
+    /// A catalog that kept small blocks' bytes in `inline_blocks` (before drive-008): the
+    /// bytes go to the pack, a batch at a time, each batch's rows moved in one transaction
+    /// after the pack was synced; then the table goes. A kill in between leaves a batch's
+    /// bytes in the pack that no row names (cut at the next open) and its rows still in
+    /// the table (moved again).
+    func moveInlineBlocksToPack() throws {
+        let hasTable = try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
+        guard hasTable else { return }
+        try cutPackTail()
+        var moved = 0
+        while true {
+            let rows = try db.query("SELECT rowid, hash, data FROM inline_blocks ORDER BY rowid LIMIT 1000") {
+                ($0.int64(0), $0.string(1) ?? "", $0.bytes(2) ?? [])
+            }
+            if rows.isEmpty { break }
+            var placed: [(String, Int64, Int)] = []
+            for (_, hash, data) in rows {
+                placed.append((hash, try data.withUnsafeBytes { try pack.append($0) }, data.count))
+            }
+            try pack.sync()
+            try db.transaction {
+                for (hash, offset, length) in placed {
+                    try db.run("INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?) ON CONFLICT(hash) DO NOTHING",
+                               hash, offset, length)
+                }
+                try db.run("DELETE FROM inline_blocks WHERE rowid <= ?", rows.last!.0)
+            }
+            moved += rows.count
+        }
+        try db.transaction {
+            try db.execute("DROP TRIGGER IF EXISTS blocks_delete_inline")
+            try db.execute("DROP TABLE inline_blocks")
+        }
+        if moved > 0 { DriveLog.info("moved the bytes of \(moved) small blocks from the catalog into \(pack.path)") }
+    }
+}
