@@ -3,7 +3,7 @@ import Crypto
 import Storage
 
 /// Whether the block store holds what the catalog says it holds: every block a row
-/// names is here (a file, or bytes kept in the catalog) and hashes to its name.
+/// names is here (a file, or bytes in the small blocks' pack) and hashes to its name.
 ///
 /// One piece of code for two callers: the mount's check after an unclean stop (only
 /// the blocks newer than the last durable point: `newerThan`) and `vdrive check` on an
@@ -42,9 +42,9 @@ public enum BlockAudit {
         public var isSound: Bool { findings.isEmpty }
     }
 
-    /// Checks the blocks of the catalog `db` against `blobs`. `newerThan`: only block
-    /// files stored by commits above that generation and not damaged yet (the after-crash
-    /// check: bytes kept in the catalog are as safe as its transactions); nil: every
+    /// Checks the blocks of the catalog `db` against `blobs`. `newerThan`: only blocks
+    /// stored by commits above that generation and not damaged yet (the after-crash
+    /// check); nil: every
     /// block, and the files no row names. `progress` is told each block's bytes.
     /// `pack`: the small blocks' pack beside the catalog (`BlockPack.path(besideCatalog:)`).
     /// A catalog from before the pack (its small blocks' bytes still in `inline_blocks`,

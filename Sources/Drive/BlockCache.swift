@@ -210,15 +210,22 @@ public final class BlockCache: @unchecked Sendable {
                 }
                 do {
                     let wasDamaged = isDamaged(hash)
-                    let (fd, path) = try blobs.makeStagingFile()
-                    do {
-                        defer { FileIO.close(fd) }
-                        try FileIO.pwrite(fd, bytes, at: 0)
-                    } catch {
-                        _ = unlink(path)
-                        throw error
+                    if length <= InlineBlocks.limit {
+                        // Into the pack: no inode per block (BlockPack.swift).
+                        _ = try catalog.adoptFetchedPacked(bytes, hash)
+                        state.withLock { $0.stats.blocksAdopted += 1 }
+                        kept(hash, wasDamaged: wasDamaged)
+                    } else {
+                        let (fd, path) = try blobs.makeStagingFile()
+                        do {
+                            defer { FileIO.close(fd) }
+                            try FileIO.pwrite(fd, bytes, at: 0)
+                        } catch {
+                            _ = unlink(path)
+                            throw error
+                        }
+                        try keep(path, hash, length: length, wasDamaged: wasDamaged)
                     }
-                    try keep(path, hash, length: length, wasDamaged: wasDamaged)
                 } catch {
                     DriveLog.error("block \(hash.hex) was fetched but could not be kept in the store (\(error)): it is fetched again when read")
                 }
@@ -294,7 +301,7 @@ public final class BlockCache: @unchecked Sendable {
     /// The stored block's descriptor, when it is here and not damaged.
     private func openResident(_ hash: SHA256Digest) -> Int32? { (try? openHeld(hash)) ?? nil }
 
-    /// The descriptor of a block held here and sound: a small block kept in the catalog
+    /// The descriptor of a block held here and sound: a small block kept in the pack
     /// (a memory file with its bytes; asked first, so a damaged file of the same bytes is
     /// never served), else its block file; nil when it is not here or damaged.
     func openHeld(_ hash: SHA256Digest) throws -> Int32? {
@@ -302,7 +309,7 @@ public final class BlockCache: @unchecked Sendable {
         return try openHeldFile(hash)
     }
 
-    /// The same for a block known not to be kept in the catalog: its file only.
+    /// The same for a block known not to be packed: its file only.
     func openHeldFile(_ hash: SHA256Digest) throws -> Int32? {
         if isDamaged(hash) { return nil }
         do { return try blobs.open(hash) } catch Errno.noSuchFileOrDirectory { return nil }
@@ -413,6 +420,12 @@ public final class BlockCache: @unchecked Sendable {
     /// A fetched block's staging file, checked and written, becomes the stored block.
     private func keep(_ path: String, _ hash: SHA256Digest, length: Int, wasDamaged: Bool) throws {
         try adopt(path, hash, length: length)
+        kept(hash, wasDamaged: wasDamaged)
+    }
+
+    /// After a fetched block was adopted (as a file or packed): its partial file goes, and it counts.
+    private func kept(_ hash: SHA256Digest, wasDamaged: Bool) {
+        clearDamaged([hash])
         _ = unlink(partialPath(hash))
         state.withLock { s in
             s.stats.blocksFetched += 1

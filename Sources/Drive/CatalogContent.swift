@@ -10,7 +10,7 @@ struct ContentCommit {
     var changed: [Int: SHA256Digest?] = [:]
     /// Staging files holding new blocks, to link into the store under their digest.
     var staged: [(digest: SHA256Digest, path: String, length: Int)] = []
-    /// New blocks of small files, kept in the catalog (InlineBlocks.swift).
+    /// New blocks of small files, kept in the pack (InlineBlocks.swift).
     var inlined: [(digest: SHA256Digest, bytes: [UInt8])] = []
     /// False while a writable handle stays open (see `ContentVersion.settled`).
     var settled = true
@@ -153,7 +153,7 @@ extension Catalog.Locked {
                         INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
                         ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0
                         """, block.digest.hex, block.bytes.count, generation)
-                    try storePacked(block.digest, block.bytes, damaged: damaged)
+                    try block.bytes.withUnsafeBytes { try storePacked(block.digest, $0, damaged: damaged) }
                 }
                 try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
                 for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
@@ -265,7 +265,7 @@ extension Catalog.Locked {
     /// importer deleting and re-importing a photo, `make clean && make`). That commit
     /// finds the file still there, keeps it and records the block again; removing the
     /// file then would leave a row naming nothing, read as EIO after the next mount. A
-    /// block kept in the catalog needs no file, so its file goes.
+    /// packed block needs no file, so its file goes.
     func removeUnnamedBlockFiles(_ digests: [SHA256Digest]) {
         var unnamed: [SHA256Digest] = []
         for d in digests {

@@ -32,12 +32,12 @@ extension Catalog.Locked {
     /// `digest` and a row says where. Bytes already packed for a sound block are not
     /// written again; a damaged block's bytes are written anew (self-heal) and its old
     /// range freed after the commit.
-    func storePacked(_ digest: SHA256Digest, _ bytes: [UInt8], damaged: Bool) throws {
+    func storePacked(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer, damaged: Bool) throws {
         let old = try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex) {
             PackRange(offset: $0.int64(0), length: $0.int(1))
         }
         if old != nil && !damaged { return }
-        let offset = try bytes.withUnsafeBytes { try pack.append($0) }
+        let offset = try pack.append(bytes)
         let range = PackRange(offset: offset, length: bytes.count)
         packRangesInGroup.append(range)
         do {

@@ -49,7 +49,7 @@ public protocol ChangeJournal: AnyObject, Sendable {
     func settled(ino: UInt64, in database: Database) throws -> Bool
 
     /// Before a content commit, whether the file's blocks must be block files even when
-    /// small enough to be kept in the catalog (InlineBlocks.swift): the camera backup's
+    /// small enough to be packed (InlineBlocks.swift): the camera backup's
     /// photos, whose blocks optimize storage may make online-only. `path` gives the file's
     /// workspace path (see `DriveChange.path`), during this call only.
     func keepsBlockFiles(ino: UInt64, path: () throws -> String?) throws -> Bool

@@ -697,14 +697,14 @@ public final class DriveFileSystem: @unchecked Sendable {
     }
 
     /// The open file's cached descriptor of a stored block, when the block is here.
-    /// `inlineChecked`: the block is known not to be kept in the catalog.
+    /// `inlineChecked`: the block is known not to be packed.
     private func residentReader(_ node: OpenNode, _ digest: SHA256Digest, inlineChecked: Bool = false) throws -> SharedDescriptor? {
         if let d = node.readers[digest] { return d }
         guard let fd = try inlineChecked ? blockCache.openHeldFile(digest) : openIfResident(digest) else { return nil }
         return try node.reader(digest) { _ in fd }
     }
 
-    /// The open file's copy of a small block kept in the catalog, when it is one.
+    /// The open file's copy of a small block kept in the pack, when it is one.
     private func inlineReader(_ node: OpenNode, _ digest: SHA256Digest, length: Int) throws -> InlineBytes? {
         guard length <= InlineBlocks.limit else { return nil }
         if let b = node.inline[digest] { return b }
@@ -712,7 +712,7 @@ public final class DriveFileSystem: @unchecked Sendable {
         // Never a reply past its bytes: a row shorter than the file says is read as a block
         // not held here (fetched again, checked against its hash).
         guard bytes.count == length else {
-            DriveLog.error("block \(digest.hex) in the catalog has \(bytes.count) bytes, not \(length): reads of its file fetch it again")
+            DriveLog.error("block \(digest.hex) in the pack has \(bytes.count) bytes, not \(length): reads of its file fetch it again")
             return nil
         }
         let b = InlineBytes(bytes)
@@ -870,7 +870,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                     change.changed.updateValue(nil, forKey: index)   // all zeros: a hole, nothing stored
                 } else if b.inMemory || (index == 0 && d.size <= Int64(InlineBlocks.limit)) {
                     // A small file's block, also one staged on the disk (a large file cut
-                    // down to this size): kept in the catalog; the staging file is reused.
+                    // down to this size): kept in the pack; the staging file is reused.
                     change.changed.updateValue(digest, forKey: index)
                     var bytes = [UInt8](repeating: 0, count: length)
                     try bytes.withUnsafeMutableBytes { try readFully(b.fd, into: $0, at: 0) }

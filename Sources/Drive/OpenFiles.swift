@@ -244,7 +244,7 @@ final class OpenNode: @unchecked Sendable {
     var notHeld: Set<SHA256Digest> = []
     /// Open descriptors of stored blocks, by digest (at most 8 per open file).
     var readers: [SHA256Digest: SharedDescriptor] = [:]
-    /// Small blocks kept in the catalog, read once per open file (at most 8).
+    /// Small blocks kept in the pack, read once per open file (at most 8).
     var inline: [SHA256Digest: InlineBytes] = [:]
     /// How much of the file's content not held here reads fetch (ReadaheadWindow.swift).
     var window = ReadaheadWindow()

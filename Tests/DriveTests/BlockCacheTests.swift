@@ -294,6 +294,55 @@ extension FakeRemote {
         #expect(fs.blobs.contains(wrong.digest))
     }
 
+    /// Small blocks fetched ahead go to the pack (no file, no inode each), read back
+    /// byte for byte, and leave it again: made online-only under optimize storage, or
+    /// evicted as cache once no file names them, their ranges freed each time.
+    @Test func smallBlocksFetchedAheadGoToThePackAndLeaveIt() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        let remote = FakeRemote()
+        let pack = dir.path + "/state/small-blocks.pack"
+        func packDiskBlocks() throws -> Int64 { Int64(try FileIO.status(pack).st_blocks) }
+        var files: [(ino: UInt64, bytes: [UInt8], digest: SHA256Digest)] = []
+        for i in 0..<50 {
+            let bytes = pseudoRandomBytes(5_000 + i * 97, seed: UInt64(i + 500))
+            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("s\(i)".utf8), mode: 0o644, uid: 0, gid: 0)
+            _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
+            try fs.flush(fh)
+            fs.release(fh)
+            let digest = try #require(try fs.catalog.storedBlocks(a.ino)[0])
+            #expect(try fs.catalog.isPacked(digest))
+            #expect(remote.add(bytes) == digest)
+            files.append((a.ino, bytes, digest))
+        }
+        let held = try packDiskBlocks()
+        for f in files { #expect(try fs.catalog.evict(f.digest, onlyNamedBy: [f.ino])) }
+        #expect(files.allSatisfy { !fs.blobs.contains($0.digest) && (try? fs.catalog.isPacked($0.digest)) == false })
+        let emptied = try packDiskBlocks()
+        #expect(emptied < held / 4, "the pack holds \(emptied) disk blocks, \(held) before")
+
+        fs.blockCache.remote = remote
+        fs.blockCache.prefetch(files.map { ($0.digest, $0.bytes.count) })
+        try eventually("50 blocks packed", within: 30) { files.filter { (try? fs.catalog.isPacked($0.digest)) == true }.count == 50 }
+        #expect(try fs.blobs.allDigests().isEmpty, "no block file for a small block")
+        #expect(fs.blockCache.statistics.blocksAdopted == 50)
+        let sent = remote.state.withLock { $0.bytesSent }
+        for f in files { #expect(try read(fs, f.ino, count: f.bytes.count + 10, at: 0) == f.bytes) }
+        #expect(remote.state.withLock { $0.bytesSent } == sent, "read from the pack, not fetched again")
+
+        // No file names the first one any more: it is cache, and the cache bound's eviction
+        // drops its row and frees its range; the others read on.
+        try fs.unlink(parent: 1, name: Array("s0".utf8))
+        fs.forget(files[0].ino, count: 1)
+        fs.collectGarbage()
+        #expect(try fs.catalog.isPacked(files[0].digest), "kept as cache")
+        #expect(try fs.catalog.evict(files[0].digest))
+        #expect(try !fs.catalog.isPacked(files[0].digest))
+        for f in files.dropFirst() { #expect(try read(fs, f.ino, count: f.bytes.count, at: 0) == f.bytes) }
+        fs.shutdown()
+    }
+
     @Test func aDamagedBlockIsFetchedBackFromTheServer() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
