@@ -106,10 +106,14 @@ final class Catalog: @unchecked Sendable {
         var removalsAfterCommit: [SHA256Digest] = []
         /// The small blocks' bytes (BlockPack.swift).
         let pack: BlockPack
-        /// Ranges of the pack to free once the open group committed (their rows are dropped
-        /// in it), and ranges appended in the open group (freed if the group is lost).
-        var packRangesAfterCommit: [PackRange] = []
+        /// Ranges of the pack appended and dropped by the transaction being made (CatalogPack.swift:
+        /// settled at its end, `packChangeEnded`, or undone with it, `packChangeRolledBack`);
+        /// then those of the open group: appended in it (freed if it is lost), dropped in it
+        /// (freed once it committed).
+        var packAppendedInChange: [PackRange] = []
+        var packFreedInChange: [PackRange] = []
         var packRangesInGroup: [PackRange] = []
+        var packRangesAfterCommit: [PackRange] = []
         /// Set when a group was lost: `Database.commitCount` then. Changes commit one by one
         /// (their callers hear of a failure) until one commits again (GroupCommit.swift).
         var groupsSuspendedAt: Int?
@@ -168,7 +172,8 @@ final class Catalog: @unchecked Sendable {
             }, rolledBack: { [unowned self] in
                 attributeCache.removeAll()
                 folderPaths.removeAll()
-            })
+                packChangeRolledBack()
+            }, changeEnded: { [unowned self] in packChangeEnded() })
         }
 
         /// Runs a write transaction that may tell the followers of its changes; commits it at

@@ -38,18 +38,12 @@ extension Catalog.Locked {
         }
         if old != nil && !damaged { return }
         let offset = try pack.append(bytes)
-        let range = PackRange(offset: offset, length: bytes.count)
-        packRangesInGroup.append(range)
-        do {
-            try db.run("""
-                INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?)
-                ON CONFLICT(hash) DO UPDATE SET pack_offset = excluded.pack_offset, length = excluded.length
-                """, digest.hex, offset, bytes.count)
-        } catch {
-            packRangesInGroup.removeLast()
-            pack.release(at: range.offset, length: range.length)
-            throw error
-        }
+        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
+        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        try db.run("""
+            INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?)
+            ON CONFLICT(hash) DO UPDATE SET pack_offset = excluded.pack_offset, length = excluded.length
+            """, digest.hex, offset, bytes.count)
         if let old { releasePackRanges([old]) }
     }
 
@@ -71,15 +65,38 @@ extension Catalog.Locked {
             """) { PackRange(offset: $0.int64(0), length: $0.int(1)) }
     }
 
-    /// Frees ranges whose rows a transaction dropped: at once when it committed, else
-    /// when the open group commits (a lost group brings the rows back).
+    /// Ranges whose rows the transaction being made dropped: freed once that is committed,
+    /// never before (a rollback, or a lost group, brings the rows back).
+    ///
+    /// Why the bookkeeping lives at the transaction's ends and not with each caller: a
+    /// change is a transaction of its own or a savepoint of the open group, and the callers
+    /// that drop blocks are many (a commit, an unlink, the garbage pass, a remote change).
+    /// The connection tells the end of every transaction that succeeded (`changeEnded`) and
+    /// every rollback, of a savepoint or of the whole transaction (`rolledBack`).
     func releasePackRanges(_ ranges: [PackRange]) {
-        guard !ranges.isEmpty else { return }
+        packFreedInChange += ranges
+    }
+
+    /// A transaction ended well: committed on its own (what it dropped is freed now), or
+    /// released into the open group (both lists wait for the group's outcome).
+    func packChangeEnded() {
+        if packAppendedInChange.isEmpty && packFreedInChange.isEmpty { return }
         if db.groupStarted != nil {
-            packRangesAfterCommit += ranges
+            packRangesInGroup += packAppendedInChange
+            packRangesAfterCommit += packFreedInChange
         } else {
-            for r in ranges { pack.release(at: r.offset, length: r.length) }
+            for r in packFreedInChange { pack.release(at: r.offset, length: r.length) }
         }
+        packAppendedInChange = []
+        packFreedInChange = []
+    }
+
+    /// A transaction was rolled back: its appended bytes are named by no row (freed), and
+    /// what it dropped is named again (kept).
+    func packChangeRolledBack() {
+        for r in packAppendedInChange { pack.release(at: r.offset, length: r.length) }
+        packAppendedInChange = []
+        packFreedInChange = []
     }
 
     /// The open group committed: its dropped ranges are freed, its appended ones stay.

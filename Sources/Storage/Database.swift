@@ -64,9 +64,11 @@ extension Optional: SQLBindable where Wrapped: SQLBindable {
 private final class ChangeHooks {
     let rowChanged: (String, Int64) -> Void
     let rolledBack: () -> Void
-    init(rowChanged: @escaping (String, Int64) -> Void, rolledBack: @escaping () -> Void) {
+    let changeEnded: () -> Void
+    init(rowChanged: @escaping (String, Int64) -> Void, rolledBack: @escaping () -> Void, changeEnded: @escaping () -> Void) {
         self.rowChanged = rowChanged
         self.rolledBack = rolledBack
+        self.changeEnded = changeEnded
     }
 }
 
@@ -172,9 +174,11 @@ public final class Database: @unchecked Sendable {
     /// deletes in a rowid table (not in WITHOUT ROWID tables), and `rolledBack()` when a
     /// transaction is rolled back: what a cache of rows needs to stay exact. The handlers
     /// run inside SQLite's statement execution: they must not use the connection.
+    /// `changeEnded()` after each `transaction` that succeeded: committed, or released into
+    /// the open group (`groupStarted` tells which).
     public func observeChanges(rowChanged: @escaping (_ table: String, _ rowid: Int64) -> Void,
-                               rolledBack: @escaping () -> Void) {
-        let hooks = ChangeHooks(rowChanged: rowChanged, rolledBack: rolledBack)
+                               rolledBack: @escaping () -> Void, changeEnded: @escaping () -> Void = {}) {
+        let hooks = ChangeHooks(rowChanged: rowChanged, rolledBack: rolledBack, changeEnded: changeEnded)
         changeHooks = hooks
         let context = Unmanaged.passUnretained(hooks).toOpaque()
         sqlite3_update_hook(handle, { context, _, _, table, rowid in
@@ -200,6 +204,7 @@ public final class Database: @unchecked Sendable {
             let result = try body()
             try execute("COMMIT")
             commitCount += 1
+            changeHooks?.changeEnded()
             return result
         } catch {
             try? execute("ROLLBACK")
@@ -227,6 +232,7 @@ public final class Database: @unchecked Sendable {
         do {
             let result = try body()
             try run("RELEASE change")
+            changeHooks?.changeEnded()
             return result
         } catch {
             // The rollback hook runs only for a whole transaction: caches hear of this one here.

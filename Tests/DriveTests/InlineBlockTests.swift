@@ -267,6 +267,38 @@ import Storage
         fs.shutdown()
     }
 
+    /// A change that appended bytes and then failed: its bytes are freed with its rollback,
+    /// and only its own: the change before it in the same open group keeps its bytes, read
+    /// back before and after the group's commit and after a remount.
+    @Test func aRolledBackChangeFreesOnlyTheBytesItAppended() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        fs.startBackgroundWork(groupCommitWindow: 60)
+        let kept = pseudoRandomBytes(40_000, seed: 21)
+        let a = try logic.store(fs, "kept", kept)
+        let held = try packDiskBlocks(dir)
+        struct Refused: Error {}
+        let doomed = pseudoRandomBytes(48_000, seed: 22)
+        #expect(throws: Refused.self) {
+            try fs.catalog.withDatabase { locked in
+                try locked.db.transaction {
+                    try doomed.withUnsafeBytes { try locked.storePacked(SHA256Hasher.digest(doomed), $0, damaged: false) }
+                    throw Refused()
+                }
+            }
+        }
+        #expect(try packDiskBlocks(dir) == held, "the failed change's bytes are freed")
+        #expect(try fs.catalog.withDatabaseUnchecked { try Catalog.packedRange(SHA256Hasher.digest(kept), in: $0.db) } != nil)
+        #expect(try contents(fs, a.ino) == kept)
+        try fs.syncAll()
+        #expect(try contents(fs, a.ino) == kept)
+        fs.shutdown()
+        let again = try logic.makeFS(dir)
+        #expect(try contents(again, a.ino) == kept)
+        again.shutdown()
+    }
+
     /// A kill after bytes were appended and before a commit named them: the next open cuts
     /// them off; what rows name stays.
     @Test func bytesNoRowNamesAreCutAtTheNextOpen() throws {
