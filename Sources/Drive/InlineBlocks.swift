@@ -21,9 +21,10 @@ import Synchronization
 /// What differs: the block is staged in memory while written (a `memfd`, moved to a
 /// staging file on the disk if the file grows past `limit`); the flusher syncs the pack
 /// with the catalog, and after an unclean stop newer packed blocks are re-hashed like
-/// block files; it is never made online-only. Files a change follower keeps as block
-/// files (`ChangeJournal.keepsBlockFiles`: the backup's photos) always get them (the
-/// backup and "optimize storage" work on those).
+/// block files; made online-only or evicted as cache, its range of the pack is punched
+/// where a file would be unlinked. Files a change follower keeps as block files
+/// (`ChangeJournal.keepsBlockFiles`: the backup's photos) always get them (the backup's
+/// uploads work on those).
 public enum InlineBlocks {
     /// 64 KiB: 96% of the files of `/usr/include`.
     public static let limit = 64 << 10
