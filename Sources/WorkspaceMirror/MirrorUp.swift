@@ -67,18 +67,34 @@ extension MirrorEngine {
                     return true
                 }
                 let depth = try depth(of: s.node)
-                planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .delete(id: s.node.id, base: s.node.version), base: s.node,
-                                         depth: depth)
-                order.append(d.ino)
+                var below: [(SyncedNode, Int)] = []
                 if s.node.kind == .folder {
                     // A folder that left the workspace (moved into the Camera Roll, or to a
                     // temporary name) takes its contents with it; removed with `rm -r`, its
                     // contents are marked on their own and this finds them planned already.
-                    for (child, below) in try descendants(of: s.node.id) where planned[child.ino] == nil {
-                        planned[child.ino] = Planned(ino: child.ino, seq: 0, change: .delete(id: child.node.id, base: child.node.version),
-                                                     base: child.node, depth: depth + below)
-                        order.append(child.ino)
+                    // A node moved out of it before it went is still here: it goes up as a
+                    // move, never as a delete, and before this folder's delete (the server
+                    // refuses to delete a folder that still holds it). Until its move can be
+                    // planned (not settled yet, or its new parent not sendable yet), the
+                    // folder's delete waits.
+                    for (child, depthBelow) in try descendants(of: s.node.id) where planned[child.ino] == nil {
+                        if try isInWorkspace(child.ino) {
+                            if let cd = bySeq[child.ino], try !plan(cd) || planned[child.ino] == nil {
+                                nextDue = min(nextDue, 0.1)
+                                return false
+                            }
+                            continue
+                        }
+                        below.append((child, depthBelow))
                     }
+                }
+                planned[d.ino] = Planned(ino: d.ino, seq: d.seq, change: .delete(id: s.node.id, base: s.node.version), base: s.node,
+                                         depth: depth)
+                order.append(d.ino)
+                for (child, depthBelow) in below where planned[child.ino] == nil {
+                    planned[child.ino] = Planned(ino: child.ino, seq: 0, change: .delete(id: child.node.id, base: child.node.version),
+                                                 base: child.node, depth: depth + depthBelow)
+                    order.append(child.ino)
                 }
                 return true
             }
@@ -275,6 +291,20 @@ extension MirrorEngine {
     }
 
     /// Every synced node under folder `id`, with how far below it each is.
+    /// Whether inode `ino` is still in the workspace here: every folder up to the root
+    /// committed, none a temporary name, and not under the Camera Roll. Unlike `place`,
+    /// a synced parent row does not vouch for it (that parent may have left itself).
+    func isInWorkspace(_ ino: UInt64) throws -> Bool {
+        var current = ino
+        for _ in 0..<4096 {
+            guard let e = try drive.committedEntry(current), e.kind != .special,
+                  let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return false }
+            if e.parent == 1 { return name != MirrorRules.cameraRoll }
+            current = e.parent
+        }
+        return false
+    }
+
     func descendants(of id: String) throws -> [(SyncedNode, Int)] {
         try db.query("""
             WITH RECURSIVE below(node, depth) AS (
