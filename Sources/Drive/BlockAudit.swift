@@ -52,8 +52,7 @@ public enum BlockAudit {
     public static func run(_ db: Database, blobs: BlobStore, pack: BlockPack?, newerThan generation: Int64? = nil,
                            progress: ((Int64) -> Void)? = nil) throws -> Report {
         var report = Report()
-        let table = try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
-            ? "inline_blocks" : "packed_blocks"
+        let table = try Catalog.hasInlineBlocksTable(db) ? "inline_blocks" : "packed_blocks"
         // Packed bytes are checked after an unclean stop as block files are (the pack is
         // synced by the flusher, not by SQLite); bytes still in the catalog are as safe as
         // its transactions.

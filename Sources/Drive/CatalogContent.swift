@@ -148,7 +148,7 @@ extension Catalog.Locked {
                         """, s.digest.hex, s.length, generation)
                 }
                 for block in inlined {
-                    let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", block.digest.hex) { $0.int(0) != 0 } ?? false
+                    let damaged = try isMarkedDamaged(block.digest)
                     try db.run("""
                         INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)
                         ON CONFLICT(hash) DO UPDATE SET damaged = 0, resident = 1 WHERE blocks.damaged = 1 OR blocks.resident = 0

@@ -16,6 +16,12 @@ extension Catalog {
         return try pack.read(at: range.offset, length: range.length)
     }
 
+    /// Whether the catalog still keeps small blocks' bytes in `inline_blocks` (made before
+    /// drive-008 and not opened for writing since).
+    static func hasInlineBlocksTable(_ db: Database) throws -> Bool {
+        try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
+    }
+
     /// Where a sound block's bytes are in the pack: nil when it is not packed, or marked
     /// damaged (its reads then go to its file or the server, never to these bytes).
     static func packedRange(_ digest: SHA256Digest, in db: Database) throws -> PackRange? {
@@ -33,9 +39,7 @@ extension Catalog.Locked {
     /// written again; a damaged block's bytes are written anew (self-heal) and its old
     /// range freed after the commit.
     func storePacked(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer, damaged: Bool) throws {
-        let old = try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex) {
-            PackRange(offset: $0.int64(0), length: $0.int(1))
-        }
+        let old = try packedRangeSoundOrNot(digest)
         if old != nil && !damaged { return }
         let offset = try pack.append(bytes)
         // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
@@ -50,12 +54,21 @@ extension Catalog.Locked {
     /// A block marked damaged stored again as a file (a commit, a fetch): its packed copy,
     /// the wrong bytes, goes with the mark, so that no read prefers it to the new file.
     func dropDamagedPackedCopy(_ digest: SHA256Digest) throws {
-        let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
-        guard damaged, let old = try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex, row: {
-            PackRange(offset: $0.int64(0), length: $0.int(1))
-        }) else { return }
+        guard try isMarkedDamaged(digest), let old = try packedRangeSoundOrNot(digest) else { return }
         try db.run("DELETE FROM packed_blocks WHERE hash = ?", digest.hex)
         releasePackRanges([old])
+    }
+
+    /// Whether block `digest` has a row marked damaged (read before a save resets the mark).
+    func isMarkedDamaged(_ digest: SHA256Digest) throws -> Bool {
+        try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
+    }
+
+    /// The block's packed range, whether or not the block is marked damaged.
+    private func packedRangeSoundOrNot(_ digest: SHA256Digest) throws -> PackRange? {
+        try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex) {
+            PackRange(offset: $0.int64(0), length: $0.int(1))
+        }
     }
 
     /// The packed ranges of blocks about to be dropped by `condition` on `blocks`.
@@ -128,8 +141,7 @@ extension Catalog.Locked {
     /// bytes in the pack that no row names (cut at the next open) and its rows still in
     /// the table (moved again).
     func moveInlineBlocksToPack() throws {
-        let hasTable = try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
-        guard hasTable else { return }
+        guard try Catalog.hasInlineBlocksTable(db) else { return }
         try cutPackTail()
         var moved = 0
         while true {

@@ -189,7 +189,7 @@ extension Catalog.Locked {
     func adoptFetchedPacked(_ bytes: UnsafeRawBufferPointer, _ digest: SHA256Digest) throws -> Int64 {
         try write {
             generation += 1
-            let damaged = try db.queryOne("SELECT damaged FROM blocks WHERE hash = ?", digest.hex) { $0.int(0) != 0 } ?? false
+            let damaged = try isMarkedDamaged(digest)
             try db.run("""
                 INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
                 ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns

@@ -40,6 +40,13 @@ import Storage
 
     func packPath(_ dir: TemporaryDirectory) -> String { dir.path + "/state/small-blocks.pack" }
 
+    /// Writes into the pack behind the drive's back (what a kill or a power cut leaves).
+    func writeIntoPack(_ dir: TemporaryDirectory, _ bytes: [UInt8], at offset: Int64) throws {
+        let fd = try FileIO.open(packPath(dir), O_WRONLY)
+        defer { FileIO.close(fd) }
+        try bytes.withUnsafeBytes { try FileIO.pwrite(fd, $0, at: offset) }
+    }
+
     /// Disk blocks (512 bytes) the pack holds: what a freed range gives back.
     func packDiskBlocks(_ dir: TemporaryDirectory) throws -> Int64 { Int64(try FileIO.status(packPath(dir)).st_blocks) }
 
@@ -307,9 +314,7 @@ import Storage
         let bytes = pseudoRandomBytes(10_000, seed: 13)
         let a = try logic.store(fs, "kept", bytes)
         fs.shutdown()
-        let fd = try FileIO.open(packPath(dir), O_WRONLY)
-        try pseudoRandomBytes(50_000, seed: 14).withUnsafeBytes { try FileIO.pwrite(fd, $0, at: 12_288) }
-        FileIO.close(fd)
+        try writeIntoPack(dir, pseudoRandomBytes(50_000, seed: 14), at: 12_288)
         let again = try logic.makeFS(dir)
         #expect(try FileIO.status(packPath(dir)).st_size == 12_288)
         #expect(try contents(again, a.ino) == bytes)
@@ -336,9 +341,7 @@ import Storage
             // No shutdown: the process "dies" here.
         }
         let r = try #require(range)
-        let fd = try FileIO.open(packPath(dir), O_WRONLY)
-        try [UInt8](repeating: 0, count: r.length).withUnsafeBytes { try FileIO.pwrite(fd, $0, at: r.offset) }
-        FileIO.close(fd)
+        try writeIntoPack(dir, [UInt8](repeating: 0, count: r.length), at: r.offset)
         let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         let reported = try fs.recover()
         #expect(reported.count == 1 && reported.first?.hasSuffix("lost") == true, "reported: \(reported)")
