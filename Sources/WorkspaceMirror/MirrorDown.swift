@@ -159,7 +159,7 @@ extension MirrorEngine {
     /// only if both are folders (they become one: the returned inode takes `r`'s id);
     /// otherwise it takes a conflict name (both kept). A synced node still there is one
     /// whose own move has not been applied yet: it waits under a hidden name.
-    private func makeRoom(_ parent: UInt64, _ name: [UInt8], for r: RemoteNode, _ edit: ExternalEdit) throws -> UInt64? {
+    func makeRoom(_ parent: UInt64, _ name: [UInt8], for r: RemoteNode, _ edit: ExternalEdit) throws -> UInt64? {
         guard let occupant = try edit.child(parent, name) else { return nil }
         let db = edit.database
         let synced = try MirrorRows.synced(ino: occupant.ino, in: db)

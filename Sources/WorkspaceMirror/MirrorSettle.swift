@@ -40,6 +40,9 @@ extension MirrorEngine {
             // Our new folder, where another device made one first (we had not heard of it
             // yet): they become one, as when the feed brings theirs first.
             if try mergeIntoTheirFolder(p, occupant) { return }
+            // Moved here since it was planned (room made for the other side's node in the
+            // same batch): the next pass sends it under the name it has now.
+            if try movedSincePlanned(p) { return }
             // A swap of two names, or a name freed later in the same batch: tried again next
             // pass. Taken for good (another device's node): ours is kept under a conflict name.
             let clashes = state.withLock { s -> Int in s.clashes[p.ino, default: 0] += 1; return s.clashes[p.ino]! }
@@ -94,6 +97,13 @@ extension MirrorEngine {
             try MirrorRows.save(SyncedNode(ino: p.ino, node: theirs), in: db)
             return true
         }
+    }
+
+    /// Whether a put's inode is no longer where the put placed it.
+    private func movedSincePlanned(_ p: Planned) throws -> Bool {
+        guard case .put(let node, _, _) = p.change, let local = try drive.committedEntry(p.ino) else { return false }
+        let parentID = local.parent == 1 ? RemoteNode.rootID : try MirrorRows.synced(ino: local.parent, in: db)?.node.id
+        return parentID != node.parent || MirrorRules.wireName(local.name) != node.name
     }
 
     /// Whether the parent a put named is not (or no longer) this device's agreed folder on
@@ -156,9 +166,19 @@ extension MirrorEngine {
             try moveToConflictName(parent: local.parent, name: local.name, edit)
             try MirrorRows.forget(ino: p.ino, in: db)
             try MirrorRows.markDirty(p.ino, now: MirrorClock.nanoseconds(), in: db)
-            guard let parent = try inode(of: theirs.parent, db) else { return }
-            let ino = try edit.create(parent: parent, name: Array(theirs.name.utf8), kind: kind(theirs.kind), permissions: permissions(theirs),
+            // Theirs in a folder this device has not heard of yet: it comes down with it.
+            guard let parent = try inode(of: theirs.parent, db) else { try MirrorRows.saveRemote(theirs, in: db); return }
+            // Their place may hold something of ours made since (our file renamed away,
+            // then a new one under its old name): it is freed by the rule of every remote
+            // change (our new node takes a conflict name, both kept).
+            let name = Array(theirs.name.utf8)
+            var ino: UInt64
+            if let merged = try makeRoom(parent, name, for: theirs, edit) {
+                ino = merged
+            } else {
+                ino = try edit.create(parent: parent, name: name, kind: kind(theirs.kind), permissions: permissions(theirs),
                                       mtime: theirs.mtime, target: theirs.target.map { Array($0.utf8) })
+            }
             if let hash = theirs.hash, let content = SHA256Digest(hex: hash), theirs.kind == .file {
                 try edit.setContent(ino, content: content, blocks: lists ?? [], size: theirs.size, mtime: theirs.mtime)
             }

@@ -242,7 +242,12 @@ extension MirrorEngine {
                 if case .applied(let node) = outcome { applied.append((p, node)); continue }
                 try settleApplied(applied, now: now)
                 applied = []
-                try settle(p, outcome, now: now)
+                // One answer that cannot be settled here (its conflict copy or the other
+                // side's version cannot be put in place) waits on its own: the other
+                // changes of the batch, and the passes that follow, go on.
+                do { try settle(p, outcome, now: now) } catch let e as MirrorUnreachable { throw e } catch {
+                    noteFailure(p.ino, "could not settle the workspace's answer for '\((try? drive.path(of: p.ino)) ?? nil ?? "#\(p.ino)")': \(error)", retryIn: 5)
+                }
             }
             try settleApplied(applied, now: now)
         }

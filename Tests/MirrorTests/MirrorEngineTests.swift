@@ -118,6 +118,32 @@ import TestSupport
         #expect(copies.first?.value == "file \(contentHash("from b!")) 7 xfalse")
     }
 
+    /// Both edit one file, and this device has also renamed it and made a new file under
+    /// its old name before hearing of the other's edit: the other's version needs the old
+    /// name back. All three are kept, and the pass does not fail (a failing pass held every
+    /// other change of the device back: the model-based test's seed 3426584558).
+    @Test func aConflictWhoseNameWasTakenHereSinceKeepsAllThree() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("doc.txt", "base")
+        try settle(ds)
+        try a.write("doc.txt", "from a")
+        try a.sync()
+        try b.write("doc.txt", "from b!")
+        try b.rename("doc.txt", "moved.txt")
+        try b.write("doc.txt", "new on b")
+        try b.sendBeforeHearing()
+        try settle(ds)
+        let tree = try a.tree()
+        #expect(tree == (try b.tree()))
+        #expect(tree["doc.txt"] == "file \(contentHash("from a")) 6 xfalse")
+        #expect(tree.filter { $0.key.hasPrefix("moved (conflict from b ") }.values.sorted() == ["file \(contentHash("from b!")) 7 xfalse"])
+        #expect(tree.filter { $0.key.hasPrefix("doc (conflict from b ") }.values.sorted() == ["file \(contentHash("new on b")) 8 xfalse"])
+        #expect(tree.count == 3, "\(tree.keys.sorted())")
+        #expect(!tree.keys.contains { $0.components(separatedBy: "(conflict from").count > 2 }, "one conflict name each: \(tree.keys.sorted())")
+        #expect(b.engine.status.failures == 0)
+    }
+
     @Test func anEditAgainstADeleteWinsAndTheFileComesBack() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])
