@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Storage
 
 /// Exit codes from sysexits.h, so scripts and systemd can tell failures apart.
 public enum ExitCode {
@@ -27,6 +28,5 @@ public struct CLIError: Error {
 }
 
 public func printError(_ message: String) {
-    var line = "vdrive: " + message + "\n"
-    line.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    LogLine.write("vdrive: " + message)
 }

@@ -170,12 +170,10 @@ final class Durability: @unchecked Sendable {
     }
 }
 
-/// Log lines on stderr (the journal, under systemd), prefixed so they are easy to grep.
+/// Log lines on stderr (the journal, under systemd; stamped in a log file: LogLine),
+/// prefixed so they are easy to grep.
 enum DriveLog {
     static func info(_ message: String) { write("vdrive: " + message) }
     static func error(_ message: String) { write("vdrive: error: " + message) }
-    private static func write(_ line: String) {
-        let text = line + "\n"
-        text.withCString { _ = Glibc.write(2, $0, strlen($0)) }
-    }
+    private static func write(_ line: String) { LogLine.write(line) }
 }

@@ -271,7 +271,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 }
 
 enum MirrorLog {
-    static func error(_ text: String) { FileHandle.standardError.write(Data(("vdrive: " + text + "\n").utf8)) }
+    static func error(_ text: String) { LogLine.write("vdrive: " + text) }
     static func isUnreachable(_ error: Error) -> Bool { (error as? MirrorUnreachable) != nil }
 }
 
