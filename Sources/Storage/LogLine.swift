@@ -15,10 +15,10 @@ public enum LogLine {
 
     public static func write(_ line: String) {
         let text = (stamped ? timestamp() + " " : "") + line + "\n"
-        var bytes = Array(text.utf8)
+        let bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.write(2, $0.baseAddress! + offset, $0.count - offset) }
+            let n = bytes.withUnsafeBytes { Glibc.write(2, $0.baseAddress! + offset, $0.count - offset) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { return }
             offset += n

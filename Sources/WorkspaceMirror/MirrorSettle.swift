@@ -172,7 +172,7 @@ extension MirrorEngine {
             // then a new one under its old name): it is freed by the rule of every remote
             // change (our new node takes a conflict name, both kept).
             let name = Array(theirs.name.utf8)
-            var ino: UInt64
+            let ino: UInt64
             if let merged = try makeRoom(parent, name, for: theirs, edit) {
                 ino = merged
             } else {
