@@ -27,6 +27,21 @@ import Storage
         expectOneLine(try mount([dir.path + "/file", "--state", dir.path + "/s"], in: dir), code: 66, mentions: "not a folder")
     }
 
+    /// Into a file (as the background mount's log) a line starts with its UTC time; to a
+    /// pipe (a terminal, the journal) it does not (the test above).
+    @Test func aLineIntoAFileStartsWithItsTime() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let log = dir.path + "/err.log"
+        let r = try runCommand("/bin/sh", ["-c", "exec \"$0\" mount \"$1\" --state \"$2\" 2>\"$3\"", vdriveBinary, dir.path + "/nope", dir.path + "/s", log],
+                               environment: ["XDG_DATA_HOME": dir.path + "/xdg", "XDG_RUNTIME_DIR": dir.path + "/run"])
+        #expect(r.status == 66)
+        let line = try #require(FileManager.default.contents(atPath: log).map { String(decoding: $0, as: UTF8.self) })
+        let stamp = try #require(line.split(separator: " ", maxSplits: 1).first.map(String.init))
+        let shape = stamp.map { $0.isNumber ? "9" : String($0) }.joined()
+        #expect(shape == "9999-99-99T99:99:99.999Z", "\(line)")
+        #expect(line.dropFirst(stamp.count + 1).hasPrefix("vdrive: mount point \(dir.path)/nope does not exist"), "\(line)")
+    }
+
     @Test func stateFolderCannotBeCreated() throws {
         let dir = TemporaryDirectory(); defer { dir.remove() }
         mkdir(dir.path + "/mnt", 0o755)
