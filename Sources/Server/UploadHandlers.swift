@@ -106,7 +106,14 @@ enum UploadHandlers {
         guard let claimed = context.uploads.claim(row.id) else { return row }   // a request on it now finishes it
         claimed?.cancel()
         do {
-            let done = try commitReceived(row, digest: digest, context: context)
+            // Read again under the claim: the request that held it before may have committed
+            // the upload (its staging file is then a block in the store) or the collection
+            // removed the row since `row` was read.
+            guard let current = try context.upload(id: row.id) else {
+                context.uploads.remove(row.id)
+                return row
+            }
+            let done = try commitReceived(current, digest: digest, context: context)
             if done.completed { context.uploads.remove(row.id) } else { context.uploads.release(row.id, hasher: nil) }
             return done
         } catch let failure as RequestFailure where failure.response.status == Tus.checksumMismatchStatus {

@@ -40,6 +40,17 @@ import Testing
 
         func stop() { server.stop(); store?.stop() }
 
+        /// One collection; when the lock is taken (the server's start finishes a killed
+        /// run's removals under it), again once it is free.
+        func collect(grace: Int64, dryRun: Bool = false) throws -> SpaceCollector.Report {
+            var report: SpaceCollector.Report?
+            try eventually("the collection lock is free") {
+                do { report = try collector.collect(grace: grace, dryRun: dryRun) } catch is SpaceCollector.Busy { return false }
+                return true
+            }
+            return report!
+        }
+
         var client: WorkspaceClient { server.client }
 
         /// Whether the block's bytes are in the store (a file, or an object).
@@ -75,15 +86,15 @@ import Testing
         let aOwn = a.manifest.blocks[1], shared = a.manifest.blocks[0]
 
         // Nothing unnamed yet: nothing goes, even with no grace.
-        #expect(try space.collector.collect(grace: 0) == SpaceCollector.Report())
+        #expect(try space.collect(grace: 0) == SpaceCollector.Report())
         try space.admin.delete(device: "test-device", path: "a.bin")
         // Within the grace: kept, and the dry run says what would go without removing it.
-        #expect(try space.collector.collect(grace: 3600).blocks == 0)
-        let dry = try space.collector.collect(grace: 0, dryRun: true)
+        #expect(try space.collect(grace: 3600).blocks == 0)
+        let dry = try space.collect(grace: 0, dryRun: true)
         #expect(dry.contents == 1 && dry.blocks == 1 && dry.bytes == 90_000)
         #expect(try space.holdsBytes(aOwn))
 
-        let report = try space.collector.collect(grace: 0)
+        let report = try space.collect(grace: 0)
         #expect(report.contents == 1 && report.blocks == 1 && report.bytes == 90_000, "\(report)")
         #expect(try !space.holdsBytes(aOwn))
         #expect(try !space.server.hasBlock(aOwn))
@@ -95,7 +106,7 @@ import Testing
         // What went comes back: a uploaded and recorded again reads back whole.
         try space.server.store(a, at: "a.bin")
         #expect(try space.readsBack(a))
-        #expect(try space.collector.collect(grace: 0).blocks == 0)
+        #expect(try space.collect(grace: 0).blocks == 0)
     }
 
     @Test(arguments: Backend.allCases) func usageCountsEachDeviceAndWhatGCWouldFree(_ backend: Backend) throws {
@@ -128,7 +139,7 @@ import Testing
         usage = try SpaceUsage.measure(space.collector, grace: 0, quota: nil)
         #expect(usage.collectableBlocks == 1 && usage.collectableBytes == 120_000, "b's block is the phone's still")
         #expect(try SpaceUsage.measure(space.collector, grace: 3600, quota: nil).collectableBytes == 0, "within the grace nothing would go")
-        #expect(try space.collector.collect(grace: 0).bytes == 120_000)
+        #expect(try space.collect(grace: 0).bytes == 120_000)
         usage = try SpaceUsage.measure(space.collector, grace: 0, quota: nil)
         #expect(usage.storedBytes == block + 90_000 + 80_000)
     }
@@ -147,7 +158,9 @@ import Testing
         let collections = Atomic<Int>(0)
         let gc = Thread {
             while !stop.load(ordering: .relaxed) {
-                do { _ = try space.collector.collect(grace: 0); collections.add(1, ordering: .relaxed) } catch {
+                do { _ = try space.collector.collect(grace: 0); collections.add(1, ordering: .relaxed) } catch is SpaceCollector.Busy {
+                    // The server's start finishes a killed run's removals under the same lock: next turn.
+                } catch {
                     failures.withLock { $0.append("gc: \(error)") }
                 }
                 // A breath between passes: with no grace at all, a collection looping
@@ -255,7 +268,7 @@ import Testing
         for i in 5..<8 { #expect(try space.readsBack(files[i])) }
         // Every block with a row has its bytes.
         for f in files where try space.server.hasBlock(f.digest) { #expect(try space.holdsBytes(f.digest)) }
-        let report = try space.collector.collect(grace: 0)
+        let report = try space.collect(grace: 0)
         #expect(report.finished >= 1, "\(report)")
         for i in 0..<5 { #expect(try !space.holdsBytes(files[i].digest)) }
         #expect(try SpaceUsage.measure(space.collector, grace: 0, quota: nil).blocks == 3)
@@ -290,12 +303,12 @@ import Testing
         try space.server.store(kept, at: "kept.bin")
         let orphans = try Self.orphans(space, count: 2, seed: 91)
 
-        #expect(try space.collector.collect(grace: 3600) == SpaceCollector.Report(), "within the grace an object stays")
-        let dry = try space.collector.collect(grace: 0, dryRun: true)
+        #expect(try space.collect(grace: 3600) == SpaceCollector.Report(), "within the grace an object stays")
+        let dry = try space.collect(grace: 0, dryRun: true)
         #expect(dry.objects == 2 && dry.objectBytes == orphans[0].size + orphans[1].size && dry.blocks == 0, "\(dry)")
         for f in orphans { #expect(try space.holdsBytes(f.digest)) }
 
-        let report = try space.collector.collect(grace: 0)
+        let report = try space.collect(grace: 0)
         #expect(report.objects == 2 && report.objectBytes == orphans[0].size + orphans[1].size && report.blocks == 0, "\(report)")
         for f in orphans { #expect(try !space.holdsBytes(f.digest)) }
         for block in kept.manifest.blocks { #expect(try space.holdsBytes(block)) }
@@ -305,7 +318,7 @@ import Testing
         #expect(throws: ClientError.notFound) { try space.client.verifyBlock(orphans[0].digest) }
         try space.server.store(orphans[0], at: "again.bin")
         #expect(try space.readsBack(orphans[0]))
-        #expect(try space.collector.collect(grace: 0) == SpaceCollector.Report())
+        #expect(try space.collect(grace: 0) == SpaceCollector.Report())
     }
 
     /// `vdrive serve gc` killed with SIGKILL between an orphan's marker and the removal of
@@ -344,7 +357,7 @@ import Testing
         #expect(try !space.server.hasBlock(victim.digest))
         for f in kept { #expect(try space.readsBack(f)) }
 
-        let report = try space.collector.collect(grace: 0)
+        let report = try space.collect(grace: 0)
         #expect(report.finished == 1 && report.objects == 3, "\(report)")
         for f in orphans { #expect(try !space.holdsBytes(f.digest)) }
         for f in kept { #expect(try space.readsBack(f)) }
@@ -378,7 +391,7 @@ import Testing
         #expect(try space.collector.purgeTrash(days: 30, now: now + 31 * 86_400) == 1)
         #expect(try TreeTests.one(space.client, .delete(id: ids[1], base: versions[1])).status == 200)
 
-        let report = try space.collector.collect(grace: 0)
+        let report = try space.collect(grace: 0)
         #expect(report.contents == 1 && report.blocks == 1 && report.bytes == purged.size, "\(report)")
         #expect(try space.readsBack(live))
         #expect(try space.readsBack(trashed))
@@ -412,7 +425,7 @@ import Testing
         // Freed: deleted and collected, the upload goes through and reads back.
         try space.admin.delete(device: "test-device", path: "first.bin")
         try space.admin.delete(device: "test-device", path: "copy.bin")
-        #expect(try space.collector.collect(grace: 0).bytes == 150_000)
+        #expect(try space.collect(grace: 0).bytes == 150_000)
         // The server counts used bytes at most once a second: the plan goes through within a few.
         let deadline = Date().addingTimeInterval(10)
         while try space.server.json("POST", "/v1/uploads", "{\"content\":\"\(second.content.hex)\",\"size\":\(second.size),\"blocks\":[\"\(second.digest.hex)\"]}").status == 507,

@@ -2,7 +2,7 @@ import Client
 import Crypto
 import Foundation
 import Protocol
-import Server
+@testable import Server
 import Testing
 
 /// Helpers for tus requests on presigned URLs.
@@ -18,6 +18,28 @@ extension TestServer {
 
 /// The tus machinery on one block (files of one block here; BlockTests has many).
 @Suite(.tags(.endToEnd)) struct UploadTests {
+    /// A device asks for an upload whose every byte the server has, while another request
+    /// of it commits the block: the row it read says "not committed", but under the claim
+    /// the upload is done. The late request answers from the row as it is then, instead of
+    /// opening a staging file that is now a block in the store (a 500 before).
+    @Test func anUploadCommittedSinceItsRowWasReadIsDone() throws {
+        let s = try TestServer()
+        defer { s.stop() }
+        let f = TestFile(in: s.dir.path, size: 100_000)
+        let ticket = try s.ticket(f)
+        #expect(try s.patch(ticket.url, offset: 0, bytes: f.bytes).status == 204)
+        let context = s.server.router.context
+        let id = try #require(try context.metadata.withSession { db in
+            try db.queryOne("SELECT id FROM uploads WHERE hash = ?", f.digest.hex) { $0.string(0) } ?? nil
+        })
+        let done = try #require(try context.upload(id: id))
+        try #require(done.completed)
+        let readBefore = UploadRow(id: done.id, hash: done.hash, length: done.length, received: done.length, expiresAt: done.expiresAt, completed: false)
+        let answered = try UploadHandlers.finishReceived(readBefore, digest: f.digest, context: context)
+        #expect(answered.completed)
+        #expect(try context.metadata.blockSize(f.digest.hex) == f.size, "the block is stored")
+    }
+
     @Test(arguments: Records.all) func createIsIdempotentAndReportsTheCurrentOffset(_ records: Records) throws {
         let s = try TestServer(records: records)
         defer { s.stop() }
