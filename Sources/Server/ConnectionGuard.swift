@@ -59,6 +59,9 @@ final class ConnectionRecord: @unchecked Sendable {
         /// Replies completed on this connection.
         var requests = 0
         var cut: Cut?
+        /// When a sweep first saw bytes waiting that libmicrohttpd had not read (cleared
+        /// when it makes progress): a stalled epoll thread (ListenerKnock.swift).
+        var unreadSince: Int64?
     }
     let fd: Int32
     let client: ClientAddress
@@ -76,11 +79,15 @@ final class ConnectionRecord: @unchecked Sendable {
             s.phase = phase
             s.since = now
             s.windowStart = s.bytes
+            s.unreadSince = nil
         }
     }
 
     func received(_ count: Int) {
-        state.withLock { $0.bytes += Int64(count) }
+        state.withLock {
+            $0.bytes += Int64(count)
+            $0.unreadSince = nil
+        }
     }
 
     /// Called mid-body on the connection's epoll thread: when the client has closed and
@@ -90,13 +97,17 @@ final class ConnectionRecord: @unchecked Sendable {
     /// new edge), and would keep the connection, and the upload it claims, until a
     /// timeout. The body is incomplete, so the request cannot be answered anyway.
     func closeIfClientLeft() {
-        if clientLeft { shutdown(fd, Int32(SHUT_RDWR)) }
+        if peek() == .clientLeft { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
-    /// True when the client closed and nothing is left to read (a peek, nothing consumed).
-    var clientLeft: Bool {
+    enum Waiting { case nothing, bytes, clientLeft }
+
+    /// What waits on the socket, by a peek that consumes nothing: bytes not read yet, the
+    /// client's close with nothing left to read, or nothing.
+    func peek() -> Waiting {
         var byte: UInt8 = 0
-        return recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+        let n = recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+        return n == 0 ? .clientLeft : n > 0 ? .bytes : .nothing
     }
 }
 
@@ -115,8 +126,14 @@ final class ConnectionGuard: Sendable {
     /// Connections cut by a deadline since the start.
     let cut = Atomic<Int>(0)
 
-    init(limits: ConnectionLimits) {
+    /// Wakes libmicrohttpd's threads when bytes wait unread (ListenerKnock.swift).
+    private let knock: ListenerKnock?
+    /// Knocks since the start.
+    let knocks = Atomic<Int>(0)
+
+    init(limits: ConnectionLimits, knock: ListenerKnock? = nil) {
         self.limits = limits
+        self.knock = knock
         let thread = Thread { [self] in sweepLoop() }
         thread.name = "vdrive-connection-guard"
         thread.start()
@@ -140,6 +157,7 @@ final class ConnectionGuard: Sendable {
     func sweep(now: Int64) {
         let header = Int64(limits.headerSeconds) * 1000
         let window = Int64(limits.bodyWindowSeconds) * 1000
+        var stalled = false
         records.withLock { all in
             for record in all.values {
                 let tooSlow = record.state.withLock { s -> Bool in
@@ -165,15 +183,29 @@ final class ConnectionGuard: Sendable {
                     record.state.withLock { $0.phase = .busy }
                     shutdown(record.fd, Int32(SHUT_RDWR))
                     cut.add(1, ordering: .relaxed)
-                } else if record.state.withLock({ $0.phase != .busy }), record.clientLeft {
-                    // The same end of input libmicrohttpd's epoll misses mid-body, missed
-                    // while waiting for a header: a client that sent part of one and left
-                    // would hold its place under the per-address limit until the header
-                    // deadline (a fuzzer, or a phone losing its network, refused for 15 s).
-                    record.state.withLock { $0.phase = .busy }
-                    shutdown(record.fd, Int32(SHUT_RDWR))
+                } else if record.state.withLock({ $0.phase != .busy }) {
+                    switch record.peek() {
+                    case .clientLeft:
+                        // The same end of input libmicrohttpd's epoll misses mid-body, missed
+                        // while waiting for a header: a client that sent part of one and left
+                        // would hold its place under the per-address limit until the header
+                        // deadline (a fuzzer, or a phone losing its network, refused for 15 s).
+                        record.state.withLock { $0.phase = .busy }
+                        shutdown(record.fd, Int32(SHUT_RDWR))
+                    case .bytes:
+                        // Unread at two looks half a second apart: its thread is not reading.
+                        record.state.withLock { s in
+                            if let seen = s.unreadSince, now - seen >= 400 { stalled = true } else if s.unreadSince == nil { s.unreadSince = now }
+                        }
+                    case .nothing:
+                        record.state.withLock { $0.unreadSince = nil }
+                    }
                 }
             }
+        }
+        if stalled, let knock {
+            knock.knock()
+            knocks.add(1, ordering: .relaxed)
         }
     }
 }

@@ -45,7 +45,7 @@ final class HTTPDaemon: Sendable {
         raiseDescriptorLimit(to: UInt64(limits.total) + 256)
         let fd = try Self.listen(host: host, port: port)
         self.port = Self.boundPort(fd)
-        self.guardian = ConnectionGuard(limits: limits)
+        self.guardian = ConnectionGuard(limits: limits, knock: ListenerKnock(listening: fd))
         self.workers = WorkerPool(size: workers, name: "vdrive-worker")
         let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
@@ -156,7 +156,10 @@ final class HTTPDaemon: Sendable {
             if e.rawValue == EADDRINUSE { throw .addressInUse("\(host):\(port)") }
             throw .cannotListen("\(host):\(port)", e)
         }
-        if Glibc.listen(fd, 128) != 0 {
+        // The kernel's limit (net.core.somaxconn), not 128: devices reconnecting together
+        // (a server restarted under a few thousand of them) would otherwise overflow the
+        // accept queue and wait out SYN retransmissions of a second or more.
+        if Glibc.listen(fd, SOMAXCONN) != 0 {
             let e = Errno.current
             close(fd)
             throw .cannotListen("\(host):\(port)", e)

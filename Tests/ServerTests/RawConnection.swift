@@ -77,12 +77,6 @@ final class RawConnection {
         }
     }
 
-    /// True when the server closed the connection and nothing is left to read (a peek).
-    var closedByServer: Bool {
-        var byte: UInt8 = 0
-        return fd < 0 || recv(fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
-    }
-
     /// Closes at once; with `reset`, with an RST (SO_LINGER 0), as a client killed mid-request.
     func close(reset: Bool = false) {
         guard fd >= 0 else { return }

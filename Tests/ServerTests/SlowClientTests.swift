@@ -1,8 +1,10 @@
 import Client
 import Foundation
 import Protocol
+import Synchronization
 @testable import Server
 import Testing
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -119,6 +121,56 @@ import Glibc
         stopped = true
         for (i, c) in waiting.enumerated() where statuses[i] == nil { statuses[i] = c.reply(timeout: 5)?.status }
         #expect(statuses.filter { $0 == 503 }.count == 10)
+    }
+}
+
+extension SlowClientTests {
+    /// 128 kept-alive connections send their next request while the daemon's one thread
+    /// is busy: they are all ready at once when it looks again. libmicrohttpd's epoll
+    /// loop reads at most 128 events per call and, having got exactly 128, waits in a
+    /// second call with the loop's timeout (up to the 30 s idle timeout) before serving
+    /// them; its poll loop has no such limit. Every request is answered within seconds.
+    @Test func requestsReadyTogetherAreServedAtOnce() throws {
+        let handler = StallingHandler()
+        let daemon = try HTTPDaemon(host: "127.0.0.1", port: 0, handler: handler, limits: ConnectionLimits(perAddress: 500, total: 1000), threads: 1, workers: 2)
+        defer { daemon.stop() }
+        let batch = 128
+        let connections = try (0..<batch).map { _ in try RawConnection(port: daemon.port) }
+        let request = Array("GET /now HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+        // Each connection is served once, so that all are kept-alive and idle in the loop.
+        for c in connections { #expect(c.send(request)) }
+        for c in connections { try #require(c.reply(timeout: 10)?.status == 200) }
+        let blocker = try RawConnection(port: daemon.port)
+        #expect(blocker.send(Array("GET /stall HTTP/1.1\r\nHost: x\r\n\r\n".utf8)))
+        try eventually("the daemon's thread is busy") { handler.stalling.load(ordering: .acquiring) }
+        for c in connections { #expect(c.send(request)) }
+        handler.release()
+        #expect(blocker.reply(timeout: 10)?.status == 200)
+        let start = Date()
+        let answered = connections.filter { $0.reply(timeout: 10)?.status == 200 }.count
+        print("SlowClientTests: \(answered) of \(batch) requests ready together answered in \(String(format: "%.2f", Date().timeIntervalSince(start))) s")
+        #expect(answered == batch)
+    }
+}
+
+/// Answers at once, except `/stall`, which keeps the daemon's thread until `release`.
+private final class StallingHandler: HTTPHandler, Sendable {
+    let stalling = Atomic<Bool>(false)
+    private let gate = DispatchSemaphore(value: 0)
+
+    func route(_ request: HTTPRequest) -> Route {
+        if request.path == "/stall" {
+            stalling.store(true, ordering: .releasing)
+            gate.wait()
+        }
+        return .respond(.empty(200))
+    }
+
+    /// Lets the stalled request go. Loopback delivers a send into the peer's queue before
+    /// it returns; the pause is a margin for the kernel's deferred work, not a timing.
+    func release() {
+        usleep(100_000)
+        gate.signal()
     }
 }
 
