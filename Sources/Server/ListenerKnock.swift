@@ -1,7 +1,5 @@
+import CMicroHTTPD  // its headers bring <sys/socket.h>'s socket types, as for HTTPDaemon
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 
 /// Wakes libmicrohttpd's epoll threads by opening and closing a connection to the
 /// server's own listening socket, which is in every thread's epoll set.
