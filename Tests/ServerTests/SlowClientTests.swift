@@ -148,7 +148,8 @@ extension SlowClientTests {
         #expect(blocker.reply(timeout: 10)?.status == 200)
         let start = Date()
         let answered = connections.filter { $0.reply(timeout: 10)?.status == 200 }.count
-        print("SlowClientTests: \(answered) of \(batch) requests ready together answered in \(String(format: "%.2f", Date().timeIntervalSince(start))) s")
+        let knocks = daemon.guardian.knocks.load(ordering: .relaxed)
+        print("SlowClientTests: \(answered) of \(batch) requests ready together answered in \(String(format: "%.2f", Date().timeIntervalSince(start))) s, \(knocks) knock(s)")
         #expect(answered == batch)
     }
 }
