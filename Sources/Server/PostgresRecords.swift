@@ -137,8 +137,10 @@ struct PostgresSession: RecordSession {
             } catch {
                 if connection.isHealthy { _ = try? connection.execute("ROLLBACK") }
                 guard let e = error as? PostgresError, e.isSerializationFailure || e.isUniqueViolation, runs < Self.maxTransactionRuns else { throw error }
-                // A short, growing, jittered pause so the two colliding processes do not collide again.
-                usleep(UInt32.random(in: 0...UInt32(min(runs, 10) * 2000)))
+                // A jittered pause that doubles up to 128 ms ("full jitter"), so that the
+                // colliding transactions do not collide again: with a few writers on one hot
+                // row (the sequence floor) pauses of at most 20 ms let one lose 20 times running.
+                usleep(UInt32.random(in: 0...(UInt32(1000) << UInt32(min(runs, 7)))))
             }
         }
     }
