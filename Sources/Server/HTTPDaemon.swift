@@ -44,8 +44,9 @@ final class HTTPDaemon: Sendable {
         if let problem = limits.problem { throw .cannotStart(problem) }
         raiseDescriptorLimit(to: UInt64(limits.total) + 256)
         let fd = try Self.listen(host: host, port: port)
-        self.port = Self.boundPort(fd)
-        self.guardian = ConnectionGuard(limits: limits, knock: ListenerKnock(listening: fd))
+        let address = Self.boundAddress(fd)
+        self.port = UInt16(bigEndian: address.sin_port)
+        self.guardian = ConnectionGuard(limits: limits, knock: ListenerKnock(listeningAt: address))
         self.workers = WorkerPool(size: workers, name: "vdrive-worker")
         let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
@@ -167,13 +168,13 @@ final class HTTPDaemon: Sendable {
         return fd
     }
 
-    private static func boundPort(_ fd: Int32) -> UInt16 {
+    private static func boundAddress(_ fd: Int32) -> sockaddr_in {
         var addr = sockaddr_in()
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
-        return UInt16(bigEndian: addr.sin_port)
+        return addr
     }
 }
 

@@ -15,13 +15,9 @@ import Foundation
 struct ListenerKnock: Sendable {
     private let address: sockaddr_in
 
-    /// The listening socket `fd`'s address; a wildcard address is knocked on through loopback.
-    init(listening fd: Int32) {
-        var addr = sockaddr_in()
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-        }
+    /// The listening socket's bound address; a wildcard address is knocked on through loopback.
+    init(listeningAt bound: sockaddr_in) {
+        var addr = bound
         if addr.sin_addr.s_addr == INADDR_ANY { addr.sin_addr.s_addr = UInt32(INADDR_LOOPBACK).bigEndian }
         address = addr
     }

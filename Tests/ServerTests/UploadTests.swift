@@ -21,9 +21,11 @@ extension TestServer {
     /// A device asks for an upload whose every byte the server has, while another request
     /// of it commits the block: the row it read says "not committed", but under the claim
     /// the upload is done. The late request answers from the row as it is then, instead of
-    /// opening a staging file that is now a block in the store (a 500 before).
-    @Test func anUploadCommittedSinceItsRowWasReadIsDone() throws {
-        let s = try TestServer()
+    /// opening a staging file that is now a block in the store (a 500 before). Uploads by
+    /// tus go to the server's folder, on either records' database (a store devices PUT to
+    /// keeps no uploads); the block then reads back whole.
+    @Test(arguments: Records.all) func anUploadCommittedSinceItsRowWasReadIsDone(_ records: Records) throws {
+        let s = try TestServer(records: records)
         defer { s.stop() }
         let f = TestFile(in: s.dir.path, size: 100_000)
         let ticket = try s.ticket(f)
@@ -38,6 +40,11 @@ extension TestServer {
         let answered = try UploadHandlers.finishReceived(readBefore, digest: f.digest, context: context)
         #expect(answered.completed)
         #expect(try context.metadata.blockSize(f.digest.hex) == f.size, "the block is stored")
+        let back = s.dir.path + "/back"
+        let fd = open(back, O_RDWR | O_CREAT | O_TRUNC, 0o600)
+        defer { close(fd); unlink(back) }
+        #expect(try s.client.downloadBlock(f.digest, to: fd) == f.size)
+        #expect(FileManager.default.contents(atPath: back).map { Array($0) } == f.bytes)
     }
 
     @Test(arguments: Records.all) func createIsIdempotentAndReportsTheCurrentOffset(_ records: Records) throws {
