@@ -157,10 +157,7 @@ final class HTTPDaemon: Sendable {
             if e.rawValue == EADDRINUSE { throw .addressInUse("\(host):\(port)") }
             throw .cannotListen("\(host):\(port)", e)
         }
-        // The kernel's limit (net.core.somaxconn), not 128: devices reconnecting together
-        // (a server restarted under a few thousand of them) would otherwise overflow the
-        // accept queue and wait out SYN retransmissions of a second or more.
-        if Glibc.listen(fd, SOMAXCONN) != 0 {
+        if Glibc.listen(fd, 128) != 0 {
             let e = Errno.current
             close(fd)
             throw .cannotListen("\(host):\(port)", e)
