@@ -37,7 +37,7 @@ public enum DeviceMount {
         // One held request per device: the mirror's tree feed watches Backups/' feed too.
         let mirror = try MirrorWiring(fs: fs, remote: remote,
                                       arrivals: ArrivalPrefetch(cache: fs.blockCache, wakePins: { pins.wake() }),
-                                      carrying: backups.follower)
+                                      carrying: backups.follower, statusFile: WorkspaceStatusFile(stateFolder: state))
         if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
             tree.mirrorStatus = { engine.status }
             tree.mirrorFailure = { engine.failure(of: $0) }

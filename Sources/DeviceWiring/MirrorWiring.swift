@@ -15,17 +15,24 @@ public final class MirrorWiring {
 
     /// `arrivals`: told of contents the mirror brings down (a mount prefetches small files).
     /// `carrying`: a feed the mirror's held tree request watches too (`Backups/`' records).
-    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals?, carrying: CarriedFeed?) throws {
+    /// `statusFile`: where the mirror's status is kept for `vdrive status` while it runs.
+    init(fs: DriveFileSystem, remote: RemoteConfig?, arrivals: MirrorArrivals?, carrying: CarriedFeed?,
+         statusFile: WorkspaceStatusFile? = nil) throws {
+        self.statusFile = statusFile
         guard let remote else {
             fs.addFollower(MirrorJournal())
             engine = nil
             return
         }
         let server = try ClientMirrorServer(remote: remote, carrying: carrying)
+        var publish: (@Sendable (MirrorStatus) -> Void)?
+        if let statusFile { publish = { statusFile.write($0) } }
         engine = try MirrorEngine(drive: fs, server: server, device: {
             (try? server.deviceName()) ?? ProcessInfo.processInfo.hostName
-        }, settings: Self.settings(), arrivals: arrivals)
+        }, settings: Self.settings(), arrivals: arrivals, statusChanged: publish)
     }
+
+    private let statusFile: WorkspaceStatusFile?
 
     /// `VDRIVE_MIRROR_HOLD` (seconds a feed request may be held) for tests and benchmarks.
     static func settings() -> MirrorSettings {
@@ -35,5 +42,8 @@ public final class MirrorWiring {
     }
 
     func start() { engine?.start() }
-    func stop() { engine?.stop() }
+    func stop() {
+        engine?.stop()
+        statusFile?.remove()
+    }
 }

@@ -35,6 +35,19 @@ public struct StateFolder {
     }
 
     public func release() { Glibc.close(lockFD) }
+
+    /// Whether a process holds the state folder at `path` now (a mount, a task run).
+    /// False when the lock file cannot be opened (no such folder, or another user's).
+    public static func isHeld(_ path: String) -> Bool {
+        let fd = Glibc.open(path + "/lock", O_RDONLY | O_CLOEXEC)
+        if fd < 0 { return false }
+        defer { Glibc.close(fd) }
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK
+    }
 }
 
 /// Pid files of running mounts, so `vdrive unmount` can wait for the process to finish.

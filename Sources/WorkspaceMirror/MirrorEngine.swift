@@ -68,6 +68,11 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     public let journal = MirrorJournal()
     /// Told of contents brought down (MirrorArrivals.swift); nil: nothing is fetched ahead.
     let arrivals: MirrorArrivals?
+    /// Told of the status after each pass of the worker, when it differs from the last
+    /// one told: the mount keeps it in its state folder for `vdrive status`.
+    private let statusChanged: (@Sendable (MirrorStatus) -> Void)?
+    /// The status last given to `statusChanged` (the worker's thread only).
+    private var published: MirrorStatus?
 
     struct State {
         var woken = false
@@ -96,9 +101,11 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     private let ended = DispatchSemaphore(value: 0)
 
     public init(drive: DriveFileSystem, server: MirrorServer, device: @escaping @Sendable () -> String,
-                settings: MirrorSettings = MirrorSettings(), arrivals: MirrorArrivals? = nil) throws {
+                settings: MirrorSettings = MirrorSettings(), arrivals: MirrorArrivals? = nil,
+                statusChanged: (@Sendable (MirrorStatus) -> Void)? = nil) throws {
         self.drive = drive
         self.arrivals = arrivals
+        self.statusChanged = statusChanged
         self.server = server
         deviceName = device
         self.settings = settings
@@ -205,11 +212,24 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 if stopping { break }
                 failures += 1
                 noteProblem(error)
+                publishStatus()
                 backOff(min(30, 0.5 * Double(1 << min(failures, 6))))
                 continue
             }
+            publishStatus()
             pause(next)
         }
+    }
+
+    /// Tells `statusChanged` of the status when it changed since the last time. Every
+    /// change of it (a mark of the journal, the feed's changes, the server gone or back)
+    /// wakes this thread for a pass, so the last status told is the current one.
+    private func publishStatus() {
+        guard let statusChanged else { return }
+        let now = status
+        guard now != published else { return }
+        published = now
+        statusChanged(now)
     }
 
     /// After a failed pass: waits out `seconds` whatever the drive changes meanwhile. A

@@ -14,14 +14,18 @@ import Glibc
 /// a plain line each time the status changes. It waits on inotify, not on a timer.
 enum StatusCommand {
     static var verb: Verb { Verb(
-        name: "status", summary: "show backup progress (--watch to follow it)",
+        name: "status", summary: "show backup progress and the workspace's sync (--watch to follow the backup)",
         help: """
         Usage: vdrive status [--watch] [--json] [--state DIR]
 
         Shows what camera-roll backup is doing: items and bytes left, rate, time left, or
         why it waits; then the drive's storage: bytes of blocks held for local files,
-        cached from the server, and online only (fetched when read). --watch follows changes until interrupted (a progress bar on a
-        terminal, one line per change in a pipe). --json prints status.json as written.
+        cached from the server, and online only (fetched when read); then the synced
+        workspace: changes waiting to go up and to come down, conflict copies made,
+        failed sends and why, and whether the server can be reached (as the running
+        mount sees it; without a mount, what the catalog says waits). --watch follows
+        the backup's changes until interrupted (a progress bar on a terminal, one line
+        per change in a pipe). --json prints status.json as written.
         """,
         run: run) }
 
@@ -62,12 +66,15 @@ enum StatusCommand {
         }
     }
 
-    /// The workspace mirror's line from the catalog (what waits to go up and to come down),
-    /// nil without a catalog or before the mirror's tables exist.
+    /// The workspace mirror's line: the running mount's, which knows everything (the
+    /// server unreachable, conflicts, failures); without one, what the catalog says waits
+    /// to go up and to come down. Nil without a catalog or before the mirror's tables exist.
     static func workspaceLine(stateFolder: String) -> String? {
+        if let live = WorkspaceStatusFile(stateFolder: stateFolder).read() { return live }
         guard let db = try? Database(path: stateFolder + "/catalog.sqlite", options: .init(readOnly: true, create: false)),
               let status = try? MirrorStatus.stored(in: db) else { return nil }
-        return status.line
+        let waits = status.waitingUp > 0 || status.waitingDown > 0
+        return status.line + (waits && !StateFolder.isHeld(stateFolder) ? " · the drive is not mounted: they go when it is" : "")
     }
 
     /// A hint when a "backing up" status has not been refreshed for two minutes: the

@@ -172,9 +172,18 @@ import TestTraits
         try writeFile(a.path("Together/from-laptop.txt"), Array("the laptop's file".utf8))
         try Self.mkdir(b.path("Together"))
         try writeFile(b.path("Together/from-desktop.txt"), Array("the desktop's file".utf8))
+        // What only a running mount knows, `vdrive status` (another process) says too.
+        func status(_ d: MountedDrive) throws -> String { try d.vdrive(["status", "--state", d.state]).stdout }
+        try Self.waitFor("vdrive status saying the laptop's changes wait for the server", drives) {
+            try status(a).contains("to send · waiting for the workspace server")
+        }
         try server.start()
 
         try Self.waitForSameTree(drives, within: 90)
+        try Self.waitFor("vdrive status saying the workspace is up to date, and the conflict copies one device made", drives) {
+            let lines = try drives.map(status)
+            return lines.allSatisfy { $0.contains("Workspace: up to date") && !$0.contains("waiting") } && lines.contains { $0.contains("conflict cop") }
+        }
         let tree = try Self.snapshot(a.mountPoint)
         func sha(_ text: String) -> String { SHA256Hasher.digest(Array(text.utf8)).hex }
         // Two edits of one file: one keeps the name, the other is a conflict copy beside it.
@@ -195,6 +204,11 @@ import TestTraits
         try #require(tree.keys.filter { $0.hasPrefix("Together") }.sorted() == ["Together", "Together/from-desktop.txt", "Together/from-laptop.txt"])
         #expect(try readFile(b.path("Together/from-laptop.txt")) == Array("the laptop's file".utf8))
         #expect(try readFile(a.path("Together/from-desktop.txt")) == Array("the desktop's file".utf8))
+        // Unmounted, the mount's line goes with it: `vdrive status` reads the catalog again.
+        try b.unmount()
+        #expect(!FileManager.default.fileExists(atPath: b.state + "/workspace-status"))
+        #expect(try status(b).contains("Workspace: up to date"))
+        #expect(try !status(b).contains("conflict cop"))
     }
 
     /// Where each file stands, in its attribute and in the status line; and a large file
