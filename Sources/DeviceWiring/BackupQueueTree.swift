@@ -30,6 +30,9 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     var mirrorFailure: (@Sendable (UInt64) -> String?)?
     /// Whether a writable handle is open on an inode (the drive's `hasWriters`).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
+    /// Whether the mirror leaves an inode out of the workspace by its rules
+    /// (`MirrorEngine.isExcluded`): every folder up to the root, the user's patterns.
+    var mirrorExcludes: (@Sendable (UInt64) -> Bool)?
     private var cache: [BackupItemState: (at: Double, items: [String: BackupListing], names: [String])] = [:]
 
     init(catalogPath: String, status: @escaping @Sendable () -> BackupStatus) throws {
@@ -67,6 +70,7 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
         if mirrorStatus != nil {
             let name = String(path.split(separator: "/").last ?? "")
             let excluded = CameraRollRules.isInCameraRoll(path) || path == MirrorRules.cameraRoll || MirrorRules.isTemporary(name)
+                || (mirrorExcludes?(ino) ?? false)
             let writing = hasWriters?(ino) ?? false
             let failure = mirrorFailure?(ino)
             if let state = try? MirrorFileState.of(ino: ino, name: name, excluded: excluded, hasWriters: writing, failure: failure, in: db) {

@@ -41,6 +41,7 @@ public enum DeviceMount {
         if let engine = mirror.engine, let tree = fs.virtualTree as? BackupQueueTree {
             tree.mirrorStatus = { engine.status }
             tree.mirrorFailure = { engine.failure(of: $0) }
+            tree.mirrorExcludes = { engine.isExcluded($0) }
             tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
         }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)

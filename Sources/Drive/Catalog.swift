@@ -458,6 +458,11 @@ extension Catalog.Locked {
         if target.isDirectory { throw Errno.notPermitted }
         _ = try directory(newParent)
         if try child(newParent, newName) != nil { throw Errno.fileExists }
+        if !journals.isEmpty, let existing = try pathThroughFolders(of: ino), let folder = try pathThroughFolders(of: newParent) {
+            let name = String(decoding: newName, as: UTF8.self)
+            let new = folder.isEmpty ? name : folder + "/" + name
+            if journals.contains(where: { !$0.allowsLink(of: existing, as: new) }) { throw Errno.notPermitted }
+        }
         let now = nowNanoseconds()
         try write {
             try db.run("INSERT INTO entries(parent, name, ino) VALUES (?, ?, ?)", newParent, newName, ino)

@@ -53,11 +53,17 @@ public protocol ChangeJournal: AnyObject, Sendable {
     /// photos, whose blocks optimize storage may make online-only. `path` gives the file's
     /// workspace path (see `DriveChange.path`), during this call only.
     func keepsBlockFiles(ino: UInt64, path: () throws -> String?) throws -> Bool
+
+    /// Before a hard link is made: whether this follower can follow a second name of the
+    /// file at `existing` under `new` (workspace paths). False refuses the link (EPERM,
+    /// as a file system without hard links answers `link(2)`).
+    func allowsLink(of existing: String, as new: String) -> Bool
 }
 
 extension ChangeJournal {
     public func settled(ino: UInt64, in database: Database) throws -> Bool { false }
     public func keepsBlockFiles(ino: UInt64, path: () throws -> String?) throws -> Bool { false }
+    public func allowsLink(of existing: String, as new: String) -> Bool { true }
 }
 
 /// A file's content as a change left it: what a follower that keeps or sends versions needs.

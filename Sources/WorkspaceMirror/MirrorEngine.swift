@@ -65,7 +65,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     let feedDB: Database
     private let statusDB: Database
     private let statusLock = NSLock()
-    public let journal = MirrorJournal()
+    public let journal = MirrorJournal(refusesLinks: true)
     /// Told of contents brought down (MirrorArrivals.swift); nil: nothing is fetched ahead.
     let arrivals: MirrorArrivals?
     /// Told of the status after each pass of the worker, when it differs from the last

@@ -9,8 +9,23 @@ import Storage
 /// itself: the mirror sends the latest settled state, never a replay of each step.
 public final class MirrorJournal: ChangeJournal, @unchecked Sendable {   // `wake` is set once, before the mount serves
     var wake: (@Sendable () -> Void)?
+    /// Whether hard links in the workspace are refused (see `allowsLink`).
+    let refusesLinks: Bool
 
-    public init() {}
+    /// `refusesLinks`: a server is configured, so what is made now is sent. Without one,
+    /// the drive is a local folder until it has one, with the file system's every call.
+    public init(refusesLinks: Bool = false) { self.refusesLinks = refusesLinks }
+
+    /// A node of the workspace has one place (a parent and a name): a second name of a
+    /// file could only go to the other devices as a file of its own, which a write here
+    /// (to both names) and a write there (to one) would then tell apart. So, as on file
+    /// systems without hard links (FAT, most network and cloud drives), the synced
+    /// workspace refuses them; tools fall back to a copy (`git clone` of a local
+    /// repository) or say so (`ln`, `cp -al`). Within the Camera Roll, which is not
+    /// synced, they are made as anywhere.
+    public func allowsLink(of existing: String, as new: String) -> Bool {
+        !refusesLinks || (!MirrorRules.isInWorkspace(path: existing) && !MirrorRules.isInWorkspace(path: new))
+    }
 
     public func record(_ change: DriveChange, in database: Database) throws {
         try MirrorRows.markDirty(change.ino, now: MirrorClock.nanoseconds(), in: database)

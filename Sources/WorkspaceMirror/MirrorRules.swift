@@ -20,6 +20,12 @@ public enum MirrorRules {
         patterns.contains { fnmatch($0, name, FNM_PERIOD) == 0 || fnmatch($0, name, 0) == 0 }
     }
 
+    /// Whether a drive path (`Docs/a.txt`) is in the synced workspace by its place: not
+    /// the Camera Roll or anything in it. (Its names decide too: `wireName`, `isTemporary`.)
+    public static func isInWorkspace(path: String) -> Bool {
+        path != cameraRoll && !path.hasPrefix(cameraRoll + "/")
+    }
+
     /// The name as the server takes it: UTF-8 text without NUL; nil when the local name
     /// cannot be one (such a file stays local, listed as not synced).
     public static func wireName(_ bytes: [UInt8]) -> String? {

@@ -295,7 +295,6 @@ extension MirrorEngine {
         return adopted
     }
 
-    /// Every synced node under folder `id`, with how far below it each is.
     /// Whether inode `ino` is still in the workspace here: every folder up to the root
     /// committed, none a temporary name, and not under the Camera Roll. Unlike `place`,
     /// a synced parent row does not vouch for it (that parent may have left itself).
@@ -310,6 +309,15 @@ extension MirrorEngine {
         return false
     }
 
+    /// Whether the mirror leaves inode `ino` out of the workspace: `isInWorkspace` for a
+    /// reader beside the mount (a file's `user.vdrive.sync`). An inode it cannot read
+    /// (gone meanwhile) is not said to be excluded.
+    public func isExcluded(_ ino: UInt64) -> Bool {
+        guard let inWorkspace = try? isInWorkspace(ino) else { return false }
+        return !inWorkspace && ((try? drive.committedEntry(ino)) ?? nil) != nil
+    }
+
+    /// Every synced node under folder `id`, with how far below it each is.
     func descendants(of id: String) throws -> [(SyncedNode, Int)] {
         try db.query("""
             WITH RECURSIVE below(node, depth) AS (

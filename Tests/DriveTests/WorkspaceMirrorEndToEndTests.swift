@@ -1,6 +1,7 @@
 import Testing
 import Foundation
 import Crypto
+import CLinux
 import Storage
 import TestSupport
 import TestTraits
@@ -209,6 +210,56 @@ import TestTraits
         #expect(!FileManager.default.fileExists(atPath: b.state + "/workspace-status"))
         #expect(try status(b).contains("Workspace: up to date"))
         #expect(try !status(b).contains("conflict cop"))
+    }
+
+    /// A node of the workspace has one place, so the synced workspace refuses a second
+    /// name of a file (EPERM, as a file system without hard links answers), and a tool's
+    /// fallback, a copy, reaches the other device; in the Camera Roll, which is not
+    /// synced, links are made. What the workspace leaves out says so in its attribute:
+    /// a name that is not UTF-8, a file in a folder with a temporary name.
+    @Test(arguments: Backend.allCases)
+    func hardLinksAreRefusedInTheWorkspaceAndWhatStaysLocalSaysSo(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-links"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        let xattr = BackupEndToEndTests.xattr
+        func linkErrno(_ from: String, _ to: String) -> Int32 { link(a.path(from), a.path(to)) == 0 ? 0 : errno }
+        try Self.mkdir(a.path("Docs"))
+        try writeFile(a.path("Docs/a.txt"), Array("one file, two names".utf8))
+        #expect(linkErrno("Docs/a.txt", "Docs/b.txt") == EPERM)
+        #expect(!FileManager.default.fileExists(atPath: a.path("Docs/b.txt")))
+        try FileManager.default.createDirectory(atPath: a.path("Camera Roll/2024"), withIntermediateDirectories: true)
+        try writeFile(a.path("Camera Roll/2024/IMG_1.jpg"), Array("a photo".utf8))
+        #expect(linkErrno("Camera Roll/2024/IMG_1.jpg", "Camera Roll/2024/IMG_1 link.jpg") == 0)
+        #expect(linkErrno("Camera Roll/2024/IMG_1.jpg", "Docs/IMG_1.jpg") == EPERM)
+        #expect(linkErrno("Docs/a.txt", "Camera Roll/a.txt") == EPERM)
+        // The fallback of `git clone` and others: a copy, synced as any file.
+        try writeFile(a.path("Docs/b.txt"), try readFile(a.path("Docs/a.txt")))
+        // Names that stay local: "résumé.txt" in Latin-1 (not UTF-8), and a tool's folder.
+        let latin1 = Array(a.path("Docs/").utf8) + [0x72, 0xE9, 0x73, 0x75, 0x6D, 0xE9, 0x2E, 0x74, 0x78, 0x74]
+        func withRawPath<T>(_ body: (UnsafePointer<CChar>) -> T) -> T {
+            (latin1 + [0]).withUnsafeBufferPointer { p in p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count, body) }
+        }
+        let fd = withRawPath { open($0, O_CREAT | O_WRONLY, 0o644) }
+        try #require(fd >= 0, "a file named in Latin-1: errno \(errno)")
+        #expect(write(fd, "kept here", 9) == 9)
+        close(fd)
+        try Self.mkdir(a.path("Docs/build.part"))
+        try writeFile(a.path("Docs/build.part/out.o"), Array("made by a tool".utf8))
+
+        try Self.waitFor("the file and its copy on the other device", drives) {
+            (try? readFile(b.path("Docs/a.txt"))) == Array("one file, two names".utf8) && (try? readFile(b.path("Docs/b.txt"))) == Array("one file, two names".utf8)
+        }
+        try Self.waitFor("both files synced here", drives) {
+            xattr(a.path("Docs/a.txt"), "user.vdrive.sync") == "synced" && xattr(a.path("Docs/b.txt"), "user.vdrive.sync") == "synced"
+        }
+        var value = [UInt8](repeating: 0, count: 64)
+        let n = withRawPath { vd_getxattr($0, "user.vdrive.sync", &value, value.count) }
+        #expect(n == 8 && String(decoding: value.prefix(max(0, n)), as: UTF8.self) == "excluded")
+        #expect(xattr(a.path("Docs/build.part/out.o"), "user.vdrive.sync") == "excluded")
+        #expect(try Set(FileManager.default.contentsOfDirectory(atPath: b.path("Docs"))) == ["a.txt", "b.txt"])
+        #expect(!FileManager.default.fileExists(atPath: b.path("Camera Roll/2024")))
     }
 
     /// Where each file stands, in its attribute and in the status line; and a large file
