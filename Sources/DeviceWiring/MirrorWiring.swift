@@ -1,4 +1,5 @@
 import Foundation
+import Backup
 import Drive
 import WorkspaceMirror
 
@@ -27,9 +28,11 @@ public final class MirrorWiring {
         let server = try ClientMirrorServer(remote: remote, carrying: carrying)
         var publish: (@Sendable (MirrorStatus) -> Void)?
         if let statusFile { publish = { statusFile.write($0) } }
+        // Content goes up on the backup's terms (paused, metered, battery).
+        let transfers = TransferHold(settings: SettingsFile(path: BackupPaths.settings), policy: BackupWiring.policy())
         engine = try MirrorEngine(drive: fs, server: server, device: {
             (try? server.deviceName()) ?? ProcessInfo.processInfo.hostName
-        }, settings: Self.settings(), arrivals: arrivals, statusChanged: publish)
+        }, settings: Self.settings(), arrivals: arrivals, statusChanged: publish, hold: { transfers.reason() })
     }
 
     private let statusFile: WorkspaceStatusFile?

@@ -34,7 +34,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
         guard let remote else { return }
         do {
             let client = try remote.client(timeouts: ServerBlocks.timeouts)
-            fs.blockCache.remote = ServerBlocks(client: client, settings: SettingsFile(path: settingsPath), policy: BackupWiring.policy())
+            fs.blockCache.remote = ServerBlocks(client: client, transfers: TransferHold(settings: SettingsFile(path: settingsPath), policy: BackupWiring.policy()))
         } catch {
             printError("blocks not held here cannot be fetched: \(error)")
         }

@@ -8,23 +8,19 @@ import Drive
 /// The drive's `RemoteContent` over the workspace client: block ranges and chunk lists
 /// from the configured server, with short timeouts (a read waits at most about
 /// `lowSpeedSeconds` on a server that stopped answering, `connect` on one that is gone).
-/// Non-interactive fetches (prefetch) are held while backups are paused or the network
-/// is metered and metered transfers are not allowed; a user's read always goes.
+/// Non-interactive fetches (prefetch) wait while `TransferHold` says so (paused, metered,
+/// battery low); a user's read always goes.
 final class ServerBlocks: RemoteContent {
     /// 2 s to connect (loopback or LAN answers in milliseconds; a dead host is not worth
     /// more of a reader's time), abandoned below 1 KiB/s for 5 s.
     static let timeouts = Timeouts(connect: 2, lowSpeedBytes: 1024, lowSpeedSeconds: 5)
 
     private let client: WorkspaceClient
-    private let settings: SettingsFile
-    private let policy: BackupPolicy
-    /// The settings read for the policy, kept one second (prefetch asks per block).
-    private let cachedHold = Mutex<(at: Double, held: String?)?>(nil)
+    private let transfers: TransferHold
 
-    init(client: WorkspaceClient, settings: SettingsFile, policy: BackupPolicy) {
+    init(client: WorkspaceClient, transfers: TransferHold) {
         self.client = client
-        self.settings = settings
-        self.policy = policy
+        self.transfers = transfers
     }
 
     func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int, interactive: Bool) throws(RemoteFailure) -> [UInt8] {
@@ -63,20 +59,6 @@ final class ServerBlocks: RemoteContent {
         }
     }
 
-    /// Why prefetch waits now (paused, metered), or nil.
-    private func hold() -> String? {
-        let now = Clock.monotonic()
-        if let cached = cachedHold.withLock({ $0 }), now - cached.at < 1, now >= cached.at { return cached.held }
-        var held: String?
-        if var s = try? settings.load() {
-            s.cameraBackup = true   // "camera backup off" does not stop fetching content
-            switch policy.hold(for: s, now: now) {
-            case .paused: held = "paused"
-            case .meteredNetwork: held = "metered network"
-            default: held = nil
-            }
-        }
-        cachedHold.withLock { $0 = (now, held) }
-        return held
-    }
+    /// Why prefetch waits now, or nil.
+    private func hold() -> String? { transfers.reason() }
 }

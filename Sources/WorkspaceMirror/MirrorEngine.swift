@@ -21,6 +21,8 @@ public struct MirrorStatus: Sendable, Equatable {
     public var offline = false
     /// The workspace is over its quota: nothing new goes up until space is freed.
     public var serverFull = false
+    /// Why content waits to go up now (paused, a metered network, the battery), or nil.
+    public var held: String?
 }
 
 /// Settings of the mirror (Docs/sync.md).
@@ -68,6 +70,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     public let journal = MirrorJournal(refusesLinks: true)
     /// Told of contents brought down (MirrorArrivals.swift); nil: nothing is fetched ahead.
     let arrivals: MirrorArrivals?
+    /// Why content may not go up now (`MirrorEngine.init`), or nil to send.
+    let transferHold: (@Sendable () -> String?)?
     /// Told of the status after each pass of the worker, when it differs from the last
     /// one told: the mount keeps it in its state folder for `vdrive status`.
     private let statusChanged: (@Sendable (MirrorStatus) -> Void)?
@@ -90,6 +94,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         /// Name clashes of one inode in a row (a swap of two names needs two passes).
         var clashes: [UInt64: Int] = [:]
         var contentMissing: Set<UInt64> = []
+        /// Inodes whose content the server lacked while transfers were held, with the
+        /// pass's clock then: not planned again until the hold ends or they change.
+        var heldContent: [UInt64: Int64] = [:]
         /// Server changes that could not be applied at their last try, and why.
         var unapplied: [String: String] = [:]
         var device: String?
@@ -102,8 +109,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 
     public init(drive: DriveFileSystem, server: MirrorServer, device: @escaping @Sendable () -> String,
                 settings: MirrorSettings = MirrorSettings(), arrivals: MirrorArrivals? = nil,
-                statusChanged: (@Sendable (MirrorStatus) -> Void)? = nil) throws {
+                statusChanged: (@Sendable (MirrorStatus) -> Void)? = nil, hold: (@Sendable () -> String?)? = nil) throws {
         self.drive = drive
+        self.transferHold = hold
         self.arrivals = arrivals
         self.statusChanged = statusChanged
         self.server = server

@@ -24,6 +24,14 @@ extension MirrorEngine {
         let clock = Date().timeIntervalSince1970
         let (held, fullUntil) = state.withLock { ($0.retryAfter, $0.fullUntil) }
         if !force && clock < fullUntil { return fullUntil - clock }
+        // Paused, a metered network, a low battery: content does not go up (changes that
+        // need no bytes do: moves, deletes, folders, content the server has).
+        let holding = transferHold?()
+        let heldContent = state.withLock { s -> [UInt64: Int64] in
+            s.status.held = holding
+            if holding == nil { s.heldContent = [:] }
+            return s.heldContent
+        }
         var nextDue = Double.infinity
         var planned: [UInt64: Planned] = [:]
         var order: [UInt64] = []
@@ -48,6 +56,10 @@ extension MirrorEngine {
             if visiting.contains(d.ino) { return false }
             visiting.insert(d.ino); defer { visiting.remove(d.ino) }
             if let hold = held[d.ino], clock < hold.until, d.changed <= hold.failedAt { return false }
+            if let at = heldContent[d.ino], d.changed <= at {
+                nextDue = min(nextDue, Self.holdCheck)   // the hold is asked again then
+                return false
+            }
             if !force {
                 if !MirrorPlanner.isDue(changed: d.changed, since: d.since, now: now, quiet: quiet, most: most) {
                     let due = Double(min(d.changed + quiet, d.since + most) - now) / 1e9
@@ -183,7 +195,7 @@ extension MirrorEngine {
             }
             if fresh.isEmpty { continue }
             sent += fresh.count
-            do { try send(fresh, now: now) } catch let full as MirrorServerFull {
+            do { try send(fresh, now: now, holding: holding) } catch let full as MirrorServerFull {
                 state.withLock {
                     $0.status.serverFull = true
                     $0.status.lastProblem = full.description
@@ -200,11 +212,15 @@ extension MirrorEngine {
     /// How many dirty rows a slice plans and sends at a time.
     static let slice = 500
 
+    /// How often a pass asks again whether content held back may go (seconds).
+    static let holdCheck = 10.0
+
     /// Sends planned changes and settles each answer. Deletes of files first (they free
     /// names), then puts parents first (the order they were planned in), then deletes of
     /// folders deepest first (their children went before). A put whose content the server
-    /// lacks is answered `contentMissing`: the blocks it lacks go up, then that put again.
-    private func send(_ planned: [Planned], now: Int64) throws {
+    /// lacks is answered `contentMissing`: the blocks it lacks go up, then that put again;
+    /// while `holding`, they do not, and the put waits (`heldContent`) still marked.
+    private func send(_ planned: [Planned], now: Int64, holding: String?) throws {
         let fileDeletes = planned.filter { if case .delete = $0.change { return $0.base?.kind != .folder }; return false }
         let puts = planned.filter { if case .put = $0.change { return true }; return false }
         let folderDeletes = planned.filter { if case .delete = $0.change { return $0.base?.kind == .folder }; return false }
@@ -221,7 +237,9 @@ extension MirrorEngine {
                 lacking.append(i)
                 uploads[hash, default: OutgoingContent(content: hash, size: node.size, blocks: blocks, missing: [])].missing += missing
             }
-            if !lacking.isEmpty {
+            if !lacking.isEmpty, holding != nil {
+                state.withLock { s in for i in lacking { s.heldContent[slice[i].ino] = now } }
+            } else if !lacking.isEmpty {
                 let unread = try server.sendContents(Array(uploads.values), open: { hex in
                     guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
                     return try self.blocks.read(digest)

@@ -262,6 +262,49 @@ import TestTraits
         #expect(!FileManager.default.fileExists(atPath: b.path("Camera Roll/2024")))
     }
 
+    /// The workspace's content goes up on the backup's terms: paused, or on a battery under
+    /// its threshold and not charging, a new file's bytes wait and the status says why,
+    /// while a rename, which needs no bytes, goes; once lifted, the content follows.
+    @Test(arguments: Backend.allCases)
+    func pausedOrOnALowBatteryContentWaitsAndARenameGoes(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-hold"); defer { dir.remove() }
+        // A battery at 15%, not charging; no nmcli on the PATH, so the fake sysfs decides.
+        try BackupEndToEndTests.fakeSystem(dir.path + "/system", batteryPercent: 15, charging: false, tethered: false)
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"],
+                                                environment: ["VDRIVE_SYSTEM_ROOT": dir.path + "/system", "PATH": "/nonexistent"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        let xattr = BackupEndToEndTests.xattr
+        func vdrive(_ arguments: [String]) throws {
+            let r = try a.vdrive(arguments)
+            try #require(r.status == 0, "vdrive \(arguments.joined(separator: " ")): \(r.stderr)")
+        }
+        func status() throws -> String { try a.vdrive(["status", "--state", a.state]).stdout }
+        try vdrive(["settings", "battery-threshold", "10"])
+        try Self.mkdir(a.path("Docs"))
+        try writeFile(a.path("Docs/first.txt"), Array("sent before the pause".utf8))
+        try Self.waitFor("the first file on the other device", drives) { FileManager.default.fileExists(atPath: b.path("Docs/first.txt")) }
+
+        try vdrive(["pause"])
+        let held = pseudoRandomBytes(300_000, seed: 77)
+        try writeFile(a.path("Docs/held.bin"), held)
+        #expect(rename(a.path("Docs/first.txt"), a.path("Docs/renamed.txt")) == 0)
+        try Self.waitFor("the rename on the other device, and the new file's content held: paused", drives) {
+            try FileManager.default.fileExists(atPath: b.path("Docs/renamed.txt")) && status().contains("1 change to send · paused")
+        }
+        #expect(!FileManager.default.fileExists(atPath: b.path("Docs/held.bin")))
+        #expect(xattr(a.path("Docs/held.bin"), "user.vdrive.sync") == "pending")
+
+        try vdrive(["settings", "battery-threshold", "20"])
+        try vdrive(["resume"])
+        try Self.waitFor("the content held for the battery", drives) { (try status()).contains("1 change to send · battery low (15%)") }
+        #expect(!FileManager.default.fileExists(atPath: b.path("Docs/held.bin")))
+
+        try vdrive(["settings", "battery-threshold", "10"])
+        try Self.waitFor("the held file on the other device", drives) { (try? readFile(b.path("Docs/held.bin"))) == held }
+        try Self.waitFor("the status up to date", drives) { (try status()).contains("Workspace: up to date") }
+    }
+
     /// Where each file stands, in its attribute and in the status line; and a large file
     /// whose upload is killed half-way resumes where the server has it.
     @Test(arguments: Backend.allCases)
