@@ -30,6 +30,11 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     var mirrorFailure: (@Sendable (UInt64) -> String?)?
     /// Whether a writable handle is open on an inode (the drive's `hasWriters`).
     var hasWriters: (@Sendable (UInt64) -> Bool)?
+    /// What stays on this device although it is in the workspace (`MirrorEngine.localOnlyNames`).
+    var mirrorLocalOnly: (@Sendable () -> [String])?
+    /// The last listing of `not-synced` and when: a read asks for the content several
+    /// times (size, then bytes), each a scan of the catalog.
+    private var notSyncedCache: (at: Double, text: [UInt8])?
     /// Whether the mirror leaves an inode out of the workspace by its rules
     /// (`MirrorEngine.isExcluded`): every folder up to the root, the user's patterns.
     var mirrorExcludes: (@Sendable (UInt64) -> Bool)?
@@ -42,11 +47,14 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
     }
 
     private static let files = ["status", "status.json"]
+    /// With a mirror: what stays on this device although it is in the workspace.
+    private static let notSynced = "not-synced"
+    private var files: [String] { mirrorLocalOnly == nil ? Self.files : Self.files + [Self.notSynced] }
 
     func entries(in path: String) -> [VirtualEntry]? {
         if path.isEmpty {
             return BackupItemState.allCases.map { VirtualEntry(name: $0.rawValue, isDirectory: true) }
-                + Self.files.map { VirtualEntry(name: $0, isDirectory: false) }
+                + files.map { VirtualEntry(name: $0, isDirectory: false) }
         }
         guard let state = BackupItemState(rawValue: path) else { return nil }
         return listing(state).names.map { VirtualEntry(name: $0, isDirectory: false) }
@@ -56,6 +64,7 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
         switch path {
         case "status": return Array((status().line + (mirrorStatus.map { "\n" + $0().line } ?? "") + "\n").utf8)
         case "status.json": return Array(status().json()) + [0x0a]
+        case Self.notSynced: return notSyncedText()
         default: break
         }
         let parts = path.split(separator: "/", maxSplits: 1).map(String.init)
@@ -89,6 +98,17 @@ final class BackupQueueTree: VirtualTree, @unchecked Sendable {
             if let reason = state.failureReason { out["user.vdrive.backup-error"] = Array(reason.utf8) }
         }
         return out
+    }
+
+    private func notSyncedText() -> [UInt8]? {
+        guard let mirrorLocalOnly else { return nil }
+        lock.lock(); defer { lock.unlock() }
+        let now = Date().timeIntervalSince1970
+        if let c = notSyncedCache, now - c.at < 2, now >= c.at { return c.text }
+        let lines = mirrorLocalOnly()
+        let text = Array((lines.isEmpty ? "" : lines.joined(separator: "\n") + "\n").utf8)
+        notSyncedCache = (now, text)
+        return text
     }
 
     private func listing(_ state: BackupItemState) -> (items: [String: BackupListing], names: [String]) {

@@ -42,6 +42,12 @@ public enum DeviceMount {
             tree.mirrorStatus = { engine.status }
             tree.mirrorFailure = { engine.failure(of: $0) }
             tree.mirrorExcludes = { engine.isExcluded($0) }
+            tree.mirrorLocalOnly = {
+                do { return try engine.localOnlyNames() } catch {
+                    printError("could not list what stays on this device (.backup/not-synced): \(error)")
+                    return ["(the list could not be read from the catalog: \(error))"]
+                }
+            }
             tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
         }
         let session = FuseSession(fs: fs, mountPoint: mountPoint)

@@ -22,6 +22,16 @@ public struct DriveEntry: Sendable, Equatable {
     public let names: UInt32
 }
 
+/// One name of the committed tree (`DriveFileSystem.committedNames`).
+public struct CommittedName: Sendable, Equatable {
+    public let parent: UInt64
+    public let name: [UInt8]
+    public let ino: UInt64
+    public let kind: DriveEntry.Kind
+    /// The inode had a name before this one: a second name of a hard-linked file.
+    public let laterName: Bool
+}
+
 /// Changes made to the catalog by someone other than the kernel: the mirror applying
 /// what other devices did. Valid only inside `DriveFileSystem.applyExternal`, which
 /// runs them in one transaction under the catalog's lock; they are not told to the
@@ -186,6 +196,22 @@ extension DriveFileSystem {
     /// file of a large copy must not commit the group once per file under the writer).
     public func committedEntry(_ ino: UInt64) throws -> DriveEntry? {
         try committedReads.read(catalogPath) { db in try CommittedReads.entry(ino, in: db) }
+    }
+
+    /// Every committed name of the tree, in the order they were made, with its kind and
+    /// whether it is a later name of an inode named before (a hard link's second name).
+    /// One read on the committed-reads connection: a scan of the whole catalog, for a
+    /// reader that asks now and then (a generated listing), not per change.
+    public func committedNames() throws -> [CommittedName] {
+        try committedReads.read(catalogPath) { db in
+            var seen = Set<UInt64>()
+            return try db.query("SELECT e.parent, e.name, e.ino, i.mode FROM entries e JOIN inodes i ON i.ino = e.ino ORDER BY e.id") { r in
+                let ino = UInt64(r.int64(2))
+                let type = UInt32(truncatingIfNeeded: r.int64(3)) & UInt32(S_IFMT)
+                let kind: DriveEntry.Kind = type == UInt32(S_IFDIR) ? .folder : type == UInt32(S_IFREG) ? .file : type == UInt32(S_IFLNK) ? .symlink : .special
+                return CommittedName(parent: UInt64(r.int64(0)), name: r.bytes(1) ?? [], ino: ino, kind: kind, laterName: !seen.insert(ino).inserted)
+            }
+        }
     }
 
     /// The committed entries of a folder.

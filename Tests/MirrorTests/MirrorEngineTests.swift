@@ -2,6 +2,7 @@ import Testing
 import TestTraits
 import Foundation
 import TestSupport
+import Storage
 @testable import Drive
 @testable import WorkspaceMirror
 
@@ -33,6 +34,42 @@ import TestSupport
         #expect(tree["link"] == "symlink Docs/note.txt")
         #expect(try a.tree() == tree)
         #expect(server.livePaths().keys.sorted() == ["Docs", "Docs/note.txt", "Empty", "link"])
+    }
+
+    /// A file hard-linked while the drive had no server: its first name is synced, the
+    /// other stays here and the list of what stays says so; with a server, a new link in
+    /// the workspace is refused (EPERM) and one inside the Camera Roll is made.
+    @Test func aFileLinkedBeforeAServerIsSyncedUnderItsFirstNameAndTheOtherIsListed() throws {
+        let dir = TemporaryDirectory("vdrive-mirror-links"); defer { dir.remove() }
+        func open() throws -> DriveFileSystem {
+            try DriveFileSystem(statePath: dir.path + "/state", extraMigrations: MirrorSchema.migrations, rootFolders: [MirrorRules.cameraRoll])
+        }
+        func file(_ fs: DriveFileSystem, _ parent: UInt64, _ name: String, _ text: String) throws -> UInt64 {
+            let (a, fh) = try fs.createAndOpen(parent: parent, name: Array(name.utf8), mode: 0o644, uid: 0, gid: 0)
+            _ = try Array(text.utf8).withUnsafeBytes { try fs.write(fh, $0, at: 0) }
+            try fs.flush(fh)
+            fs.release(fh)
+            return a.ino
+        }
+        var fs = try open()
+        fs.addFollower(MirrorJournal())   // no server yet: a local folder, links and all
+        let docs = try fs.create(parent: 1, name: Array("Docs".utf8), mode: UInt32(S_IFDIR) | 0o755, uid: 0, gid: 0).ino
+        let a = try file(fs, docs, "a.txt", "one file, two names")
+        _ = try fs.link(a, newParent: docs, newName: Array("b.txt".utf8))
+        fs.shutdown()
+
+        fs = try open()
+        defer { fs.shutdown() }
+        let engine = try MirrorEngine(drive: fs, server: server, device: { "laptop" })
+        try engine.runOnce()
+        #expect(server.livePaths().keys.sorted() == ["Docs", "Docs/a.txt"])
+        #expect(try engine.localOnlyNames() == ["Docs/b.txt: a second name of Docs/a.txt (hard-linked): only that name is synced"])
+        #expect(throws: Errno.notPermitted) { try fs.link(a, newParent: docs, newName: Array("c.txt".utf8)) }
+        let roll = try fs.lookup(parent: 1, name: Array(MirrorRules.cameraRoll.utf8)).ino
+        let photo = try file(fs, roll, "IMG_1.jpg", "a photo")
+        _ = try fs.link(photo, newParent: roll, newName: Array("IMG_1 link.jpg".utf8))
+        #expect(throws: Errno.notPermitted) { try fs.link(photo, newParent: docs, newName: Array("IMG_1.jpg".utf8)) }
+        #expect(try engine.localOnlyNames().count == 1, "the Camera Roll's names are out of the workspace, not listed")
     }
 
     @Test func aRenameAndAMoveSendNoContentAndAreOneChangeEach() throws {
