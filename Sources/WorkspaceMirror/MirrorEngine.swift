@@ -23,6 +23,10 @@ public struct MirrorStatus: Sendable, Equatable {
     public var serverFull = false
     /// Why content waits to go up now (paused, a metered network, the battery), or nil.
     public var held: String?
+    /// Why the last pass failed as a whole, when the server answered but not as asked
+    /// (a token refused, a server error): what the user may have to act on. Nil once a
+    /// pass goes through, and while the server cannot be reached (`offline` says that).
+    public var passFailure: String?
 }
 
 /// Settings of the mirror (Docs/sync.md).
@@ -215,7 +219,10 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 next = try sendLocal(force: false)
                 if more { next = min(next, 0.01) }
                 failures = 0
-                state.withLock { $0.status.offline = false }
+                state.withLock {
+                    $0.status.offline = false
+                    $0.status.passFailure = nil
+                }
             } catch {
                 if stopping { break }
                 failures += 1
@@ -271,9 +278,13 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
             let first = s.status.lastProblem != text
             s.status.lastProblem = text
             s.status.offline = MirrorLog.isUnreachable(error)
+            s.status.passFailure = s.status.offline ? nil : text
             return first
         }
-        if first { MirrorLog.error("the workspace mirror: \(text)") }
+        if first {
+            MirrorLog.error("the workspace mirror: \(text)")
+            wake()   // the worker publishes the status (the feed's thread does not)
+        }
     }
 
     /// A drive that had files before the mirror existed (or a state folder the mirror

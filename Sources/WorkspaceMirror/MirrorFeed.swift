@@ -11,6 +11,9 @@ extension MirrorEngine {
             do {
                 let brought = try pullPage(wait: settings.hold)
                 failures = 0
+                // The server answers again: a failure the feed noted is over (the worker
+                // publishes the status; a failure of its own it clears at its next pass).
+                if state.withLock({ s in defer { s.status.passFailure = nil }; return s.status.passFailure != nil }) { wake() }
                 if brought { continue }
                 // An empty answer that came at once: a server that does not hold requests.
                 // Asked again once a second then.

@@ -5,7 +5,7 @@ extension MirrorStatus {
     /// something waits or failed.
     public var line: String {
         var parts: [String] = []
-        if waitingUp == 0 && waitingDown == 0 && failures == 0 && !serverFull {
+        if waitingUp == 0 && waitingDown == 0 && failures == 0 && !serverFull && passFailure == nil {
             parts.append("Workspace: up to date")
         } else {
             var waits: [String] = []
@@ -16,6 +16,7 @@ extension MirrorStatus {
         if conflicts > 0 { parts.append("\(conflicts) conflict cop\(conflicts == 1 ? "y" : "ies") made") }
         if serverFull { parts.append("waiting: the workspace server is full (its quota is reached); free space on it") }
         else if offline { parts.append("waiting for the workspace server") }
+        else if let passFailure { parts.append("failing: " + passFailure) }
         else if let held, waitingUp > 0 { parts.append(held) }
         if failures > 0 { parts.append("\(failures) failed" + (lastProblem.map { ": \($0)" } ?? "")) }
         return parts.joined(separator: " · ")

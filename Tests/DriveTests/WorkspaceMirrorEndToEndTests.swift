@@ -210,6 +210,14 @@ import TestTraits
         #expect(!FileManager.default.fileExists(atPath: b.state + "/workspace-status"))
         #expect(try status(b).contains("Workspace: up to date"))
         #expect(try !status(b).contains("conflict cop"))
+        // A failure the user must act on (the device's token revoked) is in the line too.
+        let revoked = try runCommand(vdriveBinary, ["serve", "device", "revoke", "laptop", "--data", server.data] + server.databaseArguments)
+        try #require(revoked.status == 0, "\(revoked.stderr)")
+        try writeFile(a.path("after.txt"), Array("written after the revoke".utf8))
+        try Self.waitFor("vdrive status saying the laptop's token was refused", [a]) {
+            let line = try status(a)
+            return line.contains("1 change to send · failing: ") && line.contains("revoked")
+        }
     }
 
     /// A node of the workspace has one place, so the synced workspace refuses a second
