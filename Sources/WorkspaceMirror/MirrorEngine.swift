@@ -79,8 +79,10 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// Told of the status after each pass of the worker, when it differs from the last
     /// one told: the mount keeps it in its state folder for `vdrive status`.
     private let statusChanged: (@Sendable (MirrorStatus) -> Void)?
-    /// The status last given to `statusChanged` (the worker's thread only).
+    /// The status last given to `statusChanged`, and when it was last looked at (the
+    /// worker's thread only).
     private var published: MirrorStatus?
+    private var publishedAt: Int64 = 0
 
     struct State {
         var woken = false
@@ -227,24 +229,35 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 if stopping { break }
                 failures += 1
                 noteProblem(error)
-                publishStatus()
+                _ = publishStatus(force: true)
                 backOff(min(30, 0.5 * Double(1 << min(failures, 6))))
                 continue
             }
-            publishStatus()
-            pause(next)
+            pause(min(next, publishStatus(force: false)))
         }
     }
 
-    /// Tells `statusChanged` of the status when it changed since the last time. Every
-    /// change of it (a mark of the journal, the feed's changes, the server gone or back)
-    /// wakes this thread for a pass, so the last status told is the current one.
-    private func publishStatus() {
-        guard let statusChanged else { return }
+    /// How often at most the status is looked at for `statusChanged` while passes follow
+    /// each other (a large copy wakes the worker for each file): each look counts the
+    /// waiting rows, and a changed line is a file written. Seconds.
+    static let publishInterval = 0.5
+
+    /// Tells `statusChanged` of the status when it changed since the last time; within
+    /// `publishInterval` of the last look, later: returns how long until then (the worker
+    /// comes back by then), else infinity. Every change of the status (a mark of the
+    /// journal, the feed's changes, the server gone or back) wakes this thread for a pass,
+    /// so the last status told is the current one.
+    private func publishStatus(force: Bool) -> Double {
+        guard let statusChanged else { return .infinity }
+        let clock = MirrorClock.nanoseconds()
+        let since = Double(clock - publishedAt) / 1e9
+        if !force, since >= 0, since < Self.publishInterval { return Self.publishInterval - since }
+        publishedAt = clock
         let now = status
-        guard now != published else { return }
+        guard now != published else { return .infinity }
         published = now
         statusChanged(now)
+        return .infinity
     }
 
     /// After a failed pass: waits out `seconds` whatever the drive changes meanwhile. A

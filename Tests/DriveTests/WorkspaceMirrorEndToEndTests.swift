@@ -216,7 +216,7 @@ import TestTraits
         try writeFile(a.path("after.txt"), Array("written after the revoke".utf8))
         try Self.waitFor("vdrive status saying the laptop's token was refused", [a]) {
             let line = try status(a)
-            return line.contains("1 change to send · failing: ") && line.contains("revoked")
+            return line.contains("Workspace: 1 change to send · ") && line.contains(" · failing: the workspace server answered 401: device 'laptop' was revoked")
         }
     }
 
