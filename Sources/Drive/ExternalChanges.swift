@@ -28,6 +28,8 @@ public struct CommittedName: Sendable, Equatable {
     public let name: [UInt8]
     public let ino: UInt64
     public let kind: DriveEntry.Kind
+    /// A symlink's target; nil for other kinds.
+    public let target: [UInt8]?
     /// The inode had a name before this one: a second name of a hard-linked file.
     public let laterName: Bool
 }
@@ -205,11 +207,12 @@ extension DriveFileSystem {
     public func committedNames() throws -> [CommittedName] {
         try committedReads.read(catalogPath) { db in
             var seen = Set<UInt64>()
-            return try db.query("SELECT e.parent, e.name, e.ino, i.mode FROM entries e JOIN inodes i ON i.ino = e.ino ORDER BY e.id") { r in
+            return try db.query("SELECT e.parent, e.name, e.ino, i.mode, i.target FROM entries e JOIN inodes i ON i.ino = e.ino ORDER BY e.id") { r in
                 let ino = UInt64(r.int64(2))
                 let type = UInt32(truncatingIfNeeded: r.int64(3)) & UInt32(S_IFMT)
                 let kind: DriveEntry.Kind = type == UInt32(S_IFDIR) ? .folder : type == UInt32(S_IFREG) ? .file : type == UInt32(S_IFLNK) ? .symlink : .special
-                return CommittedName(parent: UInt64(r.int64(0)), name: r.bytes(1) ?? [], ino: ino, kind: kind, laterName: !seen.insert(ino).inserted)
+                return CommittedName(parent: UInt64(r.int64(0)), name: r.bytes(1) ?? [], ino: ino, kind: kind,
+                                     target: kind == .symlink ? (r.bytes(4) ?? []) : nil, laterName: !seen.insert(ino).inserted)
             }
         }
     }

@@ -2,9 +2,10 @@ import Foundation
 import Drive
 
 /// What stays on this device although it sits in the workspace (`.backup/not-synced`):
-/// special files (fifos, sockets, devices), names that are not UTF-8 (a folder's
-/// contents go with it, so only the folder is listed), and the later names of a file
-/// hard-linked before a server was configured (the synced workspace refuses new ones).
+/// special files (fifos, sockets, devices), symlinks whose target is not UTF-8, names
+/// that are not UTF-8 (a folder's contents go with it, so only the folder is listed),
+/// and the later names of a file hard-linked before a server was configured (the
+/// synced workspace refuses new ones).
 /// The Camera Roll and temporary names are out of the workspace by design and not
 /// listed. Linux gives such files no `user.*` attributes to say it, so this list does.
 extension MirrorEngine {
@@ -43,6 +44,8 @@ extension MirrorEngine {
                 why = "a fifo, socket or device: special files stay on this device"
             } else if MirrorRules.wireName(n.name) == nil {
                 why = "the name is not UTF-8: rename it to sync it"
+            } else if n.kind == .symlink, MirrorRules.wireTarget(n.target ?? []) == nil {
+                why = "a symlink whose target is not UTF-8: symlinks sync their target as text"
             } else if n.laterName, let first = firstPath[n.ino] {
                 why = components(first).map { "a second name of \(Self.shown($0)) (hard-linked): only that name is synced" }
                     ?? "a second name of a file out of the workspace (hard-linked): not synced"

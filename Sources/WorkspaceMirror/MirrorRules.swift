@@ -33,6 +33,13 @@ public enum MirrorRules {
         return text
     }
 
+    /// A symlink's target as the server takes it: UTF-8 text; nil when it cannot be one
+    /// (such a link stays local, listed as not synced, as a name that is not UTF-8).
+    public static func wireTarget(_ bytes: [UInt8]) -> String? {
+        guard !bytes.isEmpty, !bytes.contains(0) else { return nil }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
     /// `name (conflict from <device> <YYYY-MM-DD HHMM>).ext`, numbered when that is taken
     /// too (`… 2)`, `… 3)`). `taken` answers whether a name is in use in the folder.
     public static func conflictName(_ name: String, device: String, at seconds: Int64, taken: (String) -> Bool) -> String {

@@ -133,7 +133,7 @@ extension MirrorEngine {
                 desired.size = local.size
                 desired.executable = local.permissions & 0o100 != 0
             case .symlink:
-                desired.target = local.target.flatMap { String(validating: $0, as: UTF8.self) }
+                desired.target = local.target.flatMap(MirrorRules.wireTarget)
                 desired.size = Int64(local.target?.count ?? 0)
             case .folder:
                 desired.mtime = 0   // a folder's time is its own business on each device
@@ -286,6 +286,7 @@ extension MirrorEngine {
     /// `isKnown`: a folder the mirror knows of that is not in its tables yet.
     func place(_ e: DriveEntry, isKnown: (UInt64) -> Bool = { _ in false }) throws -> String? {
         if e.kind == .special { return nil }
+        if e.kind == .symlink, MirrorRules.wireTarget(e.target ?? []) == nil { return nil }
         guard let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return nil }
         if e.parent == 1 { return name == MirrorRules.cameraRoll ? nil : name }
         // Inside a folder the mirror knows: in the workspace. Else walk up (a new folder).
@@ -320,6 +321,7 @@ extension MirrorEngine {
         var current = ino
         for _ in 0..<4096 {
             guard let e = try drive.committedEntry(current), e.kind != .special,
+                  e.kind != .symlink || MirrorRules.wireTarget(e.target ?? []) != nil,
                   let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return false }
             if e.parent == 1 { return name != MirrorRules.cameraRoll }
             current = e.parent

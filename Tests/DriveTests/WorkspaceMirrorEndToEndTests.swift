@@ -256,6 +256,9 @@ import TestTraits
         try Self.mkdir(a.path("Docs/build.part"))
         try writeFile(a.path("Docs/build.part/out.o"), Array("made by a tool".utf8))
         #expect(mkfifo(a.path("Docs/pipe"), 0o644) == 0)
+        let latin1Target = [UInt8]([0x72, 0xE9, 0x73, 0x75, 0x6D, 0xE9, 0])
+        #expect(latin1Target.withUnsafeBufferPointer { p in
+            p.baseAddress!.withMemoryRebound(to: CChar.self, capacity: p.count) { symlink($0, a.path("Docs/old-link")) } } == 0)
 
         try Self.waitFor("the file and its copy on the other device", drives) {
             (try? readFile(b.path("Docs/a.txt"))) == Array("one file, two names".utf8) && (try? readFile(b.path("Docs/b.txt"))) == Array("one file, two names".utf8)
@@ -273,8 +276,13 @@ import TestTraits
         // with the name that is not UTF-8; temporary names and the Camera Roll are out by design.
         let notSynced = try String(contentsOfFile: a.path(".backup/not-synced"), encoding: .utf8).split(separator: "\n").map(String.init)
         #expect(notSynced == [#"Docs/r\xe9sum\xe9.txt: the name is not UTF-8: rename it to sync it"#,
-                              "Docs/pipe: a fifo, socket or device: special files stay on this device"], "\(notSynced)")
+                              "Docs/pipe: a fifo, socket or device: special files stay on this device",
+                              "Docs/old-link: a symlink whose target is not UTF-8: symlinks sync their target as text"], "\(notSynced)")
         #expect(try String(contentsOfFile: b.path(".backup/not-synced"), encoding: .utf8).isEmpty)
+        // Nothing of it is a failure to send: the workspace is up to date.
+        try Self.waitFor("the laptop's status up to date", drives) {
+            (try? String(contentsOfFile: a.path(".backup/status"), encoding: .utf8))?.contains("Workspace: up to date") == true
+        }
     }
 
     /// The workspace's content goes up on the backup's terms: paused, or on a battery under
