@@ -6,7 +6,7 @@ import WorkspaceMirror
 /// state folder (`workspace-status`) for `vdrive status`, another process: the catalog
 /// tells what waits to go up and to come down, but not what only the mount knows (the
 /// server unreachable, conflict copies made, sends that failed and why). Written when
-/// the line changes (a few times a second at most during a large copy, never while
+/// the line changes (twice a second at most during a large copy, never while
 /// idle), without an fsync: it is rewritten at each change and removed at unmount, so
 /// one found while no mount holds the state folder is a killed mount's, and not read.
 public struct WorkspaceStatusFile: Sendable {
