@@ -37,9 +37,16 @@ public final class MirrorWiring {
 
     private let statusFile: WorkspaceStatusFile?
 
-    /// `VDRIVE_MIRROR_HOLD` (seconds a feed request may be held) for tests and benchmarks.
+    /// The user's `sync-exclude` patterns beside the built-in ones (read at the mount's
+    /// start: a change takes effect at the next mount); `VDRIVE_MIRROR_HOLD` (seconds a
+    /// feed request may be held) for tests and benchmarks.
     static func settings() -> MirrorSettings {
         var s = MirrorSettings()
+        do {
+            s.userExcluded = try WorkspaceSettings.load(BackupPaths.settings).syncExclude
+        } catch {
+            printError("the workspace's sync-exclude patterns are not used: \(error); fix them with 'vdrive settings sync-exclude'")
+        }
         if let text = ProcessInfo.processInfo.environment["VDRIVE_MIRROR_HOLD"], let hold = Int(text), (0...60).contains(hold) { s.hold = hold }
         return s
     }

@@ -79,7 +79,7 @@ public struct ResidencySettings: Equatable {
 
     public static func load(_ path: String) throws -> ResidencySettings {
         var out = ResidencySettings()
-        let object = try readObject(path)
+        let object = try SettingsObject.read(path)
         for key in Key.allCases {
             guard let raw = object[key.rawValue] else { continue }
             switch raw {
@@ -96,20 +96,10 @@ public struct ResidencySettings: Equatable {
     public static func update(_ path: String, _ key: Key, _ text: String) throws -> ResidencySettings {
         var settings = try load(path)
         try settings.set(key, text)
-        var object = try readObject(path)
+        var object = try SettingsObject.read(path)
         object[Key.cacheSize.rawValue] = settings.cacheSize.map { $0 as Any } ?? "default"
         object[Key.optimizeStorage.rawValue] = settings.optimizeStorage
-        let data = try JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
-        try AtomicFile.write(data + Data("\n".utf8), to: path)
+        try SettingsObject.write(object, to: path)
         return settings
-    }
-
-    private static func readObject(_ path: String) throws -> [String: Any] {
-        guard let data = FileManager.default.contents(atPath: path),
-              !data.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x09 || $0 == 0x0D }) else { return [:] }
-        guard let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] else {
-            throw SettingsError.unreadable(path: path, reason: "not a JSON object")
-        }
-        return object
     }
 }

@@ -37,8 +37,11 @@ public struct MirrorSettings: Sendable {
     public var most: Double = 1.0
     /// How long the server may hold the feed's request when nothing is new.
     public var hold: Int = 30
-    /// Names never sent (shell globs), the built-in temporary names and the user's.
+    /// Names never sent (shell globs): the built-in temporary names.
     public var excluded: [String] = MirrorRules.temporaryPatterns
+    /// The user's patterns (`sync-exclude`): a name they match is not sent while its node
+    /// was never synced; a node already synced keeps syncing (a pattern deletes nothing).
+    public var userExcluded: [String] = []
     public init() {}
 }
 
@@ -146,6 +149,11 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// that it still waits, as `MirrorFileState.of` does).
     public func failure(of ino: UInt64) -> String? { state.withLock { $0.retryAfter[ino]?.why } }
 
+    /// Runs `body` on the status readers' connection (any thread).
+    func onStatusConnection<T>(_ body: (Database) throws -> T) rethrows -> T {
+        try statusLock.withLock { try body(statusDB) }
+    }
+
     public var status: MirrorStatus {
         let (status, failing) = state.withLock { s in
             var status = s.status
@@ -163,6 +171,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 
     public func start() {
         do { try scanIfNew() } catch { MirrorLog.error("the first look at the local workspace failed: \(error)") }
+        do { try rescanIfRulesChanged() } catch { MirrorLog.error("the look at the local workspace under the new sync-exclude patterns failed: \(error)") }
         let feed = Thread { [weak self] in self?.followFeed(); self?.ended.signal() }
         feed.name = "vdrive-mirror-feed"
         let worker = Thread { [weak self] in self?.work(); self?.ended.signal() }
@@ -275,6 +284,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// a pass finds nothing to do (at most `passes`).
     public func runOnce(passes: Int = 20) throws {
         try scanIfNew()
+        try rescanIfRulesChanged()
         while try pullPage(wait: 0) {}
         for _ in 0..<passes {
             try applyRemote(budget: .infinity)
@@ -305,6 +315,40 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// new device with an empty drive marks nothing and deletes nothing: it receives.
     func scanIfNew() throws {
         if try MirrorRows.state("scanned", in: db) == "1" { return }
+        let marked = try everyInode()
+        let now = MirrorClock.nanoseconds()
+        try write {
+            for ino in marked where try MirrorRows.synced(ino: ino, in: db) == nil { try MirrorRows.markDirty(ino, now: now, in: db) }
+            try MirrorRows.setState("scanned", "1", in: db)
+            try MirrorRows.setState("excluded", rulesKey, in: db)
+        }
+    }
+
+    /// The user's patterns changed since the last start (`sync-exclude`): every name is
+    /// marked, so each pass plans it under the new rules: a name no pattern keeps back
+    /// any more goes up; the others are found as they were and cost a comparison (a
+    /// synced node a new pattern matches keeps syncing: `leftOutByUser`).
+    func rescanIfRulesChanged() throws {
+        let last = try MirrorRows.state("excluded", in: db)
+        if last == rulesKey { return }
+        // Before the patterns were recorded, a mirror ran with the built-in ones.
+        if last == nil && settings.userExcluded.isEmpty {
+            try write { try MirrorRows.setState("excluded", rulesKey, in: db) }
+            return
+        }
+        let marked = try everyInode()
+        let now = MirrorClock.nanoseconds()
+        try write {
+            for ino in marked { try MirrorRows.markDirty(ino, now: now, in: db) }
+            try MirrorRows.setState("excluded", rulesKey, in: db)
+        }
+    }
+
+    /// The user's exclusion patterns as recorded in the mirror's state.
+    private var rulesKey: String { settings.userExcluded.joined(separator: "\n") }
+
+    /// Every committed inode of the drive outside the Camera Roll.
+    private func everyInode() throws -> [UInt64] {
         var marked: [UInt64] = []
         var folders: [UInt64] = [1]
         while let folder = folders.popLast() {
@@ -314,11 +358,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 if e.kind == .folder { folders.append(e.ino) }
             }
         }
-        let now = MirrorClock.nanoseconds()
-        try write {
-            for ino in marked where try MirrorRows.synced(ino: ino, in: db) == nil { try MirrorRows.markDirty(ino, now: now, in: db) }
-            try MirrorRows.setState("scanned", "1", in: db)
-        }
+        return marked
     }
 }
 

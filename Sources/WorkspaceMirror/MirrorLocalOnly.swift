@@ -26,14 +26,14 @@ extension MirrorEngine {
             var current = n.parent
             for _ in 0..<4096 where current != 1 {
                 guard let f = folders[current], let name = MirrorRules.wireName(f.name),
-                      !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return nil }
+                      !MirrorRules.isTemporary(name, patterns: settings.excluded + settings.userExcluded) else { return nil }
                 parts.append(f.name)
                 current = f.parent
             }
             guard current == 1 else { return nil }
             parts.reverse()
             if let top = MirrorRules.wireName(parts[0]), top == MirrorRules.cameraRoll { return nil }
-            if let own = MirrorRules.wireName(n.name), MirrorRules.isTemporary(own, patterns: settings.excluded) { return nil }
+            if let own = MirrorRules.wireName(n.name), MirrorRules.isTemporary(own, patterns: settings.excluded + settings.userExcluded) { return nil }
             return parts
         }
         var lines: [String] = []

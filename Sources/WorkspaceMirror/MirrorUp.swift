@@ -288,6 +288,7 @@ extension MirrorEngine {
         if e.kind == .special { return nil }
         if e.kind == .symlink, MirrorRules.wireTarget(e.target ?? []) == nil { return nil }
         guard let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return nil }
+        if try leftOutByUser(name, e.ino, on: db) { return nil }
         if e.parent == 1 { return name == MirrorRules.cameraRoll ? nil : name }
         // Inside a folder the mirror knows: in the workspace. Else walk up (a new folder).
         if isKnown(e.parent) { return name }
@@ -317,23 +318,33 @@ extension MirrorEngine {
     /// Whether inode `ino` is still in the workspace here: every folder up to the root
     /// committed, none a temporary name, and not under the Camera Roll. Unlike `place`,
     /// a synced parent row does not vouch for it (that parent may have left itself).
-    func isInWorkspace(_ ino: UInt64) throws -> Bool {
+    /// `connection`: the mirror's tables on the caller's thread (the worker's by default).
+    func isInWorkspace(_ ino: UInt64, on connection: Database? = nil) throws -> Bool {
         var current = ino
         for _ in 0..<4096 {
             guard let e = try drive.committedEntry(current), e.kind != .special,
                   e.kind != .symlink || MirrorRules.wireTarget(e.target ?? []) != nil,
-                  let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded) else { return false }
+                  let name = MirrorRules.wireName(e.name), !MirrorRules.isTemporary(name, patterns: settings.excluded),
+                  try !leftOutByUser(name, e.ino, on: connection ?? db) else { return false }
             if e.parent == 1 { return name != MirrorRules.cameraRoll }
             current = e.parent
         }
         return false
     }
 
+    /// Whether one of the user's patterns keeps `name` back: only while its inode was never
+    /// synced. A node already synced keeps syncing, so a pattern added later deletes
+    /// nothing on the other devices, and what they send of it is never undone here.
+    func leftOutByUser(_ name: String, _ ino: UInt64, on connection: Database) throws -> Bool {
+        guard !settings.userExcluded.isEmpty, MirrorRules.isTemporary(name, patterns: settings.userExcluded) else { return false }
+        return (try MirrorRows.synced(ino: ino, in: connection)?.node.version ?? 0) == 0
+    }
+
     /// Whether the mirror leaves inode `ino` out of the workspace: `isInWorkspace` for a
     /// reader beside the mount (a file's `user.vdrive.sync`). An inode it cannot read
     /// (gone meanwhile) is not said to be excluded.
     public func isExcluded(_ ino: UInt64) -> Bool {
-        guard let inWorkspace = try? isInWorkspace(ino) else { return false }
+        guard let inWorkspace = try? onStatusConnection({ try isInWorkspace(ino, on: $0) }) else { return false }
         return !inWorkspace && ((try? drive.committedEntry(ino)) ?? nil) != nil
     }
 

@@ -5,7 +5,7 @@ import DeviceWiring
 enum SettingsCommand {
     static var verb: Verb { Verb(
         name: "settings",
-        summary: "show or change settings (camera backup, metered networks, battery, cache size, optimize storage)",
+        summary: "show or change settings (camera backup, metered networks, battery, cache size, optimize storage, sync exclusions)",
         help: """
         Usage: vdrive settings [--config FILE]              show every setting
                vdrive settings [--config FILE] KEY          show one
@@ -26,6 +26,14 @@ enum SettingsCommand {
                                      ('vdrive pin', user.vdrive.pin), when over cache-size;
                                      they stay listed and are fetched again when read
                                      (default off)
+          sync-exclude       PATTERNS  names the synced workspace leaves out, besides the
+                                     built-in temporary names (.~lock.*#, *.swp, *~, …):
+                                     shell globs matched against each file's or folder's
+                                     name, separated by spaces ('*.log node_modules');
+                                     'none' for none. From the next mount: what a new
+                                     pattern matches leaves the workspace on every device
+                                     (to the server's trash) and stays here; what it no
+                                     longer matches is sent
 
         The file is $XDG_CONFIG_HOME/vdrive/settings.json; a running mount picks up a
         change at once.
@@ -42,11 +50,21 @@ enum SettingsCommand {
             for key in BackupSettings.Key.allCases { print("\(key.rawValue) = \(settings.value(key))") }
             let residency = try loadOrFail { try ResidencySettings.load(file.path) }
             for key in ResidencySettings.Key.allCases { print("\(key.rawValue) = \(residency.value(key))") }
+            print("\(WorkspaceSettings.key) = \(try loadOrFail { try WorkspaceSettings.load(file.path) }.shown)")
             return ExitCode.ok
         }
         if let key = ResidencySettings.Key(rawValue: name) { return try residency(key, args, file.path) }
+        if name == WorkspaceSettings.key {
+            guard args.count == 2 else {
+                print(try loadOrFail { try WorkspaceSettings.load(file.path) }.shown)
+                return ExitCode.ok
+            }
+            try change(file.path) { "\(name) = \(try WorkspaceSettings.update(file.path, args[1]).shown)" }
+            print("A running mount uses it from its next mount: names it matches then leave the workspace (to the server's trash), names it no longer matches are sent.")
+            return ExitCode.ok
+        }
         guard let key = BackupSettings.Key(rawValue: name) else {
-            let known = (BackupSettings.Key.allCases.map(\.rawValue) + ResidencySettings.Key.allCases.map(\.rawValue)).joined(separator: ", ")
+            let known = (BackupSettings.Key.allCases.map(\.rawValue) + ResidencySettings.Key.allCases.map(\.rawValue) + [WorkspaceSettings.key]).joined(separator: ", ")
             throw CLIError("unknown setting '\(name)'; known: \(known)", code: ExitCode.usage)
         }
         guard args.count == 2 else {

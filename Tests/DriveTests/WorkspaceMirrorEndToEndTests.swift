@@ -328,6 +328,51 @@ import TestTraits
         try Self.waitFor("the status up to date", drives) { (try status()).contains("Workspace: up to date") }
     }
 
+    /// The user's patterns (`vdrive settings sync-exclude`), used from the next mount: a new
+    /// name they match stays on this device (a folder with what is in it), a file another
+    /// device sends under such a name syncs as any (a pattern deletes nothing), and
+    /// without the pattern what it kept back goes up.
+    @Test(arguments: Backend.allCases)
+    func theUsersPatternsKeepNewNamesOnThisDeviceAndDeleteNothing(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-exclude"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        let xattr = BackupEndToEndTests.xattr
+        func settings(_ value: String) throws {
+            let r = try a.vdrive(["settings", "sync-exclude", value])
+            try #require(r.status == 0, "vdrive settings sync-exclude \(value): \(r.stderr)")
+        }
+        try writeFile(b.path("server.log"), Array("made where no pattern holds".utf8))
+        try Self.waitFor("the desktop's log on the laptop", drives) { FileManager.default.fileExists(atPath: a.path("server.log")) }
+        #expect(try a.vdrive(["settings", "sync-exclude", "build/out.o"]).status == 64, "a path is not a name pattern")
+        try settings("*.log build")
+        try a.unmount()
+        try a.start()
+
+        try writeFile(a.path("new.log"), Array("kept here".utf8))
+        try Self.mkdir(a.path("build"))
+        try writeFile(a.path("build/out.o"), Array("made by a tool".utf8))
+        try writeFile(a.path("server.log"), Array("edited on the laptop".utf8))
+        try writeFile(a.path("notes.txt"), Array("synced as ever".utf8))
+        try Self.waitFor("the notes and the edited log on the desktop", drives) {
+            (try? readFile(b.path("notes.txt"))) == Array("synced as ever".utf8)
+                && (try? readFile(b.path("server.log"))) == Array("edited on the laptop".utf8)
+        }
+        #expect(!FileManager.default.fileExists(atPath: b.path("new.log")))
+        #expect(!FileManager.default.fileExists(atPath: b.path("build")))
+        #expect(xattr(a.path("new.log"), "user.vdrive.sync") == "excluded")
+        #expect(xattr(a.path("build/out.o"), "user.vdrive.sync") == "excluded")
+        #expect(xattr(a.path("server.log"), "user.vdrive.sync") == "synced")
+
+        try settings("none")
+        try a.unmount()
+        try a.start()
+        try Self.waitFor("what the patterns kept back, on the desktop", drives) {
+            (try? readFile(b.path("new.log"))) == Array("kept here".utf8) && (try? readFile(b.path("build/out.o"))) == Array("made by a tool".utf8)
+        }
+    }
+
     /// Where each file stands, in its attribute and in the status line; and a large file
     /// whose upload is killed half-way resumes where the server has it.
     @Test(arguments: Backend.allCases)
