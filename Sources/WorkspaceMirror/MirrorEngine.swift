@@ -209,6 +209,17 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     /// Waits until woken or `seconds` passed.
     func pause(_ seconds: Double) { waitOnSignal(seconds) { $0.woken } }
 
+    /// Sleeps `seconds`, or until the mirror stops: the feed's pauses between failed
+    /// requests (up to 30 s) must not hold an unmount. Leaves the worker's wakes alone.
+    func sleepUnlessStopping(_ seconds: Double) {
+        signal.lock()
+        defer { signal.unlock() }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while !stopping {
+            if !signal.wait(until: deadline) { break }
+        }
+    }
+
     /// Waits until `seconds` passed, the mirror stops or `ends` holds, then forgets the
     /// wakes meanwhile (the pass that follows sees every change they were for).
     private func waitOnSignal(_ seconds: Double, until ends: (State) -> Bool) {

@@ -18,12 +18,12 @@ extension MirrorEngine {
                 // An empty answer that came at once: a server that does not hold requests.
                 // Asked again once a second then.
                 let elapsed = Double(MirrorClock.nanoseconds() - started) / 1e9
-                if elapsed < 1 { Thread.sleep(forTimeInterval: 1 - elapsed) }
+                if elapsed < 1 { sleepUnlessStopping(1 - elapsed) }
             } catch {
                 if stopping { break }
                 failures += 1
                 noteProblem(error)
-                Thread.sleep(forTimeInterval: min(30, 0.5 * Double(1 << min(failures, 6))))
+                sleepUnlessStopping(min(30, 0.5 * Double(1 << min(failures, 6))))
             }
         }
     }
