@@ -155,10 +155,12 @@ extension MirrorEngine {
         return try MirrorRows.synced(node: id, in: db)?.ino
     }
 
-    /// Frees `(parent, name)` for `r`. A node made here and not sent yet keeps its place
-    /// only if both are folders (they become one: the returned inode takes `r`'s id);
-    /// otherwise it takes a conflict name (both kept). A synced node still there is one
-    /// whose own move has not been applied yet: it waits under a hidden name.
+    /// Frees `(parent, name)` for `r`. A node made here and not on the server yet (no
+    /// row, or its id kept at a send the server never acknowledged: sent while it was
+    /// down) keeps its place only if both are folders (they become one: the returned
+    /// inode takes `r`'s id); otherwise it takes a conflict name (both kept). A synced
+    /// node still there is one whose own move has not been applied yet: it waits under
+    /// a hidden name.
     func makeRoom(_ parent: UInt64, _ name: [UInt8], for r: RemoteNode, _ edit: ExternalEdit) throws -> UInt64? {
         guard let occupant = try edit.child(parent, name) else { return nil }
         let db = edit.database
@@ -166,7 +168,7 @@ extension MirrorEngine {
         let dirty = try MirrorRows.isDirty(occupant.ino, in: db)
         if synced == nil || synced?.node.version == 0 || dirty {
             let ours: RemoteNode.Kind = occupant.kind == .folder ? .folder : occupant.kind == .symlink ? .symlink : .file
-            if synced == nil, MirrorPlanner.clash(oursKind: ours, theirsKind: r.kind) == .mergeFolders {
+            if (synced?.node.version ?? 0) == 0, MirrorPlanner.clash(oursKind: ours, theirsKind: r.kind) == .mergeFolders {
                 try db.run("DELETE FROM mirror_dirty WHERE ino = ?", occupant.ino)
                 return occupant.ino
             }

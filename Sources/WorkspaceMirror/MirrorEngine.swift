@@ -23,9 +23,10 @@ public struct MirrorStatus: Sendable, Equatable {
     public var serverFull = false
     /// Why content waits to go up now (paused, a metered network, the battery), or nil.
     public var held: String?
-    /// Why the last pass failed as a whole, when the server answered but not as asked
-    /// (a token refused, a server error): what the user may have to act on. Nil once a
-    /// pass goes through, and while the server cannot be reached (`offline` says that).
+    /// Why the worker's last pass (else the feed's last request) failed, when the server
+    /// answered but not as asked (a token refused, a server error): what the user may
+    /// have to act on. Nil once each goes through again, and while the server cannot be
+    /// reached (`offline` says that).
     public var passFailure: String?
 }
 
@@ -109,6 +110,10 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         /// Server changes that could not be applied at their last try, and why.
         var unapplied: [String: String] = [:]
         var device: String?
+        /// Why the worker's last pass, and the feed's last request, failed with the server
+        /// answering (`MirrorStatus.passFailure`); each cleared by its own next success.
+        var workFailure: String?
+        var feedFailure: String?
     }
     let state = Mutex(State())
     private let signal = NSCondition()
@@ -157,6 +162,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     public var status: MirrorStatus {
         let (status, failing) = state.withLock { s in
             var status = s.status
+            status.passFailure = s.workFailure ?? s.feedFailure
             status.failures = s.unapplied.count
             if status.lastProblem == nil { status.lastProblem = s.unapplied.values.first }
             return (status, Array(s.retryAfter.keys))
@@ -243,12 +249,12 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
                 failures = 0
                 state.withLock {
                     $0.status.offline = false
-                    $0.status.passFailure = nil
+                    $0.workFailure = nil
                 }
             } catch {
                 if stopping { break }
                 failures += 1
-                noteProblem(error)
+                noteProblem(error, fromFeed: false)
                 _ = publishStatus(force: true)
                 backOff(min(30, 0.5 * Double(1 << min(failures, 6))))
                 continue
@@ -306,13 +312,14 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         }
     }
 
-    func noteProblem(_ error: Error) {
+    func noteProblem(_ error: Error, fromFeed: Bool) {
         let text = "\(error)"
         let first = state.withLock { s -> Bool in
             let first = s.status.lastProblem != text
             s.status.lastProblem = text
             s.status.offline = MirrorLog.isUnreachable(error)
-            s.status.passFailure = s.status.offline ? nil : text
+            let failure = s.status.offline ? nil : text
+            if fromFeed { s.feedFailure = failure } else { s.workFailure = failure }
             return first
         }
         if first {

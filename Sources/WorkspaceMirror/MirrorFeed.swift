@@ -11,9 +11,9 @@ extension MirrorEngine {
             do {
                 let brought = try pullPage(wait: settings.hold)
                 failures = 0
-                // The server answers again: a failure the feed noted is over (the worker
-                // publishes the status; a failure of its own it clears at its next pass).
-                if state.withLock({ s in defer { s.status.passFailure = nil }; return s.status.passFailure != nil }) { wake() }
+                // The server answers the feed again: its failure is over (the worker
+                // publishes the status).
+                if state.withLock({ s in defer { s.feedFailure = nil }; return s.feedFailure != nil }) { wake() }
                 if brought { continue }
                 // An empty answer that came at once: a server that does not hold requests.
                 // Asked again once a second then.
@@ -22,7 +22,7 @@ extension MirrorEngine {
             } catch {
                 if stopping { break }
                 failures += 1
-                noteProblem(error)
+                noteProblem(error, fromFeed: true)
                 sleepUnlessStopping(min(30, 0.5 * Double(1 << min(failures, 6))))
             }
         }

@@ -268,6 +268,26 @@ import Storage
         #expect(b.engine.status.failures == 0)
     }
 
+    /// The same, when the second folder's device tried to send it while the server was
+    /// down: its id is kept (version 0, never acknowledged) when the feed brings the
+    /// first. Still one folder, not a conflict copy of it.
+    @Test func twoFoldersOfOneNameBecomeOneWhenTheSecondFailedToGoUpBeforeHearingOfTheFirst() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try b.mkdir("Shared")
+        try b.write("Shared/from-b.txt", "b")
+        server.offline = true
+        #expect(throws: (any Error).self) { try b.sendBeforeHearing() }
+        server.offline = false
+        try a.mkdir("Shared")
+        try a.write("Shared/from-a.txt", "a")
+        try a.sync()
+        try settle(ds)
+        #expect(try a.tree().keys.sorted() == ["Shared", "Shared/from-a.txt", "Shared/from-b.txt"])
+        #expect(try b.tree() == (try a.tree()))
+        #expect(b.engine.status.conflicts == 0)
+    }
+
     /// A file whose new folder the server refused in the same batch (its name is taken by a
     /// file) goes up after the folder does, under the folder's conflict name: a folder not
     /// on the server yet is not one gone from it.
