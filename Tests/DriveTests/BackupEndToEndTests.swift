@@ -146,9 +146,13 @@ import CLinux
         let resent = total - Int64(size)
         print("kill mid-upload: \(sentBeforeKill >> 20) MiB on the server at the kill; re-sent \(resent) bytes after the restart")
         // A block's PATCH carries its checksum, so a PATCH cut by the kill keeps none of its
-        // bytes: each of the blocks in flight at the kill may be sent again, no more.
+        // bytes: each of the blocks in flight at the kill may be sent again, no more. The
+        // server's `wchar` also counts what it writes besides the bytes: its records' WAL
+        // frames, access log lines and answers for the ~115 blocks after the restart, 1.3
+        // MB in a run where all four blocks in flight were sent again (a 1 MiB allowance
+        // failed it); 4 MiB, still less than one block more.
         let inFlight = Int64(UploaderConfiguration().blocksInFlight)
-        #expect(resent <= inFlight * Int64(Blocks.size) + (1 << 20), "re-sent at most the \(inFlight) blocks in flight plus metadata, got \(resent)")
+        #expect(resent <= inFlight * Int64(Blocks.size) + (4 << 20) - 1, "re-sent at most the \(inFlight) blocks in flight plus metadata, got \(resent)")
         #expect(server.contentHashes() == [ContentHash.of(bytes: bytes).hex])
     }
 
