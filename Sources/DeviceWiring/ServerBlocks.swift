@@ -23,19 +23,19 @@ final class ServerBlocks: RemoteContent {
     }
 
     func blockBytes(_ hash: SHA256Digest, offset: Int, length: Int, interactive: Bool) throws(RemoteFailure) -> [UInt8] {
-        if !interactive, let why = hold() { throw .held(why) }
+        if !interactive, let why = transfers.reason() { throw .held(why) }
         do { return try client.blockBytes(hash, offset: offset, length: length) } catch { throw Self.failure(error) }
     }
 
     func wholeBlock(_ hash: SHA256Digest, into fd: Int32?, direct: Int32?, interactive: Bool,
                     piece: (UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) -> Int {
-        if !interactive, let why = hold() { throw .held(why) }
+        if !interactive, let why = transfers.reason() { throw .held(why) }
         do { return Int(try client.streamBlock(hash, to: fd, direct: direct, piece: piece)) } catch { throw Self.failure(error) }
     }
 
     func wholeBlocks(_ hashes: [SHA256Digest], interactive: Bool,
                      each: (SHA256Digest, UnsafeRawBufferPointer) -> Void) throws(RemoteFailure) {
-        if !interactive, let why = hold() { throw .held(why) }
+        if !interactive, let why = transfers.reason() { throw .held(why) }
         do { try client.fetchBlockPack(hashes) { each($0, $1) } } catch let error as ClientError { throw Self.failure(error) } catch {
             throw .refused("\(error)")
         }
@@ -57,7 +57,4 @@ final class ServerBlocks: RemoteContent {
         default: return .refused(error.description)
         }
     }
-
-    /// Why prefetch waits now, or nil.
-    private func hold() -> String? { transfers.reason() }
 }

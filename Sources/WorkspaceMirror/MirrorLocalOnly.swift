@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import Drive
 
 /// What stays on this device although it sits in the workspace (`.backup/not-synced`):
@@ -67,12 +68,8 @@ extension MirrorEngine {
                 return text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
             }
             return bytes.map { b in
-                b >= 0x20 && b < 0x7F && b != 0x5C ? String(UnicodeScalar(b)) : "\\x" + String(b, radix: 16, uppercase: false).leftPadded(2)
+                b >= 0x20 && b < 0x7F && b != 0x5C ? String(UnicodeScalar(b)) : "\\x" + Hex.encode([b])
             }.joined()
         }.joined(separator: "/")
     }
-}
-
-private extension String {
-    func leftPadded(_ width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }
