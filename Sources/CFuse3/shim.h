@@ -29,6 +29,7 @@ static inline int vd_fuse_session_loop_mt(struct fuse_session *se, unsigned int 
 static inline void vd_fi_set_direct_io(struct fuse_file_info *fi, int on) { fi->direct_io = on ? 1 : 0; }
 static inline void vd_fi_set_keep_cache(struct fuse_file_info *fi, int on) { fi->keep_cache = on ? 1 : 0; }
 static inline void vd_fi_set_cache_readdir(struct fuse_file_info *fi, int on) { fi->cache_readdir = on ? 1 : 0; }
+static inline void vd_fi_set_noflush(struct fuse_file_info *fi, int on) { fi->noflush = on ? 1 : 0; }
 static inline int vd_fi_flags(const struct fuse_file_info *fi) { return fi->flags; }
 static inline uint64_t vd_fi_fh(const struct fuse_file_info *fi) { return fi->fh; }
 static inline void vd_fi_set_fh(struct fuse_file_info *fi, uint64_t fh) { fi->fh = fh; }

@@ -471,27 +471,40 @@ public final class DriveFileSystem: @unchecked Sendable {
     /// about to overwrite all of it, else zeros. At most one block is ever copied.
     private func dirtyBlock(_ d: Draft, _ index: Int, length: Int, overwritten: Bool) throws -> DirtyBlock {
         if let b = d.dirty[index] { return b }
-        // A small file's only block is staged in memory: no inode on the disk for it,
-        // now or at commit (InlineBlocks.swift).
-        let small = index == 0 && d.size <= Int64(InlineBlocks.limit)
-        let (fd, path) = try small ? blobs.makeMemoryStagingFile() : blobs.takeStagingFile()
-        var copied = false
-        do {
+        let b: DirtyBlock
+        if index == 0 && d.size <= Int64(InlineBlocks.limit) {
+            // A small file's only block is staged in memory: no inode on the disk for it,
+            // now or at commit (InlineBlocks.swift).
+            var bytes: [UInt8] = []
             if !overwritten, let digest = d.stored[index] {
+                bytes = [UInt8](repeating: 0, count: length)
                 let source = try openBlock(digest)
                 defer { FileIO.close(source) }
-                if vd_clone_file(fd, source) != 0 {
-                    try FileIO.copyPreservingHoles(from: source, to: fd, length: Int64(Blocks.length(ofBlock: index, fileSize: d.size)))
-                }
-                copied = true
+                try bytes.withUnsafeMutableBytes { try readFully(source, into: $0, at: 0) }
+            } else if !overwritten {
+                bytes = [UInt8](repeating: 0, count: length)
             }
-            // A write about to cover the whole block sets its length itself.
-            if copied || !overwritten { try FileIO.ftruncate(fd, Int64(length)) }
-        } catch {
-            blobs.returnStagingFile(fd: fd, path: path)
-            throw error
+            b = DirtyBlock(memory: bytes, store: blobs, hashed: overwritten || d.stored[index] == nil)
+        } else {
+            let (fd, path) = try blobs.takeStagingFile()
+            var copied = false
+            do {
+                if !overwritten, let digest = d.stored[index] {
+                    let source = try openBlock(digest)
+                    defer { FileIO.close(source) }
+                    if vd_clone_file(fd, source) != 0 {
+                        try FileIO.copyPreservingHoles(from: source, to: fd, length: Int64(Blocks.length(ofBlock: index, fileSize: d.size)))
+                    }
+                    copied = true
+                }
+                // A write about to cover the whole block sets its length itself.
+                if copied || !overwritten { try FileIO.ftruncate(fd, Int64(length)) }
+            } catch {
+                blobs.returnStagingFile(fd: fd, path: path)
+                throw error
+            }
+            b = DirtyBlock(fd: fd, path: path, store: blobs, hashed: !copied)
         }
-        let b = DirtyBlock(fd: fd, path: path, store: blobs, hashed: !copied)
         d.dirty[index] = b
         d.stored[index] = nil
         return b
@@ -523,7 +536,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                 && writeStart.map { $0 < Int64(edge + 1) * Int64(Blocks.size) } == true
             if oldLength != newLength && (d.stored[edge] != nil || d.dirty[edge] != nil) && !extendedByTheWrite {
                 let b = try dirtyBlock(d, edge, length: oldLength, overwritten: false)
-                try FileIO.ftruncate(b.fd, Int64(newLength))
+                try b.truncate(to: newLength)
                 if b.hashedUpTo > newLength { b.hasher = nil }
             }
         }
@@ -757,7 +770,10 @@ public final class DriveFileSystem: @unchecked Sendable {
         for span in Self.blockSpans(offset: offset, count: buffer.count, size: d.size) {
             let target = UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<(filled + span.length)])
             if let b = d.dirty[span.index] {
-                try readFully(b.fd, into: target, at: Int64(span.inBlock))
+                do { try b.read(into: target, at: span.inBlock) } catch let e as Errno where e == .ioError {
+                    DriveLog.error("a block being written is shorter than its file says: the read fails with EIO")
+                    throw e
+                }
             } else if let digest = d.stored[span.index] {
                 try readFully(node.reader(digest, open: openBlock).fd, into: target, at: Int64(span.inBlock))
             } else {
@@ -872,9 +888,7 @@ public final class DriveFileSystem: @unchecked Sendable {
                     // A small file's block, also one staged on the disk (a large file cut
                     // down to this size): kept in the pack; the staging file is reused.
                     change.changed.updateValue(digest, forKey: index)
-                    var bytes = [UInt8](repeating: 0, count: length)
-                    try bytes.withUnsafeMutableBytes { try readFully(b.fd, into: $0, at: 0) }
-                    change.inlined.append((digest, bytes))
+                    change.inlined.append((digest, try b.bytes(length: length)))
                 } else {
                     change.changed.updateValue(digest, forKey: index)
                     change.staged.append((digest, b.path, length))

@@ -18,7 +18,7 @@ import Synchronization
 /// memory (`InlineBytes`, `StoredBlocks.read`); every other reader of blocks
 /// (copy-on-write, the backup) gets a descriptor on them (a memory file) and works unchanged.
 ///
-/// What differs: the block is staged in memory while written (a `memfd`, moved to a
+/// What differs: the block is staged in memory while written (the draft's bytes, moved to a
 /// staging file on the disk if the file grows past `limit`); the flusher syncs the pack
 /// with the catalog, and after an unclean stop newer packed blocks are re-hashed like
 /// block files; made online-only or evicted as cache, its range of the pack is punched

@@ -11,22 +11,26 @@ final class SharedDescriptor: Sendable {
     deinit { FileIO.close(fd) }
 }
 
-/// One block being rewritten: a staging file outside the store holding the block's
-/// whole new content (its length is the block's length in the file), hashed as
-/// writes arrive in order from the block's start.
+/// One block being rewritten: its whole new content (its length is the block's length
+/// in the file), in a staging file outside the store, or in this process's memory for a
+/// small file's only block; hashed as writes arrive in order from the block's start.
 ///
 /// Hashing a large write waits until the write has been answered (see `PendingHash`):
 /// the writer sends its next bytes while a FUSE worker hashes these on the other core.
 /// Each in-order write takes a ticket (under the node's lock, so tickets follow the
 /// order of the bytes) and updates the hash only in its turn; a commit waits for every
 /// ticket before it reads the digest.
-/// `@unchecked Sendable`: `hasher`, `hashedUpTo`, `ticketsIssued` and the direct
-/// descriptor's fields are guarded by the node's lock, `ticketsDone` by `turns`.
+/// `@unchecked Sendable`: `hasher`, `hashedUpTo`, `ticketsIssued`, `memory` and the
+/// direct descriptor's fields are guarded by the node's lock, `ticketsDone` by `turns`.
 final class DirtyBlock: @unchecked Sendable {
-    /// The staging file; in memory (no path) while the block may still be kept in the
-    /// catalog, moved to the disk once the file outgrows that (`moveToDisk`).
+    /// The staging file (-1 while the block is in `memory`).
     private(set) var fd: Int32
     private(set) var path: String
+    /// A small file's block while it may still go to the pack: its bytes, here rather
+    /// than in a memory file, whose fresh pages and descriptor cost a copy's worth of
+    /// kernel time for every small file written (Docs/benchmarks.md). Moved to a staging
+    /// file on the disk once the file outgrows the pack's limit (`moveToDisk`).
+    private var memory: [UInt8]?
     /// The store the staging file came from, and goes back to.
     let store: BlobStore
     /// Fed with every byte in [0, hashedUpTo) in order; nil once a write broke the order
@@ -45,9 +49,19 @@ final class DirtyBlock: @unchecked Sendable {
     /// (a thread's round trip would cost more than it hides).
     static let hashAfterReplyMinimum = 256 << 10
 
+    /// A block staged in a file.
     init(fd: Int32, path: String, store: BlobStore, hashed: Bool) {
         self.fd = fd
         self.path = path
+        self.store = store
+        self.hasher = hashed ? SHA256Hasher() : nil
+    }
+
+    /// A block staged in memory, starting as `bytes`.
+    init(memory bytes: [UInt8], store: BlobStore, hashed: Bool) {
+        fd = -1
+        path = ""
+        memory = bytes
         self.store = store
         self.hasher = hashed ? SHA256Hasher() : nil
     }
@@ -58,7 +72,11 @@ final class DirtyBlock: @unchecked Sendable {
     /// Called with the node's lock held.
     func write(_ buffer: UnsafeRawBufferPointer, at offset: Int) throws -> PendingHash? {
         do {
-            if try !writeDirectly(buffer, at: offset) { try FileIO.pwrite(fd, buffer, at: Int64(offset)) }
+            if memory != nil {
+                Self.copy(buffer, into: &memory!, at: offset)
+            } else if try !writeDirectly(buffer, at: offset) {
+                try FileIO.pwrite(fd, buffer, at: Int64(offset))
+            }
         } catch {
             hasher = nil   // the file may hold part of the bytes: read back, if ever committed
             throw error
@@ -136,26 +154,68 @@ final class DirtyBlock: @unchecked Sendable {
             return (hasher.finish(), true)
         }
         hasher = nil
+        if let memory {
+            let hasher = SHA256Hasher()
+            memory.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0.prefix(length))) }
+            return (hasher.finish(), false)
+        }
         return (try BlobStore.hash(fd: fd, upTo: Int64(length)), false)
     }
 
-    var inMemory: Bool { path.isEmpty }
+    var inMemory: Bool { memory != nil }
+
+    /// Copies `buffer` into `bytes` at `offset`, zeros filling any gap before it, as a
+    /// write past the end of a file leaves a hole.
+    private static func copy(_ buffer: UnsafeRawBufferPointer, into bytes: inout [UInt8], at offset: Int) {
+        if offset > bytes.count { bytes.append(contentsOf: repeatElement(0, count: offset - bytes.count)) }
+        let overlap = min(buffer.count, bytes.count - offset)
+        if overlap > 0 {
+            bytes.withUnsafeMutableBytes { UnsafeMutableRawBufferPointer(rebasing: $0[offset..<(offset + overlap)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[0..<overlap])) }
+        }
+        if overlap < buffer.count { bytes.append(contentsOf: buffer[overlap...]) }
+    }
+
+    /// Fills `buffer` with the block's bytes from `offset`; EIO when the block is shorter
+    /// (never zeros in place of bytes).
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int) throws {
+        if let memory {
+            guard offset + buffer.count <= memory.count else { throw Errno.ioError }
+            memory.withUnsafeBytes { buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<(offset + buffer.count)])) }
+            return
+        }
+        if try FileIO.pread(fd, into: buffer, at: Int64(offset)) < buffer.count { throw Errno.ioError }
+    }
+
+    /// The block's first `length` bytes, for the pack.
+    func bytes(length: Int) throws -> [UInt8] {
+        if let memory, memory.count == length { return memory }
+        var bytes = [UInt8](repeating: 0, count: length)
+        try bytes.withUnsafeMutableBytes { try read(into: $0, at: 0) }
+        return bytes
+    }
+
+    /// Cuts or zero-extends the block to `length` bytes.
+    func truncate(to length: Int) throws {
+        if memory != nil {
+            if length < memory!.count { memory!.removeSubrange(length...) } else { memory!.append(contentsOf: repeatElement(0, count: length - memory!.count)) }
+            return
+        }
+        try FileIO.ftruncate(fd, Int64(length))
+    }
 
     /// The file grew past `InlineBlocks.limit`: its block goes to a staging file on the
-    /// disk like any other (a copy of at most that many bytes; holes stay holes). The
-    /// running hash carries on. Called with the node's lock held.
+    /// disk like any other. The running hash carries on. Called with the node's lock held.
     func moveToDisk() throws {
-        guard inMemory else { return }
+        guard let bytes = memory else { return }
         let (newFd, newPath) = try store.takeStagingFile()
         do {
-            let length = Int64(try FileIO.status(fd).st_size)
-            try FileIO.copyPreservingHoles(from: fd, to: newFd, length: length)
-            try FileIO.ftruncate(newFd, length)
+            if !bytes.isEmpty { try bytes.withUnsafeBytes { try FileIO.pwrite(newFd, $0, at: 0) } }
+            try FileIO.ftruncate(newFd, Int64(bytes.count))
         } catch {
             store.returnStagingFile(fd: newFd, path: newPath)
             throw error
         }
-        FileIO.close(fd)
+        memory = nil
         fd = newFd
         path = newPath
     }
@@ -163,6 +223,7 @@ final class DirtyBlock: @unchecked Sendable {
     /// Gives the staging file back to the store: reused when its content was not
     /// stored, removed from the staging folder when it is now a stored block.
     func discard() {
+        if memory != nil { memory = nil; return }
         closeDirect()
         store.returnStagingFile(fd: fd, path: path)
     }

@@ -299,6 +299,11 @@ public struct ErrorResponse: Codable, Sendable, Equatable {
 /// JSON coding with the same settings on both sides.
 public enum WireJSON {
     public static func encode<T: Encodable>(_ value: T) -> [UInt8] {
+        if let value = value as? any JSONWritable {
+            var json = JSONWriter()
+            value.write(to: &json)
+            return json.bytes
+        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         // Encoding our own plain structs cannot fail.
@@ -341,13 +346,19 @@ public enum WireJSON {
     }
 
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
-        try JSONDecoder().decode(type, from: Data(bytes))
+        if let readable = type as? any JSONReadable.Type {
+            return try JSONReader.read(bytes) { try readable.init(json: &$0) } as! T
+        }
+        return try JSONDecoder().decode(type, from: Data(bytes))
     }
 
     /// The field a decoding error is about, as a dotted path (`hashes.3`, `size`), for 400
     /// replies. With the `body` that failed, a number no field can hold is named too
     /// (`unfitNumber`: the decoder itself names no field for it).
     public static func describe(_ error: Error, body: [UInt8]? = nil) -> (field: String?, message: String) {
+        if let failure = error as? JSONReader.Failure {
+            return (failure.field, failure.syntax ? "the body is not valid JSON: \(failure.message)" : failure.message)
+        }
         guard let error = error as? DecodingError else { return (nil, "\(error)") }
         if case .dataCorrupted(let ctx) = error, ctx.codingPath.isEmpty, let body, let (key, text) = unfitNumber(in: body) {
             let shown = text.count <= 40 ? text : text.prefix(37) + "..."

@@ -70,15 +70,6 @@ public final class BlobStore: Sendable {
         return try makeStagingFile()
     }
 
-    /// A staging file in memory (`memfd`): no inode on the disk, no name. The drive
-    /// stages a small file's block here and keeps it in its catalog at commit
-    /// (`InlineBlocks`); its path is empty.
-    public func makeMemoryStagingFile() throws -> (fd: Int32, path: String) {
-        let fd = vd_memory_file("vdrive-block")
-        if fd < 0 { throw Errno.current }
-        return (fd, "")
-    }
-
     /// A descriptor on a memory file holding `bytes`: what a reader of a block kept in
     /// the catalog gets, so it reads like any stored block.
     public static func memoryFile(holding bytes: [UInt8]) throws -> Int32 {
@@ -96,9 +87,8 @@ public final class BlobStore: Sendable {
     /// Takes back a staging file whose content was not stored (the store already had
     /// it, or the write was abandoned): emptied and kept as a spare, or removed when
     /// enough are kept. A file that was linked into the store (more than one link) is
-    /// never reused: it is a stored block now. A staging file in memory is closed.
+    /// never reused: it is a stored block now.
     public func returnStagingFile(fd: Int32, path: String) {
-        if path.isEmpty { FileIO.close(fd); return }
         var st = stat()
         if fstat(fd, &st) == 0, st.st_nlink == 1, ftruncate(fd, 0) == 0,
            spares.withLock({ list -> Bool in

@@ -65,7 +65,7 @@ import Testing
             Case("wait 2^63 in the tree", Target.request("GET", "/v1/tree?wait=9223372036854775808", target.auth), expect: 400, field: "wait"),
             Case("limit 2^63 in the trash", Target.request("GET", "/v1/tree/trash?limit=9223372036854775808", target.auth), expect: 400, field: "limit"),
             Case("base 2^64 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth, #"{"changes":[{"op":"delete","id":"\#(Self.nodeID)","base":18446744073709551616}]}"#),
-                 expect: 400, field: "base"),
+                 expect: 400, field: "changes.0.base"),
             Case("mtime 2^63-1 in a tree change", Target.json("POST", "/v1/tree/changes", target.auth,
                  #"{"changes":[{"op":"put","id":"\#(Self.nodeID)","base":0,"parent":"\#(TreeNode.rootID)","name":"a","kind":"folder","mtime":9223372036854775807}]}"#),
                  expect: 400, field: "changes.0.mtime"),
