@@ -1,6 +1,6 @@
 /// The tree's wire types through `JSONWriter` and `JSONReader`: the bodies that carry
-/// nodes by the thousand. The same JSON as their `Codable` conformances (which the
-/// server still uses to read a device's changes, for its field-by-field errors).
+/// nodes by the thousand. The same JSON as their `Codable` conformances, which tools,
+/// tests and the other bodies keep using.
 
 extension TreeNode: JSONWritable, JSONReadable {
     public func write(to json: inout JSONWriter) {
@@ -35,7 +35,9 @@ extension TreeNode: JSONWritable, JSONReadable {
             case "name": name = try r.string()
             case "kind":
                 let text = try r.string()
-                guard let k = TreeNodeKind(rawValue: text) else { throw r.fail("kind must be file, folder or symlink") }
+                guard let k = TreeNodeKind(rawValue: text) else {
+                    throw JSONReader.Failure(field: "kind", "kind must be file, folder or symlink, got '\(text.prefix(40))'")
+                }
                 kind = k
             case "hash": hash = r.null() ? nil : try r.string()
             case "size": size = r.null() ? nil : try r.int64()

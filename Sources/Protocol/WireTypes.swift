@@ -347,7 +347,11 @@ public enum WireJSON {
 
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         if let readable = type as? any JSONReadable.Type {
-            return try JSONReader.read(bytes) { try readable.init(json: &$0) } as! T
+            // `readable` is `T` itself, so the cast holds; no trap if it ever did not.
+            guard let value = try JSONReader.read(bytes, { try readable.init(json: &$0) }) as? T else {
+                throw JSONReader.Failure("\(T.self) could not be read")
+            }
+            return value
         }
         return try JSONDecoder().decode(type, from: Data(bytes))
     }
