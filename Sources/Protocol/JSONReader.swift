@@ -90,8 +90,7 @@ public struct JSONReader {
     /// True, and the `null` consumed, when the next value is `null`.
     public mutating func null() -> Bool {
         skipSpace()
-        if literal("null") { return true }
-        return false
+        return literal("null")
     }
 
     public mutating func bool() throws -> Bool {
@@ -101,25 +100,13 @@ public struct JSONReader {
         throw fail("expected true or false")
     }
 
+    /// A whole number within `Int64`: no fraction, no exponent.
     public mutating func int64() throws -> Int64 {
-        skipSpace()
-        let negative = peek() == UInt8(ascii: "-")
-        if negative { i += 1 }
-        let start = i
-        var value: Int64 = 0
-        while let c = peek(), c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") {
-            let digit = Int64(c - UInt8(ascii: "0"))
-            let (times, o1) = value.multipliedReportingOverflow(by: 10)
-            let (sum, o2) = negative ? times.subtractingReportingOverflow(digit) : times.addingReportingOverflow(digit)
-            if o1 || o2 { throw fail("a number outside \(Int64.min)...\(Int64.max)") }
-            value = sum
-            i += 1
+        let text = try numberText()
+        if text.utf8.contains(where: { $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") }) {
+            throw fail("expected a whole number, got \(text.prefix(40))")
         }
-        if i == start { throw fail("expected a number") }
-        if i - start > 1 && bytes[start] == UInt8(ascii: "0") { throw fail("a number with a leading zero") }
-        if let c = peek(), c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E") {
-            throw fail("expected a whole number")
-        }
+        guard let value = Int64(text) else { throw fail("a number outside \(Int64.min)...\(Int64.max)") }
         return value
     }
 
@@ -193,7 +180,8 @@ public struct JSONReader {
         if peek() == UInt8(ascii: "-") { i += 1 }
         let intStart = i
         let whole = digits()
-        guard whole > 0, !(whole > 1 && bytes[intStart] == UInt8(ascii: "0")) else { throw fail("a malformed number") }
+        if whole == 0 { throw fail("expected a number") }
+        if whole > 1 && bytes[intStart] == UInt8(ascii: "0") { throw fail("a number with a leading zero") }
         if peek() == UInt8(ascii: ".") {
             i += 1
             guard digits() > 0 else { throw fail("a malformed number") }
