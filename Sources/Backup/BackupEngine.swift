@@ -94,12 +94,10 @@ public final class BackupEngine: Sendable {
         }
         if alreadyStarted { watchers.forEach { $0.stop() }; return }
         // `Database` is @unchecked Sendable: from here on only the engine thread uses it.
-        let thread = Thread { [self] in
+        Thread(named: "vd-backup") { [self] in
             run(db: db)
             exited.signal()
-        }
-        thread.name = "vdrive-backup"
-        thread.start()
+        }.start()
     }
 
     /// Something may be due: call after a camera-roll commit's transaction committed.

@@ -39,9 +39,7 @@ public final class FileChangeWatcher: Sendable {
         _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
         inotifyFd = fd
         stopPipe = (fds[0], fds[1])
-        let thread = Thread { [self] in run() }
-        thread.name = "vdrive-watch-\(fileName)"
-        thread.start()
+        Thread(named: "vd-watch-\(fileName)") { [self] in run() }.start()
     }
 
     private func run() {

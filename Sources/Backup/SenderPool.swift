@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Synchronization
 
 /// Keeps several block PATCHes in flight (on a link with a round trip of
@@ -61,7 +62,7 @@ final class SenderPool {
         }
         inline = nil
         for n in 0..<self.width {
-            let thread = Thread { [shared] in
+            let thread = Thread(named: "vd-send-\(n)") { [shared] in
                 let sender = BlockSender(transport: transport, blobs: blobs)
                 while let job = Self.take(shared) {
                     let result = Result { try Self.run(job, with: sender, shouldContinue: shouldContinue, progress: { _ in }) }
@@ -71,7 +72,6 @@ final class SenderPool {
                     shared.condition.unlock()
                 }
             }
-            thread.name = "vdrive-backup-send-\(n)"
             thread.start()
         }
     }

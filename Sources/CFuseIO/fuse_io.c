@@ -24,6 +24,7 @@
 #include <linux/fuse.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -65,7 +66,15 @@ static void store(int fd, unsigned char state) {
 static __thread const char *payload_param;
 static __thread const void *payload;
 
+/* libfuse's workers take the name of the thread that started its loop (the process's
+   own, which `ps` and `pgrep` show): each names itself on its first request instead. */
+static __thread int named;
+
 static ssize_t read_request(int fd, char *buf, size_t len) {
+    if (!named) {
+        named = 1;
+        pthread_setname_np(pthread_self(), "vd-fuse");
+    }
     payload_param = NULL;
     char *tail = len > VD_WRITE_HEAD ? vd_read_buffer(len - VD_WRITE_HEAD) : NULL;
     if (tail == NULL) return read(fd, buf, len);

@@ -54,6 +54,15 @@ void vd_trim_heap(void) {
     malloc_trim(0);
 }
 
+#include <pthread.h>
+#include <string.h>
+int vd_name_this_thread(const char *name) {
+    char cut[16];
+    strncpy(cut, name, sizeof cut - 1);
+    cut[sizeof cut - 1] = 0;
+    return pthread_setname_np(pthread_self(), cut);
+}
+
 #include <stdio.h>
 #include <fcntl.h>
 int vd_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags) {

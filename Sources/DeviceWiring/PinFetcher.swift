@@ -8,7 +8,7 @@ import Drive
 final class PinFetcher: @unchecked Sendable {   // `woken` is guarded by `thread.condition`
     private let fs: DriveFileSystem
     private let interval: Double
-    private let thread = BackgroundThread(name: "vdrive-pins")
+    private let thread = BackgroundThread(name: "vd-pins")
     private var woken = false
 
     init(fs: DriveFileSystem, interval: Double) {

@@ -16,7 +16,7 @@ final class ResidencyWiring: @unchecked Sendable {   // its state is set in init
     private let stateFolder: String
     private let settingsPath: String
     private let ledger: DriveLedger
-    private let bound = BackgroundThread(name: "vdrive-cache-bound")
+    private let bound = BackgroundThread(name: "vd-cache-bound")
     let pins: PinFetcher
 
     /// `VDRIVE_CACHE_CHECK_SECONDS` (tests: 1) or 10.

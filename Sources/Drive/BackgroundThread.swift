@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// One named thread running a loop until it is stopped: the drive's flusher, its group
 /// committer, the records follower and the cache bound. The loop keeps its own state
@@ -20,9 +21,7 @@ public final class BackgroundThread: @unchecked Sendable {
     public func start(_ loop: @escaping @Sendable () -> Void) {
         let done = DispatchSemaphore(value: 0)
         finished = done
-        let thread = Thread { loop(); done.signal() }
-        thread.name = name
-        thread.start()
+        Thread(named: name) { loop(); done.signal() }.start()
     }
 
     /// Raises the flag, wakes the loop and waits until it has returned. Never call it

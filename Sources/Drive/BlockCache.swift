@@ -49,13 +49,13 @@ public final class BlockCache: @unchecked Sendable {
     /// At most this many prefetches at once, whatever the number of readers (each holds
     /// a connection and a thread while it waits on the network). As many as the blocks
     /// asked ahead: with four, a fetch was often waiting for a thread (measured).
-    private let prefetchWorkers = BlockingWorkers(name: "vdrive-prefetch", limit: prefetchDepth)
+    private let prefetchWorkers = BlockingWorkers(name: "vd-prefetch", limit: prefetchDepth)
     /// Prefetched blocks are written to the store here, after they were published: the
     /// O_DIRECT write waits for the disk (4.5 ms per 4 MiB block measured, a quarter of
     /// a prefetch's time), and the prefetch thread is free for the next fetch meanwhile.
     /// Two threads keep up with the disk; past `storeBacklog` blocks waiting, a prefetch
     /// writes its own block (each waiting block holds 4 MiB of memory).
-    private let storeWriters = BlockingWorkers(name: "vdrive-store", limit: 2)
+    private let storeWriters = BlockingWorkers(name: "vd-store", limit: 2)
     static let storeBacklog = 4
     /// Blocks fetched ahead of a sequential reader at once (24 MiB). Each fetch waits a
     /// few milliseconds for the server's first byte and its disk; six in flight kept a

@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// Runs jobs that block (on the network, the disk) on up to `limit` threads of its own,
 /// in the order given. Dispatch's global pool is as wide as the machine has cores and
@@ -38,9 +39,7 @@ final class BlockingWorkers: @unchecked Sendable {
             work.signal()
         } else if threads < limit {
             threads += 1
-            let t = Thread { [self] in loop() }
-            t.name = name
-            t.start()
+            Thread(named: name) { [self] in loop() }.start()
         }
     }
 

@@ -20,7 +20,7 @@ import Storage
 final class Durability: @unchecked Sendable {
     private let catalog: Catalog
     private let blobs: BlobStore
-    private let flusher = BackgroundThread(name: "vdrive-flusher")
+    private let flusher = BackgroundThread(name: "vd-flusher")
     private var condition: NSCondition { flusher.condition }
     private let flushLock = NSLock()
     private var pendingBlocks: Set<SHA256Digest> = []

@@ -128,7 +128,7 @@ final class GroupCommitter: @unchecked Sendable {
     /// the catalog (its lock is not recursive).
     private weak var catalog: Catalog?
     let window: UInt64
-    private let committer = BackgroundThread(name: "vdrive-group-commit")
+    private let committer = BackgroundThread(name: "vd-group-commit")
     private var condition: NSCondition { committer.condition }
     private var deadline: UInt64?
 

@@ -21,7 +21,7 @@ public final class RecordsFollower: @unchecked Sendable {
     private let table: RecordsTable
     private let remote: RemoteRecords
     private let interval: Double
-    private let follower = BackgroundThread(name: "vdrive-records")
+    private let follower = BackgroundThread(name: "vd-records")
     private var outage = false
 
     /// How the follower hears that the feed moved.

@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Postgres
 import Synchronization
 #if canImport(Glibc)
@@ -37,13 +38,10 @@ final class ChangeListener: Sendable {
             fds = [-1, -1]  // then `stop` waits for the next ping instead
         }
         wakeRead = fds[0]; wakeWrite = fds[1]
-        let thread = Thread { [self] in
+        Thread(named: "vd-pg-listen", stackSize: 1 << 20) { [self] in
             loop()
             done.signal()
-        }
-        thread.name = "vdrive-listen"
-        thread.stackSize = 1 << 20
-        thread.start()
+        }.start()
     }
 
     /// Ends the thread and closes its connection. Idempotent.

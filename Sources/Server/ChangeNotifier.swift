@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Synchronization
 
 /// The long poll's wake-ups, one per server process: requests held on a feed until it
@@ -56,11 +57,8 @@ final class ChangeNotifier: @unchecked Sendable {
 
     /// `threads`: how many checks may read the records at once after a wake-up.
     init(threads: Int = 4) {
-        workers = WorkerPool(size: threads, name: "vdrive-wake")
-        let timer = Thread { [self] in timerLoop() }
-        timer.name = "vdrive-poll-timer"
-        timer.stackSize = 1 << 20
-        timer.start()
+        workers = WorkerPool(size: threads, name: "vd-wake")
+        Thread(named: "vd-poll-timer", stackSize: 1 << 20) { [self] in timerLoop() }.start()
     }
 
     /// The generations of `feeds` now; read them before reading the page a request may

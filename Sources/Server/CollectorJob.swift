@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -25,7 +26,7 @@ final class CollectorJob: Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
+        let thread = Thread(named: "vd-collector") { [self] in
             defer { done.signal() }
             do { try collector.finishLeftoversIfIdle() } catch { log("could not finish an interrupted collection: \(error)") }
             guard interval > 0 else { return }

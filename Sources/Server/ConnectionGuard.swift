@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -134,9 +135,7 @@ final class ConnectionGuard: Sendable {
     init(limits: ConnectionLimits, knock: ListenerKnock? = nil) {
         self.limits = limits
         self.knock = knock
-        let thread = Thread { [self] in sweepLoop() }
-        thread.name = "vdrive-connection-guard"
-        thread.start()
+        Thread(named: "vd-conn-guard") { [self] in sweepLoop() }.start()
     }
 
     func add(_ record: ConnectionRecord) { records.withLock { $0[ObjectIdentifier(record)] = record } }

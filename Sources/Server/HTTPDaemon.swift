@@ -47,7 +47,7 @@ final class HTTPDaemon: Sendable {
         let address = Self.boundAddress(fd)
         self.port = UInt16(bigEndian: address.sin_port)
         self.guardian = ConnectionGuard(limits: limits, knock: ListenerKnock(listeningAt: address))
-        self.workers = WorkerPool(size: workers, name: "vdrive-worker")
+        self.workers = WorkerPool(size: workers, name: "vd-worker")
         let flags = vd_mhd_flag_epoll() | vd_mhd_flag_suspend()
         let cls = Unmanaged.passUnretained(self).toOpaque()
         guard let d = Self.start(tls, flags, fd, accessHandler, cls, completedHandler, cls, connectionNotified, cls, memory,

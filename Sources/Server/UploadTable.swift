@@ -27,7 +27,7 @@ final class TrailingHasher: @unchecked Sendable {
     /// Starts the thread on the file at `path`; `onExit` runs when it ends (its file closed).
     init(path: String, key: Int = 0, onExit: @escaping @Sendable () -> Void = {}) {
         self.key = key
-        Thread { [self] in
+        Thread(named: "vd-upload-hash") { [self] in
             run(path: path)
             onExit()
         }.start()

@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 
 /// A fixed set of threads that run the blocking part of requests (records, the object
 /// store, fsync, hashing a completed block) while libmicrohttpd's pool threads go on
@@ -14,9 +15,7 @@ final class WorkerPool: @unchecked Sendable {
 
     init(size: Int, name: String) {
         for i in 0..<max(1, size) {
-            let thread = Thread { [self] in loop() }
-            thread.name = "\(name)-\(i)"
-            thread.stackSize = 1 << 20
+            let thread = Thread(named: "\(name)-\(i)", stackSize: 1 << 20) { [self] in loop() }
             threads.append(thread)
             thread.start()
         }

@@ -178,10 +178,8 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
     public func start() {
         do { try scanIfNew() } catch { MirrorLog.error("the first look at the local workspace failed: \(error)") }
         do { try rescanIfRulesChanged() } catch { MirrorLog.error("the look at the local workspace under the new sync-exclude patterns failed: \(error)") }
-        let feed = Thread { [weak self] in self?.followFeed(); self?.ended.signal() }
-        feed.name = "vdrive-mirror-feed"
-        let worker = Thread { [weak self] in self?.work(); self?.ended.signal() }
-        worker.name = "vdrive-mirror"
+        let feed = Thread(named: "vd-mirror-feed") { [weak self] in self?.followFeed(); self?.ended.signal() }
+        let worker = Thread(named: "vd-mirror") { [weak self] in self?.work(); self?.ended.signal() }
         threads = [feed, worker]
         for t in threads { t.start() }
     }

@@ -47,7 +47,8 @@ enum Bench {
     }
 
     /// Runs `body` under `perf record -g -p pid` into `output`, then writes the report by
-    /// symbol (`output.txt`, Swift names demangled) and by library (`output.dso.txt`).
+    /// symbol (`output.txt`, Swift names demangled), by library (`output.dso.txt`) and by
+    /// thread (`output.threads.txt`: the drive's and the server's threads are named).
     /// `VDRIVE_BENCH_CALL_GRAPH=dwarf` unwinds with DWARF at 499 Hz instead: frame pointers
     /// stop at libc, so a `pread` is not charged to its Swift caller.
     static func profile(pid: pid_t, into output: String, during body: () throws -> Void) throws {
@@ -66,6 +67,7 @@ enum Bench {
         try outcome.get()
         try sh("perf report -i \(output) --no-children --sort dso,sym --stdio -g none 2>/dev/null | swift demangle --simplified > \(output).txt 2>/dev/null || perf report -i \(output) --no-children --sort dso,sym --stdio -g none > \(output).txt 2>/dev/null")
         try sh("perf report -i \(output) --no-children --sort dso --stdio -g none > \(output).dso.txt 2>/dev/null")
+        try sh("perf report -i \(output) --no-children --sort comm --stdio -g none > \(output).threads.txt 2>/dev/null")
     }
 
     static func dropCaches() {

@@ -1,4 +1,5 @@
 import Foundation
+import Storage
 import Protocol
 
 /// The restore's transfer threads: each takes the next piece of work, a block of a
@@ -36,13 +37,9 @@ final class RestoreTransfers: @unchecked Sendable {
         fileLimit = 2 * count
         running = count + 1
         for i in 0..<count {
-            let t = Thread { [self] in work() }
-            t.name = "restore-\(i)"
-            t.start()
+            Thread(named: "vd-restore-\(i)") { [self] in work() }.start()
         }
-        let completer = Thread { [self] in complete() }
-        completer.name = "restore-complete"
-        completer.start()
+        Thread(named: "vd-restored") { [self] in complete() }.start()
     }
 
     /// Queues a listed file; waits while enough are queued.

@@ -22,6 +22,8 @@ int vd_memory_file(const char *name);
 void vd_tune_malloc(int mmap_threshold, int max_arenas);
 /* malloc_trim(0): gives the heap's free pages back to the system. */
 void vd_trim_heap(void);
+/* pthread_setname_np(pthread_self(), name), the name cut to the kernel's 15 bytes. */
+int vd_name_this_thread(const char *name);
 #endif
 
 #ifndef VDRIVE_CLINUX_RENAME
