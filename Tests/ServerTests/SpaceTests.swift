@@ -148,7 +148,7 @@ import Testing
     /// grace; afterwards every recorded file downloads whole. A collection that removed a
     /// block without deciding again at the moment of removal loses files here.
     @Test(arguments: Backend.allCases) func collectionRunningWithUploadsAndRecordsLosesNothing(_ backend: Backend) throws {
-        let seed = UInt64.random(in: 1...UInt64.max)
+        let seed = testSeed()
         print("SpaceTests.collectionRunningWithUploadsAndRecordsLosesNothing(\(backend)) seed \(seed)")
         let space = try Space(backend); defer { space.stop() }
         let pool = (0..<10).map { TestFile(in: space.server.dir.path, size: 20_000 + $0 * 7_000, seed: seed &+ UInt64($0)) }

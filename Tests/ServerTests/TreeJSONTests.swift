@@ -42,7 +42,7 @@ import Testing
     }
 
     @Test func pagesAndResultsRoundTripWithFoundationBothWays() throws {
-        let seed = UInt64.random(in: 0...UInt64.max)
+        let seed = testSeed()
         print("TreeJSONTests seed \(seed)")
         var r = Random(state: seed)
         for _ in 0..<200 {
@@ -63,7 +63,7 @@ import Testing
     }
 
     @Test func aBatchOfChangesIsWhatTheServerDecodes() throws {
-        let seed = UInt64.random(in: 0...UInt64.max)
+        let seed = testSeed()
         print("TreeJSONTests seed \(seed)")
         var r = Random(state: seed)
         let changes: [TreeChange] = (0..<300).map { _ in
@@ -130,7 +130,7 @@ import Testing
 
     /// Every prefix and many one-byte changes of a valid body: decoded or refused, never a trap.
     @Test func mangledBodiesNeverTrap() throws {
-        let seed = UInt64.random(in: 0...UInt64.max)
+        let seed = testSeed()
         print("TreeJSONTests seed \(seed)")
         var r = Random(state: seed)
         let page = TreePage(nodes: (0..<3).map { _ in r.node() }, next: 1, latest: 2, workspace: "w")
@@ -196,7 +196,7 @@ import Testing
 
     /// Mangled batches: whatever this reader accepts, JSONDecoder accepts as the same changes.
     @Test func neverMoreLenientThanTheCodableDecoder() throws {
-        let seed = UInt64.random(in: 0...UInt64.max)
+        let seed = testSeed()
         print("TreeChangesReadingTests seed \(seed)")
         var r = TreeJSONTests.Random(state: seed)
         let body = Array((#"{"changes":[{"op":"delete","id":"\#(Self.id)","base":12},"#

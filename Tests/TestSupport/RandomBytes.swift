@@ -1,4 +1,5 @@
 /// Test data shared by the test targets and the benchmarks.
+import Foundation
 
 /// Pseudo-random bytes (xorshift), the same for the same seed.
 public func randomBytes(_ size: Int, seed: UInt64) -> [UInt8] {
@@ -13,6 +14,12 @@ public func randomBytes(_ size: Int, seed: UInt64) -> [UInt8] {
         for i in (words.count * 8)..<size { state ^= state << 13; state ^= state >> 7; state ^= state << 17; raw[i] = UInt8(truncatingIfNeeded: state) }
     }
     return bytes
+}
+
+/// A random test's seed: `VDRIVE_TEST_SEED` when it is set (to replay one a run printed;
+/// select the test with `--filter`), else a new one. The caller prints it.
+public func testSeed() -> UInt64 {
+    ProcessInfo.processInfo.environment["VDRIVE_TEST_SEED"].flatMap { UInt64($0) } ?? UInt64.random(in: 1...UInt64.max)
 }
 
 /// SplitMix64: small, seedable, the same sequence on every platform (seeded tests print
