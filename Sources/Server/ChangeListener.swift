@@ -1,6 +1,6 @@
 import Foundation
-import Storage
 import Postgres
+import Storage
 import Synchronization
 #if canImport(Glibc)
 import Glibc
