@@ -1,6 +1,6 @@
 import Foundation
-import Storage
 import Protocol
+import Storage
 
 /// The restore's transfer threads: each takes the next piece of work, a block of a
 /// file in flight first (so the files started are finished before others begin, and a

@@ -2,7 +2,7 @@ import Testing
 import TestTraits
 import Foundation
 import Synchronization
-@testable import Storage
+import Storage
 
 @Suite(.tags(.logic)) struct ThreadNameTests {
     /// What the kernel shows for the calling thread.
