@@ -207,12 +207,13 @@ extension ServerContext {
                 var results: [TreeResult] = []
                 results.reserveCapacity(steps.count)
                 var changed = false
+                var batch = TreeNodes.Batch()
                 for step in steps {
                     let outcome: (result: TreeResult, changed: Bool)
                     switch step {
                     case .refused(let result): outcome = (result, false)
-                    case .delete(let id, let base): outcome = try TreeNodes.delete(id: id, base: base, device: device, now: now, in: db)
-                    case .put(let put, let content): outcome = try TreeNodes.put(put, content: content, device: device, now: now, in: db)
+                    case .delete(let id, let base): outcome = try TreeNodes.delete(id: id, base: base, device: device, now: now, in: db, batch: &batch)
+                    case .put(let put, let content): outcome = try TreeNodes.put(put, content: content, device: device, now: now, in: db, batch: &batch)
                     }
                     changed = changed || outcome.changed
                     results.append(outcome.result)

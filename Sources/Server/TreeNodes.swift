@@ -58,6 +58,33 @@ enum TreeNodes {
         try db.queryOne("SELECT COALESCE(MAX(version), 0) FROM tree_nodes") { $0.int64(0) } ?? 0
     }
 
+    /// What one transaction of changes has read and may reuse while it lasts (a batch of
+    /// `POST /v1/tree/changes` puts hundreds of files into a few folders): the chains of
+    /// the parents it walked, which no change of a file alters and which any change of a
+    /// folder drops, and the highest version, which nothing but this transaction raises
+    /// meanwhile (SQLite's one writer; on PostgreSQL the transaction's snapshot, which
+    /// SERIALIZABLE keeps). Made inside the transaction: a run again starts empty.
+    struct Batch {
+        fileprivate var chains: [String: [Stored]] = [:]
+        fileprivate var latest: Int64?
+
+        init() {}
+
+        /// The version the next write takes.
+        fileprivate mutating func nextVersion(in db: any RecordSession) throws -> Int64 {
+            let next = try (latest ?? TreeNodes.latest(in: db)) + 1
+            latest = next
+            return next
+        }
+
+        fileprivate mutating func chain(from id: String, in db: any RecordSession) throws -> [Stored] {
+            if let known = chains[id] { return known }
+            let chain = try TreeNodes.chain(from: id, in: db)
+            chains[id] = chain
+            return chain
+        }
+    }
+
     /// A guard against a parent loop in damaged records: no real tree is this deep
     /// (a path of 4,096 bytes has at most 2,048 components).
     static let maxDepth = 100_000
@@ -92,7 +119,8 @@ enum TreeNodes {
     /// Applies a put (validated by `Validation.treeChange`) inside the caller's
     /// transaction. Returns its result, and whether it wrote (false for a refusal and
     /// for a change already so).
-    static func put(_ put: TreePut, content: Content?, device: Metadata.Device, now: Int64, in db: any RecordSession) throws -> (result: TreeResult, changed: Bool) {
+    static func put(_ put: TreePut, content: Content?, device: Metadata.Device, now: Int64, in db: any RecordSession,
+                    batch: inout Batch) throws -> (result: TreeResult, changed: Bool) {
         let current = try find(put.id, in: db)
         if let current {
             if current.node.kind != put.kind {
@@ -110,7 +138,7 @@ enum TreeNodes {
         // ancestors in the trash (up to the first live one) come back with the node.
         var parentChain: [Stored] = []
         if put.parent != TreeNode.rootID {
-            parentChain = try chain(from: put.parent, in: db)
+            parentChain = try batch.chain(from: put.parent, in: db)
             guard let parent = parentChain.first else {
                 return (refusal(TreeResult.parentMissing, "no folder has id \(put.parent); put the parent first", field: "parent"), false)
             }
@@ -133,9 +161,10 @@ enum TreeNodes {
         }
         if let content, let refusal = try check(content, in: db) { return (refusal, false) }
 
-        // Every check passed: write.
-        for ancestor in trashed.reversed() { _ = try bringBack(ancestor, device: device, now: now, in: db) }
-        let version = try latest(in: db) + 1
+        // Every check passed: write. A folder's change changes chains (and so does a bring-back).
+        if put.kind == .folder { batch.chains = [:] }
+        for ancestor in trashed.reversed() { _ = try bringBack(ancestor, device: device, now: now, in: db, batch: &batch) }
+        let version = try batch.nextVersion(in: db)
         if current != nil {
             try db.run("""
                 UPDATE tree_nodes SET parent = ?, name = ?, hash = ?, size = ?, mtime = ?, executable = ?, target = ?, version = ?, device_id = ?, changed_at = ?,
@@ -152,12 +181,15 @@ enum TreeNodes {
             try db.run("INSERT INTO tree_versions(node, sequence, hash, size, mtime, device_id, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                        put.id, version, content.hash, content.size, put.mtime, device.id, now)
         }
-        guard let node = try find(put.id, in: db)?.node else { throw TreeRecordsDamaged(id: put.id) }
+        // The row as written, without reading it back: a put's node is live, by this device, now.
+        let node = TreeNode(id: put.id, parent: put.parent, name: put.name, kind: put.kind, hash: put.hash, size: put.size, mtime: put.mtime,
+                            executable: put.executable, target: put.target, version: version, device: device.name, changedAt: now)
         return (TreeResult(status: current == nil ? 201 : 200, node: node), true)
     }
 
     /// Moves a node to the trash inside the caller's transaction.
-    static func delete(id: String, base: Int64, device: Metadata.Device, now: Int64, in db: any RecordSession) throws -> (result: TreeResult, changed: Bool) {
+    static func delete(id: String, base: Int64, device: Metadata.Device, now: Int64, in db: any RecordSession,
+                       batch: inout Batch) throws -> (result: TreeResult, changed: Bool) {
         guard let current = try find(id, in: db) else {
             return (refusal(TreeResult.conflict, "no node has id \(id) (the server may have been reset: compare the tree's workspace id)"), false)
         }
@@ -170,7 +202,8 @@ enum TreeNodes {
             return (refusal(TreeResult.notEmpty, "folder \(id) still has live children (one may have been added elsewhere); delete them first, or keep the folder", node: current.node), false)
         }
         let path = try path(of: id, in: db)
-        let version = try latest(in: db) + 1
+        if current.node.kind == .folder { batch.chains = [:] }
+        let version = try batch.nextVersion(in: db)
         try db.run("""
             UPDATE tree_nodes SET deleted_at = ?, deleted_by = ?, deleted_path = ?, version = ?, device_id = ?, changed_at = ? WHERE id = ?
             """, now, device.id, path, version, device.id, now, id)
@@ -180,14 +213,15 @@ enum TreeNodes {
 
     /// Brings a node in the trash back into its parent (which is live by now), under a
     /// new version; named `name (restored)` (then `(restored 2)`, …) when its name is taken.
-    static func bringBack(_ stored: Stored, device: Metadata.Device, now: Int64, in db: any RecordSession) throws -> TreeNode {
+    static func bringBack(_ stored: Stored, device: Metadata.Device, now: Int64, in db: any RecordSession, batch: inout Batch) throws -> TreeNode {
         var name = stored.node.name
         var attempt = 1
         while try live(parent: stored.node.parent, name: name, in: db) != nil {
             name = TreeNames.restored(stored.node.name, kind: stored.node.kind, attempt: attempt)
             attempt += 1
         }
-        let version = try latest(in: db) + 1
+        batch.chains = [:]
+        let version = try batch.nextVersion(in: db)
         try db.run("""
             UPDATE tree_nodes SET name = ?, version = ?, device_id = ?, changed_at = ?, deleted_at = NULL, deleted_by = NULL, deleted_path = NULL WHERE id = ?
             """, name, version, device.id, now, stored.node.id)

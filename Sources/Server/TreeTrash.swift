@@ -29,6 +29,7 @@ enum TreeTrash {
         var restored: [TreeNode] = []
         var done = Set<String>()
         var skipped: [RestoreSkip] = []
+        var batch = TreeNodes.Batch()
         for id in ids where !done.contains(id) {
             guard let stored = try TreeNodes.find(id, in: db) else {
                 skipped.append(RestoreSkip(id: id, error: "unknown", message: "no node has id \(id)"))
@@ -55,7 +56,7 @@ enum TreeTrash {
                 continue
             }
             for node in trashed.reversed() {
-                restored.append(try TreeNodes.bringBack(node, device: device, now: now, in: db))
+                restored.append(try TreeNodes.bringBack(node, device: device, now: now, in: db, batch: &batch))
                 done.insert(node.node.id)
             }
         }

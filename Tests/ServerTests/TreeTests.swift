@@ -165,6 +165,31 @@ import TestTraits
         try Self.expectInvariants(try w.everything())
     }
 
+    /// One batch that moves folders between puts of files: each change is decided on the
+    /// tree as the changes before it in the batch left it (a folder moved under another
+    /// makes the next move a cycle), and each result's node is the row as stored.
+    @Test(arguments: Records.all) func oneBatchSeesItsOwnFolderMoves(_ records: Records) throws {
+        let w = try Workspace(records); defer { w.stop() }
+        let a = Self.newID(), b = Self.newID(), f1 = Self.newID(), f2 = Self.newID()
+        let made = try w.laptop.applyTreeChanges([Self.folder(a, "A"), Self.folder(b, "B")])
+        let (va, vb) = (try #require(made[0].node?.version), try #require(made[1].node?.version))
+        let results = try w.laptop.applyTreeChanges([
+            Self.file(f1, in: b, "one.txt"),
+            Self.folder(b, in: a, "B", base: vb),
+            Self.file(f2, in: b, "two.txt"),
+            Self.folder(a, in: b, "A", base: va),
+        ])
+        let statuses = results.map { "\($0.status) \($0.error ?? "")" }
+        #expect(statuses == ["201 ", "200 ", "201 ", "409 cycle"], "\(statuses)")
+        let stored = try w.everything()
+        #expect(stored[f2]?.parent == b && stored[b]?.parent == a && stored[a]?.parent == Self.root)
+        for result in results.prefix(3) {
+            let node = try #require(result.node)
+            #expect(stored[node.id] == node, "the answer is the row as stored: \(node) against \(String(describing: stored[node.id]))")
+        }
+        try Self.expectInvariants(stored)
+    }
+
     @Test(arguments: Records.all) func contentIsCheckedAsForFileRecords(_ records: Records) throws {
         let w = try Workspace(records); defer { w.stop() }
         let content = TestFile(in: w.server.dir.path, size: Blocks.size + 5000, seed: 41)
