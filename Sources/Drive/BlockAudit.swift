@@ -52,30 +52,29 @@ public enum BlockAudit {
     public static func run(_ db: Database, blobs: BlobStore, pack: BlockPack?, newerThan generation: Int64? = nil,
                            progress: ((Int64) -> Void)? = nil) throws -> Report {
         var report = Report()
-        let table = try Catalog.hasInlineBlocksTable(db) ? "inline_blocks" : "packed_blocks"
+        let layout = try SmallBlocks(db)
         // Packed bytes are checked after an unclean stop as block files are (the pack is
         // synced by the flusher, not by SQLite); bytes still in the catalog are as safe as
         // its transactions.
-        let uncheckedAfterCrash = table == "inline_blocks" ? "i.hash IS NULL" : "1"
         let rows = try db.query("""
-            SELECT b.hash, b.size, b.damaged, i.hash IS NOT NULL FROM blocks b LEFT JOIN \(table) i ON i.hash = b.hash
-            WHERE b.resident = 1 AND b.gen > ? AND (? OR (b.damaged = 0 AND \(uncheckedAfterCrash)))
+            SELECT b.hash, b.size, b.damaged, \(layout.placeColumn) FROM blocks b \(layout.join)
+            WHERE b.resident = 1 AND b.gen > ? AND (? OR (b.damaged = 0 AND \(layout.checkedAfterCrash)))
             """, generation ?? Int64.min, generation == nil) { row in
-            (SHA256Digest(hex: row.string(0) ?? ""), row.int64(1), row.int(2) != 0, row.int(3) != 0)
+            (SHA256Digest(hex: row.string(0) ?? ""), row.int64(1), row.int(2) != 0, row.isNull(3) ? nil : row.int64(3))
         }
-        for (digest, size, damaged, small) in rows {
+        for (digest, size, damaged, place) in rows {
             guard let digest else { continue }
             if damaged {
                 report.findings.append(Finding(digest: digest, problem: .markedDamaged))
                 continue
             }
             let problem: Problem?
-            if small {
+            if let place {
                 let bytes: [UInt8]?
-                if table == "inline_blocks" {
+                if layout == .inCatalog {
                     bytes = try db.queryOne("SELECT data FROM inline_blocks WHERE hash = ?", digest.hex) { $0.bytes(0) ?? [] }
-                } else if let pack {
-                    bytes = try? Catalog.packedBlock(digest, in: db, pack: pack)
+                } else if let pack, size >= 0, size <= Int64(Int32.max) {
+                    bytes = try? pack.read(at: place, length: Int(size))
                 } else {
                     bytes = nil
                 }
@@ -122,4 +121,46 @@ public enum BlockAudit {
         try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex) { UInt64($0.int64(0)) }
             .compactMap { try Catalog.path(of: $0, in: db) }
     }
+}
+
+/// Where a catalog keeps its small blocks' bytes, by its age: `vdrive check` reads a
+/// catalog as it finds it, before a mount has moved it on.
+enum SmallBlocks: Equatable {
+    /// In the catalog itself, `inline_blocks` (drive-005 to drive-007).
+    case inCatalog
+    /// In the pack, placed by rows of `packed_blocks` (drive-008).
+    case packedTable
+    /// In the pack, placed by the block's row, `blocks.pack_offset` (drive-009 on).
+    case packedColumn
+
+    init(_ db: Database) throws {
+        if try Catalog.hasInlineBlocksTable(db) {
+            self = .inCatalog
+        } else if try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'packed_blocks'", row: { _ in true }) ?? false {
+            self = .packedTable
+        } else {
+            self = .packedColumn
+        }
+    }
+
+    /// A column of the audit's row: non-null for a small block (its place in the pack,
+    /// or 0 for bytes in the catalog).
+    var placeColumn: String {
+        switch self {
+        case .inCatalog: return "CASE WHEN i.hash IS NULL THEN NULL ELSE 0 END"
+        case .packedTable: return "i.pack_offset"
+        case .packedColumn: return "b.pack_offset"
+        }
+    }
+
+    var join: String {
+        switch self {
+        case .inCatalog: return "LEFT JOIN inline_blocks i ON i.hash = b.hash"
+        case .packedTable: return "LEFT JOIN packed_blocks i ON i.hash = b.hash"
+        case .packedColumn: return ""
+        }
+    }
+
+    /// Which sound blocks the check after an unclean stop reads: not bytes in the catalog.
+    var checkedAfterCrash: String { self == .inCatalog ? "i.hash IS NULL" : "1" }
 }

@@ -3,7 +3,7 @@ import Storage
 import Synchronization
 
 /// The bytes of small blocks (InlineBlocks.swift), one after the other in one file beside
-/// the catalog, `small-blocks.pack`; the catalog's `packed_blocks` rows say where each is.
+/// the catalog, `small-blocks.pack`; each block's row in the catalog says where (`blocks.pack_offset`).
 ///
 /// Why a file of its own and not the catalog: kept in SQLite, each small file's bytes were
 /// written three times under the catalog's lock (into the B-tree's overflow pages, into

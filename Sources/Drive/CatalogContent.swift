@@ -271,7 +271,7 @@ extension Catalog.Locked {
         for d in digests {
             do {
                 let named = try db.queryOne("""
-                    SELECT 1 FROM blocks WHERE hash = ? AND resident = 1 AND hash NOT IN (SELECT hash FROM packed_blocks)
+                    SELECT 1 FROM blocks WHERE hash = ? AND resident = 1 AND pack_offset IS NULL
                     """, d.hex) { _ in true } ?? false
                 if !named { unnamed.append(d) }
             } catch {

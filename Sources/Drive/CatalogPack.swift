@@ -25,29 +25,30 @@ extension Catalog {
     /// Where a sound block's bytes are in the pack: nil when it is not packed, or marked
     /// damaged (its reads then go to its file or the server, never to these bytes).
     static func packedRange(_ digest: SHA256Digest, in db: Database) throws -> PackRange? {
-        try db.queryOne("""
-            SELECT p.pack_offset, p.length FROM packed_blocks p JOIN blocks b ON b.hash = p.hash WHERE p.hash = ? AND b.damaged = 0
-            """, digest.hex) { PackRange(offset: $0.int64(0), length: $0.int(1)) }
+        try db.queryOne("SELECT pack_offset, size FROM blocks WHERE hash = ? AND pack_offset IS NOT NULL AND damaged = 0", digest.hex) {
+            PackRange(offset: $0.int64(0), length: $0.int(1))
+        }
     }
 }
 
 /// The pack's half of the catalog's content: storing a small block, freeing its range,
 /// and the pack's upkeep at open. Same rules as the rest of `Catalog.Locked`.
 extension Catalog.Locked {
-    /// Inside a content commit's transaction: makes sure the pack holds `bytes` under
-    /// `digest` and a row says where. Bytes already packed for a sound block are not
-    /// written again; a damaged block's bytes are written anew (self-heal) and its old
-    /// range freed after the commit.
+    /// Inside a content commit's transaction, after the block's row was written: makes
+    /// sure the pack holds `bytes` under `digest` and the row says where. Bytes already
+    /// packed for a sound block are not written again; a damaged block's bytes are written
+    /// anew (self-heal) and its old range freed after the commit.
     func storePacked(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer, damaged: Bool) throws {
         let old = try packedRangeSoundOrNot(digest)
         if old != nil && !damaged { return }
         let offset = try pack.append(bytes)
         // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
         packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
-        try db.run("""
-            INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?)
-            ON CONFLICT(hash) DO UPDATE SET pack_offset = excluded.pack_offset, length = excluded.length
-            """, digest.hex, offset, bytes.count)
+        guard try db.run("UPDATE blocks SET pack_offset = ? WHERE hash = ? AND size = ?", offset, digest.hex, bytes.count) == 1 else {
+            // Every caller writes the row first: a row missing, or of another size, is a damaged catalog.
+            DriveLog.error("block \(digest.hex) of \(bytes.count) bytes has no row of that size to say where it is in the pack: the change fails with EIO")
+            throw Errno.ioError
+        }
         if let old { releasePackRanges([old]) }
     }
 
@@ -55,7 +56,7 @@ extension Catalog.Locked {
     /// the wrong bytes, goes with the mark, so that no read prefers it to the new file.
     func dropDamagedPackedCopy(_ digest: SHA256Digest) throws {
         guard try isMarkedDamaged(digest), let old = try packedRangeSoundOrNot(digest) else { return }
-        try db.run("DELETE FROM packed_blocks WHERE hash = ?", digest.hex)
+        try db.run("UPDATE blocks SET pack_offset = NULL WHERE hash = ?", digest.hex)
         releasePackRanges([old])
     }
 
@@ -66,16 +67,16 @@ extension Catalog.Locked {
 
     /// The block's packed range, whether or not the block is marked damaged.
     private func packedRangeSoundOrNot(_ digest: SHA256Digest) throws -> PackRange? {
-        try db.queryOne("SELECT pack_offset, length FROM packed_blocks WHERE hash = ?", digest.hex) {
+        try db.queryOne("SELECT pack_offset, size FROM blocks WHERE hash = ? AND pack_offset IS NOT NULL", digest.hex) {
             PackRange(offset: $0.int64(0), length: $0.int(1))
         }
     }
 
     /// The packed ranges of blocks about to be dropped by `condition` on `blocks`.
     func packedRanges(ofBlocksWhere condition: String) throws -> [PackRange] {
-        try db.query("""
-            SELECT p.pack_offset, p.length FROM packed_blocks p JOIN blocks b ON b.hash = p.hash WHERE b.\(condition)
-            """) { PackRange(offset: $0.int64(0), length: $0.int(1)) }
+        try db.query("SELECT pack_offset, size FROM blocks WHERE pack_offset IS NOT NULL AND (\(condition))") {
+            PackRange(offset: $0.int64(0), length: $0.int(1))
+        }
     }
 
     /// Ranges whose rows the transaction being made dropped: freed once that is committed,
@@ -131,7 +132,7 @@ extension Catalog.Locked {
     /// At open: cuts what follows the last block a row names (appended for changes a
     /// kill took back).
     func cutPackTail() throws {
-        let end = try db.queryOne("SELECT coalesce(max(pack_offset + length), 0) FROM packed_blocks") { $0.int64(0) } ?? 0
+        let end = try db.queryOne("SELECT coalesce(max(pack_offset + size), 0) FROM blocks WHERE pack_offset IS NOT NULL") { $0.int64(0) } ?? 0
         try pack.cutTail(keeping: end)
     }
 
@@ -156,8 +157,7 @@ extension Catalog.Locked {
             try pack.sync()
             try db.transaction {
                 for (hash, offset, length) in placed {
-                    try db.run("INSERT INTO packed_blocks(hash, pack_offset, length) VALUES (?, ?, ?) ON CONFLICT(hash) DO NOTHING",
-                               hash, offset, length)
+                    try db.run("UPDATE blocks SET pack_offset = ? WHERE hash = ? AND size = ? AND pack_offset IS NULL", offset, hash, length)
                 }
                 try db.run("DELETE FROM inline_blocks WHERE rowid <= ?", rows.last!.0)
             }

@@ -283,8 +283,7 @@ extension Catalog.Locked {
                 SELECT count(*) FROM file_blocks WHERE hash = ? AND ino IN (SELECT value FROM json_each(?))
                 """, digest.hex, list) { $0.int64(0) } ?? 0
             guard byOriginals == refs else { return false }
-            try db.run("UPDATE blocks SET resident = 0 WHERE hash = ?", digest.hex)
-            try db.run("DELETE FROM packed_blocks WHERE hash = ?", digest.hex)
+            try db.run("UPDATE blocks SET resident = 0, pack_offset = NULL WHERE hash = ?", digest.hex)
             // The files naming it now take less on this disk (`heldHere`).
             for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
                 onlineInodes?.insert(ino)

@@ -4,7 +4,7 @@ import Storage
 import Synchronization
 
 /// Small files keep their one block in the pack beside the catalog (BlockPack.swift,
-/// rows in `packed_blocks`), not in a file of its own under `blobs/`.
+/// placed by `blocks.pack_offset`), not in a file of its own under `blobs/`.
 ///
 /// Why: every block file is an inode on the disk. Unpacking a source tree (8,000 files
 /// of 14 KB on average) allocated one staging inode per file, linked it into the store

@@ -35,7 +35,7 @@ import Storage
 
     func packedRows(_ dir: TemporaryDirectory) throws -> Int {
         let db = try Database(path: dir.path + "/state/catalog.sqlite", options: .init(readOnly: true, create: false))
-        return try db.queryOne("SELECT count(*) FROM packed_blocks") { $0.int(0) } ?? -1
+        return try db.queryOne("SELECT count(*) FROM blocks WHERE pack_offset IS NOT NULL") { $0.int(0) } ?? -1
     }
 
     func packPath(_ dir: TemporaryDirectory) -> String { dir.path + "/state/small-blocks.pack" }
@@ -65,9 +65,8 @@ import Storage
             try db.execute("""
                 CREATE TABLE inline_blocks (hash TEXT NOT NULL UNIQUE, data BLOB NOT NULL);
                 CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
-                DROP TRIGGER blocks_delete_packed;
-                DROP TABLE packed_blocks;
-                DELETE FROM schema_migrations WHERE name = 'drive-008-packed-blocks';
+                ALTER TABLE blocks DROP COLUMN pack_offset;
+                DELETE FROM schema_migrations WHERE name IN ('drive-008-packed-blocks', 'drive-009-pack-offset-in-blocks');
                 """)
             try db.run("INSERT INTO inline_blocks(hash, data) VALUES (?, ?)", SHA256Hasher.digest(bytes).hex, bytes)
             try FileIO.unlink(packPath(dir))
@@ -87,6 +86,56 @@ import Storage
         again.shutdown()
         let db = try Database(path: dir.path + "/state/catalog.sqlite", options: .init(readOnly: true, create: false))
         #expect(try db.queryOne("SELECT count(*) FROM sqlite_schema WHERE name IN ('inline_blocks', 'blocks_delete_inline')") { $0.int(0) } == 0)
+    }
+
+    /// A catalog made when a table placed small blocks in the pack (`packed_blocks`,
+    /// drive-008): `vdrive check` reads it as it is; the next mount moves each place into
+    /// the block's row, the same bytes read back, and the pack keeps its tail.
+    @Test func packedBlocksOfAnOlderCatalogKeepTheirPlaceAndReadBack() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let first = pseudoRandomBytes(20_000, seed: 7), second = pseudoRandomBytes(11_000, seed: 8)
+        let a = try logic.store(fs, "a.h", first)
+        let b = try logic.store(fs, "b.h", second)
+        fs.shutdown()
+        let catalogPath = dir.path + "/state/catalog.sqlite"
+        do {
+            // Back to the catalog as drive-008 left it: the places in a table of their own.
+            let db = try Database(path: catalogPath)
+            try db.execute("""
+                CREATE TABLE packed_blocks (hash TEXT PRIMARY KEY, pack_offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
+                CREATE TRIGGER blocks_delete_packed AFTER DELETE ON blocks BEGIN DELETE FROM packed_blocks WHERE hash = OLD.hash; END;
+                INSERT INTO packed_blocks(hash, pack_offset, length) SELECT hash, pack_offset, size FROM blocks WHERE pack_offset IS NOT NULL;
+                ALTER TABLE blocks DROP COLUMN pack_offset;
+                DELETE FROM schema_migrations WHERE name = 'drive-009-pack-offset-in-blocks';
+                """)
+            #expect(try db.queryOne("SELECT count(*) FROM packed_blocks") { $0.int(0) } == 2)
+            // The audit of `vdrive check`, on the catalog as it is: both blocks read and sound.
+            let pack = try BlockPack(path: packPath(dir), writable: false)
+            let report = try BlockAudit.run(db, blobs: try BlobStore(root: dir.path + "/state/blobs"), pack: pack)
+            #expect(report.checked == 2 && report.isSound, "\(report.findings)")
+        }
+        let size = try FileIO.status(packPath(dir)).st_size
+        let again = try logic.makeFS(dir)
+        #expect(try contents(again, a.ino) == first)
+        #expect(try contents(again, b.ino) == second)
+        #expect(try packedRows(dir) == 2)
+        #expect(try FileIO.status(packPath(dir)).st_size == size, "no byte of the pack was cut or added")
+        try again.catalog.withDatabaseUnchecked { c in
+            let report = try BlockAudit.run(c.db, blobs: again.blobs, pack: c.pack)
+            #expect(report.checked == 2 && report.isSound, "\(report.findings)")
+        }
+        // A block dropped with its file frees its range; a new one is placed by its row.
+        try again.unlink(parent: 1, name: Array("a.h".utf8))
+        again.collectGarbage()
+        #expect(try packedRows(dir) == 1)
+        let third = pseudoRandomBytes(5_000, seed: 9)
+        let c = try logic.store(again, "c.h", third)
+        #expect(try contents(again, c.ino) == third)
+        #expect(try contents(again, b.ino) == second)
+        again.shutdown()
+        let db = try Database(path: catalogPath, options: .init(readOnly: true, create: false))
+        #expect(try db.queryOne("SELECT count(*) FROM sqlite_schema WHERE name IN ('packed_blocks', 'blocks_delete_packed')") { $0.int(0) } == 0)
     }
 
     @Test func aSmallFileHasNoBlockFileAndReadsBack() throws {
@@ -290,6 +339,8 @@ import Storage
         #expect(throws: Refused.self) {
             try fs.catalog.withDatabase { locked in
                 try locked.db.transaction {
+                    // As a commit does: the block's row, then its bytes.
+                    _ = try locked.db.run("INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, 0)", SHA256Hasher.digest(doomed).hex, doomed.count)
                     try doomed.withUnsafeBytes { try locked.storePacked(SHA256Hasher.digest(doomed), $0, damaged: false) }
                     throw Refused()
                 }
