@@ -31,7 +31,7 @@ import TestSupport
 /// One mode for now, the rows; another mode (a model-based run) would be another branch
 /// of `run` with its own options.
 enum SyncBenchmark {
-    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH] [--perf PREFIX]"
+    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH] [--perf PREFIX] [--timeline]"
 
     static let allRows = ["propagation", "bulk", "idle", "storm", "first-mount"]
 
@@ -47,6 +47,9 @@ enum SyncBenchmark {
         /// `perf record` of A's mount, B's mount and the server during the bulk row's copy
         /// (`PREFIX-a`, `-b`, `-server`, each with its `.txt` report by symbol).
         var perf: String?
+        /// A line every half second of the bulk row's vdrive leg: files identical on B, the
+        /// CPU seconds of A, B and the server so far, the requests each device has finished.
+        var timeline = false
     }
 
     /// One line of the final table.
@@ -74,7 +77,7 @@ enum SyncBenchmark {
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
             "--perf": { o.perf = $0 },
-        ])
+        ], flags: ["--timeline": { o.timeline = true }])
         guard FileManager.default.isExecutableFile(atPath: o.vdrive) else {
             throw Bench.UsageError(description: "no vdrive at \(o.vdrive): build it beside vdrive-bench (swift build -c release) or pass --vdrive PATH")
         }
@@ -164,7 +167,9 @@ enum SyncBenchmark {
             let copy = "cp -r '\(source)' '\(a.path("bulk"))'"
             let offset = workspace.accessLogOffset
             var t = Transfer(seconds: 0, sendSeconds: 0, processCPU: 0, machineCPU: 0)
-            let transfer = { t = try timedTransfer(expected: expected, receiver: b.path("bulk"), pids: [a.pid, b.pid, workspace.server.pid]) { try Bench.sh(copy) } }
+            let pids = [a.pid, b.pid, workspace.server.pid]
+            let timeline = o.timeline ? RequestTimeline(workspace: workspace, from: offset, pids: pids) : nil
+            let transfer = { t = try timedTransfer(expected: expected, receiver: b.path("bulk"), pids: pids, timeline: timeline?.sample) { try Bench.sh(copy) } }
             if let perf = o.perf {
                 try Bench.profile(pid: a.pid, into: perf + "-a") {
                     try Bench.profile(pid: b.pid, into: perf + "-b") { try Bench.profile(pid: workspace.server.pid, into: perf + "-server", during: transfer) }
@@ -402,6 +407,48 @@ enum SyncBenchmark {
         }
         for (key, n) in count.sorted(by: { $0.key < $1.key }) {
             say("    \(n) × \(key): \(Bench.f(milliseconds[key] ?? 0, 0)) ms in the server")
+        }
+    }
+
+    /// The bulk row's `--timeline`: each sample reads the access log's new lines (from
+    /// where the last one stopped) and says, on one line, the time, the files identical on
+    /// B, the CPU seconds of each process so far, and the requests finished by device and
+    /// route (held tree requests left out: they end only when answered).
+    final class RequestTimeline {
+        private let workspace: SyncWorkspace
+        private let pids: [pid_t]
+        private let cpu0: [Double]
+        private var offset: UInt64
+        private var finished: [String: Int] = [:]
+
+        init(workspace: SyncWorkspace, from offset: UInt64, pids: [pid_t]) {
+            self.workspace = workspace
+            self.pids = pids
+            self.offset = offset
+            cpu0 = pids.map(treeCPUSeconds)
+        }
+
+        func sample(_ seconds: Double, _ identical: Int) {
+            for line in newLines() where line.hasPrefix("access ") {
+                let f = logfmt(line)
+                guard let route = f["route"], route != "-", route != "/v1/tree" || f["method"] != "GET" else { continue }
+                finished["\(f["device"] ?? "-") \(f["method"] ?? "?") \(route)", default: 0] += 1
+            }
+            let cpu = zip(pids, cpu0).map { Bench.f(treeCPUSeconds($0) - $1) }.joined(separator: " ")
+            let requests = finished.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ")
+            say("    at \(Bench.f(seconds, 1)) s: \(identical) identical; CPU s A B server \(cpu); \(requests)")
+        }
+
+        /// The log's whole lines written since the last call (a line being written waits).
+        private func newLines() -> [Substring] {
+            guard let h = FileHandle(forReadingAtPath: workspace.accessLog) else { return [] }
+            defer { try? h.close() }
+            try? h.seek(toOffset: offset)
+            let data = h.readDataToEndOfFile()
+            guard let last = data.lastIndex(of: UInt8(ascii: "\n")) else { return [] }
+            let whole = data[data.startIndex...last]
+            offset += UInt64(whole.count)
+            return String(decoding: whole, as: UTF8.self).split(separator: "\n")
         }
     }
 

@@ -46,8 +46,10 @@ extension SyncBenchmark {
 
     /// Runs `send` on its own thread and, meanwhile, checks `receiver` (every 100 ms,
     /// folder by folder) until every expected file reads back with its bytes. The clock
-    /// starts with `send`. `pids`: processes whose CPU is counted.
+    /// starts with `send`. `pids`: processes whose CPU is counted. `timeline`: told every
+    /// half second how many files are identical so far, for a line of its own.
     static func timedTransfer(expected: ExpectedTree, receiver: String, pids: [pid_t], seconds limit: Double = 3600,
+                              timeline: ((_ seconds: Double, _ identical: Int) -> Void)? = nil,
                               send: @escaping @Sendable () throws -> Void) throws -> Transfer {
         let cpu0 = pids.map(treeCPUSeconds), machine0 = Bench.machineBusySeconds()
         let start = Bench.now()
@@ -63,7 +65,7 @@ extension SyncBenchmark {
             let slash = path.lastIndex(of: "/")!
             pending[String(path[..<slash]), default: []].insert(String(path[path.index(after: slash)...]))
         }
-        var left = expected.files.count, lastReport = start
+        var left = expected.files.count, lastReport = start, lastSample = start
         while left > 0 {
             if let error = sender.error { throw Bench.Failure(description: "the copy failed: \(error)") }
             guard Bench.now() - start < limit else { throw Bench.Failure(description: "\(left) files were not identical in \(receiver) after \(Int(limit)) s") }
@@ -76,6 +78,10 @@ extension SyncBenchmark {
                     pending[folder]!.remove(name)
                     left -= 1
                 }
+            }
+            if let timeline, Bench.now() - lastSample >= 0.5 {
+                lastSample = Bench.now()
+                timeline(lastSample - start, expected.files.count - left)
             }
             if Bench.now() - lastReport >= 10 {
                 say("    \(expected.files.count - left) of \(expected.files.count) identical after \(Int(Bench.now() - start)) s")
