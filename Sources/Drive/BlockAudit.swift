@@ -134,9 +134,9 @@ enum SmallBlocks: Equatable {
     case packedColumn
 
     init(_ db: Database) throws {
-        if try Catalog.hasInlineBlocksTable(db) {
+        if try Catalog.hasTable("inline_blocks", in: db) {
             self = .inCatalog
-        } else if try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'packed_blocks'", row: { _ in true }) ?? false {
+        } else if try Catalog.hasTable("packed_blocks", in: db) {
             self = .packedTable
         } else {
             self = .packedColumn

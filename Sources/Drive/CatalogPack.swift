@@ -16,10 +16,10 @@ extension Catalog {
         return try pack.read(at: range.offset, length: range.length)
     }
 
-    /// Whether the catalog still keeps small blocks' bytes in `inline_blocks` (made before
-    /// drive-008 and not opened for writing since).
-    static func hasInlineBlocksTable(_ db: Database) throws -> Bool {
-        try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'inline_blocks'") { _ in true } ?? false
+    /// Whether the catalog has table `name`: `inline_blocks` in one made before drive-008 and
+    /// not opened for writing since, `packed_blocks` in one of drive-008.
+    static func hasTable(_ name: String, in db: Database) throws -> Bool {
+        try db.queryOne("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", name) { _ in true } ?? false
     }
 
     /// Where a sound block's bytes are in the pack: nil when it is not packed, or marked
@@ -142,7 +142,7 @@ extension Catalog.Locked {
     /// bytes in the pack that no row names (cut at the next open) and its rows still in
     /// the table (moved again).
     func moveInlineBlocksToPack() throws {
-        guard try Catalog.hasInlineBlocksTable(db) else { return }
+        guard try Catalog.hasTable("inline_blocks", in: db) else { return }
         try cutPackTail()
         var moved = 0
         while true {

@@ -400,8 +400,7 @@ enum SyncBenchmark {
         var count: [String: Int] = [:], milliseconds: [String: Double] = [:]
         for line in lines {
             let f = logfmt(line)
-            guard f["method"] != "-" else { continue }
-            let key = "\(f["device"] ?? "-") \(f["method"] ?? "?") \(f["route"] ?? "?")"
+            guard let key = requestKey(f) else { continue }
             count[key, default: 0] += 1
             milliseconds[key, default: 0] += Double(f["ms"] ?? "0") ?? 0
         }
@@ -429,27 +428,21 @@ enum SyncBenchmark {
         }
 
         func sample(_ seconds: Double, _ identical: Int) {
-            for line in newLines() where line.hasPrefix("access ") {
+            for line in workspace.accessLines(after: &offset) {
                 let f = logfmt(line)
-                guard let route = f["route"], route != "-", route != "/v1/tree" || f["method"] != "GET" else { continue }
-                finished["\(f["device"] ?? "-") \(f["method"] ?? "?") \(route)", default: 0] += 1
+                guard let key = requestKey(f), f["route"] != "/v1/tree" || f["method"] != "GET" else { continue }
+                finished[key, default: 0] += 1
             }
             let cpu = zip(pids, cpu0).map { Bench.f(treeCPUSeconds($0) - $1) }.joined(separator: " ")
             let requests = finished.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ", ")
             say("    at \(Bench.f(seconds, 1)) s: \(identical) identical; CPU s A B server \(cpu); \(requests)")
         }
+    }
 
-        /// The log's whole lines written since the last call (a line being written waits).
-        private func newLines() -> [Substring] {
-            guard let h = FileHandle(forReadingAtPath: workspace.accessLog) else { return [] }
-            defer { try? h.close() }
-            try? h.seek(toOffset: offset)
-            let data = h.readDataToEndOfFile()
-            guard let last = data.lastIndex(of: UInt8(ascii: "\n")) else { return [] }
-            let whole = data[data.startIndex...last]
-            offset += UInt64(whole.count)
-            return String(decoding: whole, as: UTF8.self).split(separator: "\n")
-        }
+    /// An access log line's `device method route`; nil for a connection that sent no request.
+    static func requestKey(_ f: [String: String]) -> String? {
+        guard f["method"] != "-" else { return nil }
+        return "\(f["device"] ?? "-") \(f["method"] ?? "?") \(f["route"] ?? "?")"
     }
 
     static func ms(_ seconds: Double) -> String { Bench.f(seconds * 1000, 0) + " ms" }

@@ -48,11 +48,21 @@ final class SyncWorkspace {
 
     /// The access log's lines from `offset` on.
     func accessLines(from offset: UInt64) -> [Substring] {
+        var end = offset
+        return accessLines(after: &end)
+    }
+
+    /// The access log's whole lines from `offset` on (a line being written waits), and
+    /// `offset` moved past them: a reader calling again gets only the lines written since.
+    func accessLines(after offset: inout UInt64) -> [Substring] {
         guard let h = FileHandle(forReadingAtPath: accessLog) else { return [] }
         defer { try? h.close() }
         try? h.seek(toOffset: offset)
-        let text = String(decoding: h.readDataToEndOfFile(), as: UTF8.self)
-        return text.split(separator: "\n").filter { $0.hasPrefix("access ") }
+        let data = h.readDataToEndOfFile()
+        guard let last = data.lastIndex(of: UInt8(ascii: "\n")) else { return [] }
+        let whole = data[data.startIndex...last]
+        offset += UInt64(whole.count)
+        return String(decoding: whole, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("access ") }
     }
 
     func stop() {
