@@ -46,10 +46,10 @@ public enum BlockAudit {
     /// stored by commits above that generation and not damaged yet (the after-crash
     /// check); nil: every
     /// block, and the files no row names. `progress` is told each block's bytes.
-    /// `pack`: the small blocks' pack beside the catalog (`BlockPack.path(besideCatalog:)`).
+    /// `pack`: the small blocks' pack beside the catalog (`PackFile.path(besideCatalog:)`).
     /// A catalog from before the pack (its small blocks' bytes still in `inline_blocks`,
     /// moved at its next mount) is read as it is.
-    public static func run(_ db: Database, blobs: BlobStore, pack: BlockPack?, newerThan generation: Int64? = nil,
+    public static func run(_ db: Database, blobs: BlobStore, pack: PackFile?, newerThan generation: Int64? = nil,
                            progress: ((Int64) -> Void)? = nil) throws -> Report {
         var report = Report()
         let layout = try SmallBlocks(db)

@@ -211,7 +211,7 @@ public final class BlockCache: @unchecked Sendable {
                 do {
                     let wasDamaged = isDamaged(hash)
                     if length <= InlineBlocks.limit {
-                        // Into the pack: no inode per block (BlockPack.swift).
+                        // Into the pack: no inode per block (PackFile.swift).
                         _ = try catalog.adoptFetchedPacked(bytes, hash)
                         state.withLock { $0.stats.blocksAdopted += 1 }
                         kept(hash, wasDamaged: wasDamaged)

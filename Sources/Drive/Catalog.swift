@@ -24,8 +24,8 @@ final class Catalog: @unchecked Sendable {
     private let locked: Locked
     /// The catalog database's path (other pieces open their own connections to it).
     let databasePath: String
-    /// The small blocks' bytes (BlockPack.swift); safe on any thread.
-    let pack: BlockPack
+    /// The small blocks' bytes (PackFile.swift); safe on any thread.
+    let pack: PackFile
 
     /// `extraMigrations` are other pieces' tables in this database (the backup queue),
     /// applied after the drive's own, in one ordered list. `rootFolders`: folders a new
@@ -104,8 +104,8 @@ final class Catalog: @unchecked Sendable {
         var blocksStored: (([SHA256Digest]) -> Void)?
         /// Block files to remove once the open group committed (their rows are dropped in it).
         var removalsAfterCommit: [SHA256Digest] = []
-        /// The small blocks' bytes (BlockPack.swift).
-        let pack: BlockPack
+        /// The small blocks' bytes (PackFile.swift).
+        let pack: PackFile
         /// Ranges of the pack appended and dropped by the transaction being made (CatalogPack.swift:
         /// settled at its end, `packChangeEnded`, or undone with it, `packChangeRolledBack`);
         /// then those of the open group: appended in it (freed if it is lost), dropped in it
@@ -129,7 +129,7 @@ final class Catalog: @unchecked Sendable {
         fileprivate init(path: String, blobs: BlobStore, extraMigrations: [Migration], rootFolders: [String]) throws {
             self.blobs = blobs
             db = try Database(path: path)
-            pack = try BlockPack(path: BlockPack.path(besideCatalog: path), writable: true)
+            pack = try PackFile(path: PackFile.path(besideCatalog: path), writable: true)
             let migrations = CatalogSchema.migrations + RecordsTable.migrations + extraMigrations
             try db.refuseNewerSchema(known: migrations)
             try db.execute("PRAGMA journal_mode = WAL")

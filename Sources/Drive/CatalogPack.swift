@@ -2,16 +2,30 @@ import Foundation
 import Crypto
 import Storage
 
-/// Where a small block's bytes are in the pack (BlockPack.swift).
+/// Where a small block's bytes are in the pack (PackFile.swift).
 struct PackRange: Sendable, Equatable {
     let offset: Int64
     let length: Int
 }
 
+extension PackFile {
+    /// The drive's pack of small blocks: `small-blocks.pack` beside the catalog at `catalogPath`.
+    public static func path(besideCatalog catalogPath: String) -> String {
+        (catalogPath as NSString).deletingLastPathComponent + "/small-blocks.pack"
+    }
+
+    /// Frees a block's range; a failure only costs space, and is logged.
+    func free(at offset: Int64, length: Int) {
+        do { try release(at: offset, length: length) } catch {
+            DriveLog.error("freeing \(length) bytes at \(offset) of \(path) failed: \(error); the space stays used")
+        }
+    }
+}
+
 extension Catalog {
     /// The bytes of a small block kept in the pack, read through any connection to the
     /// catalog (`StoredBlocks` has its own); nil for a block that is not packed.
-    static func packedBlock(_ digest: SHA256Digest, in db: Database, pack: BlockPack) throws -> [UInt8]? {
+    static func packedBlock(_ digest: SHA256Digest, in db: Database, pack: PackFile) throws -> [UInt8]? {
         guard let range = try packedRange(digest, in: db) else { return nil }
         return try pack.read(at: range.offset, length: range.length)
     }
@@ -99,7 +113,7 @@ extension Catalog.Locked {
             packRangesInGroup += packAppendedInChange
             packRangesAfterCommit += packFreedInChange
         } else {
-            for r in packFreedInChange { pack.release(at: r.offset, length: r.length) }
+            for r in packFreedInChange { pack.free(at: r.offset, length: r.length) }
         }
         packAppendedInChange = []
         packFreedInChange = []
@@ -108,7 +122,7 @@ extension Catalog.Locked {
     /// A transaction was rolled back: its appended bytes are named by no row (freed), and
     /// what it dropped is named again (kept).
     func packChangeRolledBack() {
-        for r in packAppendedInChange { pack.release(at: r.offset, length: r.length) }
+        for r in packAppendedInChange { pack.free(at: r.offset, length: r.length) }
         packAppendedInChange = []
         packFreedInChange = []
     }
@@ -118,13 +132,13 @@ extension Catalog.Locked {
         let ranges = packRangesAfterCommit
         packRangesAfterCommit = []
         packRangesInGroup = []
-        for r in ranges { pack.release(at: r.offset, length: r.length) }
+        for r in ranges { pack.free(at: r.offset, length: r.length) }
     }
 
     /// The open group was lost: what it appended is named by no row; what it dropped is
     /// named again.
     func packGroupLost() {
-        for r in packRangesInGroup { pack.release(at: r.offset, length: r.length) }
+        for r in packRangesInGroup { pack.free(at: r.offset, length: r.length) }
         packRangesInGroup = []
         packRangesAfterCommit = []
     }

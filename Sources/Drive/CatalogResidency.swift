@@ -295,7 +295,7 @@ extension Catalog.Locked {
         // The row's change must be committed before the file or the packed range goes (group commit).
         try commitGroup()
         removeUnnamedBlockFiles([digest])
-        if let packed { pack.release(at: packed.offset, length: packed.length) }
+        if let packed { pack.free(at: packed.offset, length: packed.length) }
         return true
     }
 

@@ -192,7 +192,7 @@ enum CatalogSchema {
         CREATE TRIGGER blocks_delete_inline AFTER DELETE ON blocks
         BEGIN DELETE FROM inline_blocks WHERE hash = OLD.hash; END;
         """),
-        // Small blocks' bytes leave the catalog for the pack file beside it (BlockPack.swift):
+        // Small blocks' bytes leave the catalog for the pack file beside it (PackFile.swift):
         // a row says where each block is. The bytes of `inline_blocks` are moved into the
         // pack at the first open (`Catalog.Locked.moveInlineBlocksToPack`), which then
         // drops that table and its trigger.

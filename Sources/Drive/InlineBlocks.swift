@@ -3,7 +3,7 @@ import Crypto
 import Storage
 import Synchronization
 
-/// Small files keep their one block in the pack beside the catalog (BlockPack.swift,
+/// Small files keep their one block in the pack beside the catalog (PackFile.swift,
 /// placed by `blocks.pack_offset`), not in a file of its own under `blobs/`.
 ///
 /// Why: every block file is an inode on the disk. Unpacking a source tree (8,000 files
@@ -45,7 +45,7 @@ public enum StoredBlock: Sendable {
 public final class StoredBlocks: Sendable {
     public let blobs: BlobStore
     private let catalogPath: String
-    private let connection = Mutex<(db: Database?, pack: BlockPack?)>((nil, nil))
+    private let connection = Mutex<(db: Database?, pack: PackFile?)>((nil, nil))
 
     public init(blobs: BlobStore, catalogPath: String) {
         self.blobs = blobs
@@ -73,7 +73,7 @@ public final class StoredBlocks: Sendable {
         try connection.withLock { c in
             if c.db == nil { c.db = try Database(path: catalogPath, options: .init(readOnly: true, create: false)) }
             guard let range = try Catalog.packedRange(digest, in: c.db!) else { return nil }
-            if c.pack == nil { c.pack = try BlockPack(path: BlockPack.path(besideCatalog: catalogPath), writable: false) }
+            if c.pack == nil { c.pack = try PackFile(path: PackFile.path(besideCatalog: catalogPath), writable: false) }
             return try c.pack!.read(at: range.offset, length: range.length)
         }
     }

@@ -8,67 +8,71 @@ import Synchronization
 import Glibc
 #endif
 
-/// A pack's blocks on the folder store: each record is written to a staging file of its
-/// own as it arrives (nothing held in memory), and at the end of the body the new ones
-/// are made durable all at once: one `syncfs` for their bytes, the renames into the
-/// store, one `syncfs` for the renames, then one records transaction. An fdatasync per
-/// block would be one journal commit each: 1,000 blocks of 16 KiB took 2.1-4.1 s that
-/// way here against 0.15-0.24 s with the two syncfs (ext4, Docs/benchmarks.md). A block
-/// whose file is in the store already (same size) is not written: its bytes are dropped.
+/// A pack's blocks on the folder store: each record is written as it arrives into a range
+/// reserved at the end of the store's pack file (nothing held in memory, no file created),
+/// and at the end of the body the new ones are made durable and indexed all at once (one
+/// `fdatasync`, one transaction of the index: PackedBlocks.swift), then recorded in one
+/// records transaction. A block the store holds already (its size checked at commit) is
+/// not written: its bytes are dropped. Ranges whose blocks are not kept are punched.
 final class FolderPackStaging: PackStaging {
     private let context: ServerContext
-    private let store: BlobStore
-    /// Records whose bytes are in a staging file, with its path.
-    private var written: [(record: PackRecord, path: String)] = []
-    /// Records dropped because the store has their block's file.
+    private let store: FolderBlocks
+    /// Records whose bytes are in the pack file, with their ranges' offsets.
+    private var written: [(record: PackRecord, offset: Int64)] = []
+    /// The pack file this process appends to, and its number.
+    private var pack: (number: Int, file: PackFile)?
+    /// Records dropped because the store holds their block.
     private var skipped: [PackRecord] = []
-    /// The record being written.
-    private var open: (record: PackRecord, fd: Int32, path: String, position: Int64)?
+    /// The record being written: its range's offset, and how much of it is written.
+    private var open: (record: PackRecord, offset: Int64, position: Int64)?
 
-    init(context: ServerContext, store: BlobStore) { self.context = context; self.store = store }
+    init(context: ServerContext, store: FolderBlocks) { self.context = context; self.store = store }
 
     var memoryBound: Int { 0 }
 
     func begin(_ record: PackRecord) throws -> Bool {
-        if store.size(of: record.digest) == Int64(record.length) {
+        if try store.holds(record.digest) {
             skipped.append(record)
             return false
         }
-        let file = try store.makeStagingFile()
-        open = (record, file.fd, file.path, 0)
+        let pack = try self.pack ?? store.packed.appending()
+        self.pack = pack
+        open = (record, pack.file.reserve(record.length), 0)
         return true
     }
 
     func write(_ bytes: UnsafeRawBufferPointer) throws {
-        guard let file = open else { return }
-        try FileIO.pwrite(file.fd, bytes, at: file.position)
+        guard let range = open else { return }
+        try pack?.file.write(bytes, at: range.offset + range.position)
         open?.position += Int64(bytes.count)
     }
 
     func end() throws {
-        guard let file = open else { return }
+        guard let range = open else { return }
         open = nil
-        defer { FileIO.close(file.fd) }
-        written.append((file.record, file.path))
-        // Blocks are immutable once stored: write permission goes now, by descriptor.
-        if fchmod(file.fd, 0o400) != 0 { throw Errno.current }
+        written.append((range.record, range.offset))
     }
 
     func discard() {
-        if let file = open {
-            FileIO.close(file.fd)
-            _ = unlink(file.path)
+        if let range = open {
+            release(range.offset, range.record.length)
             open = nil
         }
-        for staged in written { _ = unlink(staged.path) }
+        for staged in written { release(staged.offset, staged.record.length) }
         written = []
         skipped = []
     }
 
+    /// Punches a range of the pack file whose block is not kept.
+    private func release(_ offset: Int64, _ length: Int) {
+        guard let pack else { return }
+        store.packed.release(PackedBlocks.Range(pack: pack.number, offset: offset, length: length))
+    }
+
     func commit() -> HTTPResponse {
-        var moved = Set<Int>()
+        var kept = Set<Int>()
         defer {
-            for (i, staged) in written.enumerated() where !moved.contains(i) { _ = unlink(staged.path) }
+            for (i, staged) in written.enumerated() where !kept.contains(i) { release(staged.offset, staged.record.length) }
             written = []
         }
         do {
@@ -77,7 +81,7 @@ final class FolderPackStaging: PackStaging {
                 if let size = rows[record.digest.hex] {
                     if size != Int64(record.length) { throw PackRefusal.sizeConflict(record, stored: size) }
                 } else if try context.presentBlockSize(record.digest) != Int64(record.length) {
-                    // A file without its row that was found damaged (and removed), or that the collection took.
+                    // Bytes without their row that were found damaged (and removed), or that the collection took.
                     throw PackRefusal.gone(record)
                 }
             }
@@ -85,15 +89,9 @@ final class FolderPackStaging: PackStaging {
             let records = new.map { written[$0].record }
             try context.recordingWithinQuota(records.reduce(0) { $0 + Int64($1.length) }) {
                 guard !new.isEmpty else { return }
-                try FileIO.syncFileSystem(store.stagingRoot)
-                for i in new {
-                    let (record, path) = written[i]
-                    try store.makeFolder(for: record.digest)
-                    // Over a file of the same name if one came meanwhile: these bytes were checked.
-                    try FileIO.rename(path, store.path(for: record.digest))
-                    moved.insert(i)
-                }
-                try FileIO.syncFileSystem(store.root)
+                let indexed = try store.packed.index(new.map { (written[$0].record.digest, written[$0].offset, written[$0].record.length) })
+                // Indexed meanwhile by another pack: that one's range is the block's, and this one goes.
+                for (n, i) in new.enumerated() where !indexed.contains(n) { kept.insert(i) }
                 try context.recordBlocks(records)
             }
             return .json(200, BlockPackResponse(stored: new.count, present: written.count + skipped.count - new.count))

@@ -25,9 +25,9 @@ protocol BlockStore: Sendable {
     /// fetches them whole).
     func open(_ digest: SHA256Digest, length: Int) -> OpenBlock?
 
-    /// The block's file opened for reading, for a reply the kernel sends straight from
-    /// it (sendfile); nil from a store that keeps no files.
-    func file(_ digest: SHA256Digest) throws -> Int32?
+    /// A file holding the block from `start`, opened for reading, for a reply the kernel
+    /// sends straight from it (sendfile); nil from a store that keeps no files.
+    func file(_ digest: SHA256Digest) throws -> (fd: Int32, start: Int64)?
 
     /// The blocks of one streamed reply (a pack), opened in the reply's order.
     func feed(_ records: [PackRecord]) -> any BlockFeed
@@ -51,6 +51,11 @@ protocol BlockStore: Sendable {
 
     /// Where a block pack's records go while its body arrives (BlockPackUpload.swift).
     func packStaging(context: ServerContext) -> any PackStaging
+
+    /// At a server's start, before any request: takes the store for this process's writes
+    /// and tidies what a kill left (the folder store's pack file past its last indexed
+    /// block). Throws when another server process writes to it.
+    func takeForServing() throws
 
     /// URLs that let a device reach the store's blocks itself; nil when every block
     /// passes through the server (then devices upload by tus, to the server).
@@ -94,9 +99,11 @@ struct ListedBlock {
     let modified: Int64?
 }
 
-/// A stored block open for a reply: its file (closed by `close`) or its bytes in memory.
+/// A stored block open for a reply: its file (closed by `close`), its range of a pack
+/// file (open as long as its store) or its bytes in memory.
 enum OpenBlock {
     case file(Int32)
+    case packed(PackFile, start: Int64, length: Int)
     case bytes([UInt8])
 
     /// Copies the block's bytes from `offset` into `piece`: how many, 0 at its end, nil
@@ -105,6 +112,10 @@ enum OpenBlock {
         switch self {
         case .file(let fd):
             return try? FileIO.pread(fd, into: piece, at: Int64(offset))
+        case .packed(let pack, let start, let length):
+            let count = max(0, min(piece.count, length - offset))
+            guard count > 0 else { return 0 }
+            return try? pack.read(into: UnsafeMutableRawBufferPointer(rebasing: piece[0..<count]), at: start + Int64(offset))
         case .bytes(let bytes):
             let count = max(0, min(piece.count, bytes.count - offset))
             if count > 0 { bytes.withUnsafeBytes { piece.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[offset..<offset + count])) } }

@@ -28,7 +28,11 @@ extension BlockStoreChoice {
     /// The store it names: the folder store on `folder` (the data folder's `blobs/`), or
     /// an S3 bucket, checked (and created when missing) before serving.
     func open(folder: BlobStore) throws(ServerError) -> any BlockStore {
-        guard case .s3(let location, let credentials) = self else { return FolderBlocks(folder) }
+        guard case .s3(let location, let credentials) = self else {
+            do { return try FolderBlocks(folder) } catch {
+                throw .store(folder.root + "/packs", "its pack file or index cannot be opened: \(error); check the folder's permissions and free space")
+            }
+        }
         let objects = ObjectBlocks(store: S3Store(location: location, credentials: credentials))
         do { try objects.prepare() } catch { throw .store("s3://\(location.bucket) at \(location.endpoint)", error.description) }
         return objects

@@ -21,8 +21,8 @@ enum DownloadHandlers {
                 let index = Int(start / Int64(Blocks.size))
                 let within = start - Int64(index) * Int64(Blocks.size)
                 if length > 0, within + length <= Int64(manifest.length(ofBlock: index)), !manifest.isZero(index),
-                   let fd = try context.blocks.file(manifest.blocks[index]) {
-                    return .file(fd: fd, offset: within, length: length)
+                   let file = try context.blocks.file(manifest.blocks[index]) {
+                    return .file(fd: file.fd, offset: file.start + within, length: length)
                 }
                 return .stream(length: length, reader: OffsetReader(ContentReader(manifest: manifest, store: context.blocks), start: start))
             }
@@ -41,7 +41,7 @@ enum DownloadHandlers {
                 return redirect(request, etag: digest.hex, to: presigned.downloadURL(digest, expiresIn: min(context.configuration.uploadExpiry, 3600)))
             }
             return try respond(request, etag: digest.hex, size: size) { start, length in
-                if let fd = try context.blocks.file(digest) { return .file(fd: fd, offset: start, length: length) }
+                if let file = try context.blocks.file(digest) { return .file(fd: file.fd, offset: file.start + start, length: length) }
                 let block = BlockManifest(content: digest, size: size, blocks: [digest])
                 return .stream(length: length, reader: OffsetReader(ContentReader(manifest: block, store: context.blocks), start: start))
             }

@@ -50,7 +50,10 @@ final class ObjectBlocks: BlockStore, PresignedBlocks {
         return .bytes(bytes)
     }
 
-    func file(_ digest: SHA256Digest) -> Int32? { nil }
+    func file(_ digest: SHA256Digest) -> (fd: Int32, start: Int64)? { nil }
+
+    /// Several server processes share a bucket: nothing to take.
+    func takeForServing() {}
 
     /// Fetched ahead of the reply (`ObjectPrefetch`).
     func feed(_ records: [PackRecord]) -> any BlockFeed { ObjectPrefetch(records, objects: self) }

@@ -13,7 +13,8 @@ import Glibc
 /// so they are the server as it was at one moment, whatever it does meanwhile. Then the
 /// blocks those records name are brought over: blocks are immutable files named by
 /// their hash, so on the same file system each is a hard link (no byte copied), else a
-/// copy made durable before the records are. A block the records name but the folder no
+/// copy made durable before the records are; a block in the store's pack file is copied
+/// out of it into a file of its own (checked against its hash on the way). A block the records name but the folder no
 /// longer has (removed after the records were copied) fails the snapshot: it is never
 /// written with a record that names bytes it lacks. Uploads in progress keep their rows
 /// and lose their staged bytes: their devices resume them from offset 0.
@@ -66,6 +67,7 @@ public enum ServerSnapshot {
             let snapshot = try Database(path: part)
             let store = try BlobStore(root: destination + "/blobs")
             chmod(destination + "/blobs", 0o700)
+            let packed = try PackedBlocks(root: blobRoot)
             var gone: [String] = []
             for (hex, size) in try snapshot.query("SELECT hash, size FROM blocks", row: { ($0.string(0) ?? "", $0.int64(1)) }) {
                 guard let digest = SHA256Digest(hex: hex) else { continue }
@@ -75,8 +77,10 @@ public enum ServerSnapshot {
                 case .linked: summary.linked += 1
                 case .copied: break
                 case .missing:
-                    gone.append(hex)
-                    continue
+                    guard try unpack(digest, from: packed, to: store.path(for: digest)) else {
+                        gone.append(hex)
+                        continue
+                    }
                 }
                 summary.blocks += 1
                 summary.bytes += size
@@ -97,6 +101,20 @@ public enum ServerSnapshot {
     }
 
     private enum Brought { case linked, copied, missing }
+
+    /// A durable file of a block in the pack file; false when it is not there (or no
+    /// longer: a range punched since reads zeros, which do not hash to its name).
+    private static func unpack(_ digest: SHA256Digest, from packed: PackedBlocks, to path: String) throws -> Bool {
+        guard let range = try packed.range(digest) else { return false }
+        let bytes = try packed.read(range)
+        guard SHA256Hasher.digest(bytes) == digest else { return false }
+        let output = try FileIO.open(path + ".part", O_WRONLY | O_CREAT | O_TRUNC, 0o400)
+        defer { FileIO.close(output) }
+        try bytes.withUnsafeBytes { try FileIO.pwrite(output, $0, at: 0) }
+        try FileIO.fdatasync(output)
+        try FileIO.rename(path + ".part", path)
+        return true
+    }
 
     /// A hard link of an immutable block file, or a durable copy across file systems.
     private static func bring(_ from: String, to: String) throws -> Brought {

@@ -201,6 +201,7 @@ final class ServerContext: Sendable {
                                     dataBlobs: blobs, presigner: Presigner(key: key), workspaceID: workspaceID)
         var opened = false
         defer { if !opened { context.notifier.stop() } }
+        do { try context.blocks.takeForServing() } catch { throw .store(configuration.store.summary, "\(error)") }
         do { try context.recover() } catch { throw .database(configuration.records.description, "recovery failed: \(error)") }
         do { try metadata.recordQuota(configuration.quota) } catch { throw .records(configuration.records, error) }
         opened = true

@@ -54,8 +54,8 @@ enum CheckCommand {
         let progress = CheckProgress(total: total)
         let report: BlockAudit.Report
         do {
-            let packPath = BlockPack.path(besideCatalog: catalogPath)
-            let pack = FileManager.default.fileExists(atPath: packPath) ? try BlockPack(path: packPath, writable: false) : nil
+            let packPath = PackFile.path(besideCatalog: catalogPath)
+            let pack = FileManager.default.fileExists(atPath: packPath) ? try PackFile(path: packPath, writable: false) : nil
             report = try BlockAudit.run(db, blobs: blobs, pack: pack, progress: { progress.add($0) })
         } catch {
             progress.finish()

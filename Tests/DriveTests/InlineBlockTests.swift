@@ -5,7 +5,7 @@ import Storage
 @testable import Drive
 
 /// Small files keep their block in the pack beside the catalog (Sources/Drive/InlineBlocks.swift,
-/// BlockPack.swift): no block file, the same bytes back, block files again once a file
+/// PackFile.swift): no block file, the same bytes back, block files again once a file
 /// outgrows the limit, photos always as files, every reader of blocks (reads,
 /// copy-on-write, the backup's `StoredBlocks`) served from the pack, a block's range freed
 /// when it goes, and the pack's bytes checked after an unclean stop.
@@ -111,7 +111,7 @@ import Storage
                 """)
             #expect(try db.queryOne("SELECT count(*) FROM packed_blocks") { $0.int(0) } == 2)
             // The audit of `vdrive check`, on the catalog as it is: both blocks read and sound.
-            let pack = try BlockPack(path: packPath(dir), writable: false)
+            let pack = try PackFile(path: packPath(dir), writable: false)
             let report = try BlockAudit.run(db, blobs: try BlobStore(root: dir.path + "/state/blobs"), pack: pack)
             #expect(report.checked == 2 && report.isSound, "\(report.findings)")
         }

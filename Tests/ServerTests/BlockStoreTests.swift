@@ -22,7 +22,7 @@ import Testing
             do {
                 switch backend {
                 case .embedded:
-                    store = FolderBlocks(try BlobStore(root: dir.path + "/blobs"))
+                    store = try FolderBlocks(try BlobStore(root: dir.path + "/blobs"))
                 case .scaled:
                     let weed = try SeaweedFS(folder: dir.path + "/seaweed")
                     started = weed
@@ -111,8 +111,9 @@ import Testing
             // Blocks pass through the server: kept as files, sent by sendfile; one found
             // without its row (a kill before the row) is checked and counted.
             #expect(store.presigned == nil)
-            let fd = try #require(try store.file(digest))
-            close(fd)
+            let file = try #require(try store.file(digest))
+            #expect(file.start == 0)
+            close(file.fd)
             #expect(store.unrecorded(digest) == Int64(bytes.count))
         case .scaled:
             // Devices reach the store: no files; an object without its row is an
@@ -151,5 +152,41 @@ import Testing
             #expect(store.unrecorded(named) == nil)
         }
         #expect(try !store.holds(named))
+    }
+
+    /// Blocks that came in packs live in the folder store's pack file: found, read in
+    /// pieces, sent by sendfile from their range, and punched when removed.
+    @Test func packedBlocksAreReadFromTheirRangeAndPunchedWhenRemoved() throws {
+        let opened = try Opened(.embedded)
+        defer { opened.stop() }
+        let store = try #require(opened.store as? FolderBlocks)
+        let first = randomBytes(10_000, seed: 51), second = randomBytes(300_000, seed: 52)
+        let digests = [SHA256Hasher.digest(first), SHA256Hasher.digest(second)]
+        try store.takeForServing()
+        let pack = try store.packed.appending()
+        #expect(pack.number == 1)
+        let offsets = try [first, second].map { bytes in try bytes.withUnsafeBytes { try pack.file.append($0) } }
+        #expect(offsets[1] == 12_288, "each block starts on a 4 KiB boundary")
+        #expect(try store.firstLacking(digests) == digests[0])
+        #expect(try store.packed.index([(digests[0], offsets[0], first.count), (digests[1], offsets[1], second.count)]).isEmpty)
+        #expect(try store.packed.index([(digests[1], 999_424, second.count)]) == [0], "a block indexed already keeps its range")
+        #expect(try store.firstLacking(digests) == nil)
+        #expect(try opened.read(digests[1]) == second)
+        let block = try #require(store.open(digests[1], length: second.count))
+        #expect(Self.drain(block, piece: 65_536) == second)
+        let file = try #require(try store.file(digests[1]))
+        #expect(file.start == offsets[1])
+        var sent = [UInt8](repeating: 0, count: second.count)
+        #expect(pread(file.fd, &sent, second.count, off_t(file.start)) == second.count && sent == second)
+        close(file.fd)
+        #expect(store.unrecorded(digests[0]) == 10_000)
+
+        let path = opened.dir.path + "/blobs/packs/1.pack"
+        let before = try FileIO.status(path).st_blocks
+        try store.remove(digests[1])
+        #expect(try !store.holds(digests[1]) && store.holds(digests[0]))
+        #expect(try opened.read(digests[1]) == nil)
+        #expect(try FileIO.status(path).st_blocks < before - 500, "the removed block's range is punched")
+        #expect(try opened.read(digests[0]) == first)
     }
 }

@@ -152,6 +152,40 @@ func ticket(_ client: WorkspaceClient, _ f: TestFile) throws -> BlockTicket {
         #expect(try ticket(client, bad).hash == bad.digest, "a block file with the wrong content must not count as present")
         #expect(!FileManager.default.fileExists(atPath: data + "/blobs/" + bad.digest.hex.prefix(2) + "/" + bad.digest.hex))
     }
+
+    @Test(arguments: Records.all) func packedBlockIndexedButNotRecordedIsRecordedAfterCheck(_ records: Records) throws {
+        let (database, dir, data, token) = try fresh(records)
+        defer { dir.remove() }
+        let f = TestFile(in: dir.path, size: 5000)
+        let bad = TestFile(in: dir.path, size: 5000, seed: 2)
+        let end: Int64
+        do {
+            // As if killed between the pack's index and the records: one block right, one
+            // damaged; then bytes of a pack killed before its index, at the end.
+            try FileManager.default.createDirectory(atPath: data + "/blobs/packs", withIntermediateDirectories: true)
+            let pack = try PackFile(path: data + "/blobs/packs/1.pack", writable: true)
+            let index = try Database(path: data + "/blobs/packs/index.db")
+            try index.execute("CREATE TABLE packed(hash BLOB PRIMARY KEY, pack INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID")
+            for (name, source) in [(f.digest, f), (bad.digest, TestFile(in: dir.path, size: 5000, seed: 3))] {
+                let bytes = try [UInt8](#require(FileManager.default.contents(atPath: source.path)))
+                let offset = try bytes.withUnsafeBytes { try pack.append($0) }
+                _ = try index.run("INSERT INTO packed VALUES (?, 1, ?, ?)", name.bytes, offset, bytes.count)
+            }
+            end = pack.end
+            _ = try randomBytes(3000, seed: 4).withUnsafeBytes { try pack.append($0) }
+        }
+        let server = try start(data, database)
+        defer { server.stop() }
+        let pack = try FileManager.default.attributesOfItem(atPath: data + "/blobs/packs/1.pack")
+        #expect((pack[.size] as? NSNumber)?.int64Value == end, "the bytes after the last indexed block are cut")
+        let client = WorkspaceClient(baseURL: server.baseURL, token: token)
+        guard case .blocks(let none, _) = try client.createUpload(content: f.content, size: f.size, blocks: f.manifest.blocks) else { throw TestFailure("expected a plan") }
+        #expect(none.isEmpty)
+        #expect(try discarding { try client.downloadBlock(f.digest, to: $0) } == f.size)
+        #expect(try ticket(client, bad).hash == bad.digest, "a packed block with the wrong content must not count as present")
+        let rows = try Database(path: data + "/blobs/packs/index.db").query("SELECT hash FROM packed") { $0.bytes(0) ?? [] }
+        #expect(rows == [f.digest.bytes], "the damaged block's row is gone")
+    }
 }
 
 /// Stopping the server (SIGTERM path) while a PATCH is in flight.

@@ -1,34 +1,28 @@
-import Foundation
-import Storage
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
-/// The bytes of small blocks (InlineBlocks.swift), one after the other in one file beside
-/// the catalog, `small-blocks.pack`; each block's row in the catalog says where (`blocks.pack_offset`).
-///
-/// Why a file of its own and not the catalog: kept in SQLite, each small file's bytes were
-/// written three times under the catalog's lock (into the B-tree's overflow pages, into
-/// the WAL at the group's commit, into the database file at the checkpoint), and 347 MB of
-/// small files made the WAL wrap every few seconds. Appended here they are written once,
-/// into the page cache, and the catalog's transaction carries 30 bytes per block. Measured
-/// on `cp -r` of 10,000 files of 4-64 KiB into a mount (Docs/benchmarks.md, "Small blocks
-/// in a pack file").
+/// Blocks one after the other in one file, each where its owner's row says: the drive's
+/// small blocks (`small-blocks.pack` beside the catalog, `blocks.pack_offset`) and the
+/// server's blocks that came in block packs (`blobs/packs/`, its index beside it).
 ///
 /// Why not a file per block: every file is an inode, and on a disk that just freed many
-/// (an ext4 without a journal skips recently freed inodes) an allocation costs 40-170 µs.
+/// (an ext4 without a journal skips recently freed inodes) an allocation costs 40-170 µs;
+/// a new file costs a create, a rename and a directory entry made durable, where an
+/// append costs a write into the page cache.
 ///
 /// Layout: each block starts at a multiple of 4 KiB (`alignment`), so a block that goes
 /// frees its disk blocks by punching a hole over its range (`release`); space is never
-/// reused, so a range a row names is never written again. Appends go at the end.
+/// reused, so a range a row names is never written again. Appends go at the end; a
+/// writer that streams a block reserves its range first (`reserve`) and fills it.
 ///
-/// Crash argument (Docs/architecture.md, "Small blocks in a pack file"): bytes are
-/// appended before the transaction naming them; a kill or a lost group leaves bytes no
-/// row names, at the end (cut at the next open: `cutTail`) or punched when the group is
-/// lost. A range is punched only after the transaction dropping its row committed. The
-/// flusher fdatasyncs the pack before the catalog's WAL (Durability.swift), and after an
-/// unclean stop blocks newer than the last durable generation are re-hashed, as block
-/// files are.
+/// Crash argument (the owner's, Docs/architecture.md): bytes are written and made durable
+/// (`sync`) before the transaction naming them; a kill leaves bytes no row names, at the
+/// end (cut at the next open: `cutTail`) or punched when their writer gives up. A range
+/// is punched only after the transaction dropping its row committed.
 /// `@unchecked Sendable`: the descriptor is immutable; `state` guards the rest.
-public final class BlockPack: @unchecked Sendable {
+public final class PackFile: @unchecked Sendable {
     public static let alignment: Int64 = 4096
     public let path: String
     private let fd: Int32
@@ -38,11 +32,6 @@ public final class BlockPack: @unchecked Sendable {
         var unsynced = false
     }
     private let state: Mutex<State>
-
-    /// The pack of the catalog at `catalogPath` (the same folder).
-    public static func path(besideCatalog catalogPath: String) -> String {
-        (catalogPath as NSString).deletingLastPathComponent + "/small-blocks.pack"
-    }
 
     /// Opens the pack at `path`, created empty if missing when `writable`.
     public init(path: String, writable: Bool) throws {
@@ -58,19 +47,43 @@ public final class BlockPack: @unchecked Sendable {
 
     deinit { FileIO.close(fd) }
 
-    static func aligned(_ n: Int64) -> Int64 { (n + alignment - 1) / alignment * alignment }
+    public static func aligned(_ n: Int64) -> Int64 { (n + alignment - 1) / alignment * alignment }
 
     /// Writes `bytes` after the last block; returns their offset.
     public func append(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
-        let offset = state.withLock { s in
+        let offset = reserve(bytes.count)
+        try write(bytes, at: offset)
+        return offset
+    }
+
+    /// A range of `length` bytes after the last block, for a block written in pieces
+    /// (`write`); released by its writer when the block is not kept.
+    public func reserve(_ length: Int) -> Int64 {
+        state.withLock { s in
             let o = s.end
-            s.end = Self.aligned(o + Int64(bytes.count))
+            s.end = Self.aligned(o + Int64(max(0, length)))
             return o
         }
+    }
+
+    /// Writes `bytes` at `offset`, inside a range this writer reserved.
+    public func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) throws {
         try FileIO.pwrite(fd, bytes, at: offset)
         // After the write: a `sync` that ran in between has not covered these bytes.
         state.withLock { $0.unsynced = true }
-        return offset
+    }
+
+    /// Reads into `buffer` from `offset`: how many bytes (0 past the end).
+    public func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws -> Int {
+        try FileIO.pread(fd, into: buffer, at: offset)
+    }
+
+    /// A descriptor of its own on the file (the caller closes it), for a reply the kernel
+    /// sends from it.
+    public func duplicateDescriptor() throws -> Int32 {
+        let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        if copy < 0 { throw Errno.current }
+        return copy
     }
 
     /// The `length` bytes at `offset`; throws `Errno.ioError` when the pack is shorter.
@@ -89,12 +102,13 @@ public final class BlockPack: @unchecked Sendable {
     }
 
     /// Frees the disk blocks of a block that no row names any more. A failure only costs
-    /// space: logged.
-    public func release(at offset: Int64, length: Int) {
-        do { try FileIO.punchHole(fd, at: offset, length: Self.aligned(Int64(length))) } catch {
-            DriveLog.error("freeing \(length) bytes at \(offset) of \(path) failed: \(error); the space stays used")
-        }
+    /// space (the caller logs it).
+    public func release(at offset: Int64, length: Int) throws {
+        try FileIO.punchHole(fd, at: offset, length: Self.aligned(Int64(length)))
     }
+
+    /// Where the next block would go: the end of the last one, aligned.
+    public var end: Int64 { state.withLock { $0.end } }
 
     /// Cuts off what follows the last block a row names (`end`): bytes appended for
     /// changes a kill or a lost group took back. Only before the first append.
