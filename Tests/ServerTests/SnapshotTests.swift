@@ -23,6 +23,11 @@ import Testing
         }
         // The same bytes under a second name: one block, named twice.
         try server.record(before[2].0, at: "Camera Roll/copy.jpg", sequence: 2)
+        // Sent in a block pack: in the server's pack file, copied out of it into the snapshot.
+        let packed = TestFile(in: server.dir.path, size: 50_000, seed: 77)
+        _ = try server.client.sendBlockPack([(digest: packed.manifest.blocks[0], bytes: OutgoingBlockBytes.memory(packed.bytes), length: Int(packed.size))])
+        try server.record(packed, at: "Camera Roll/packed.jpg", sequence: 3)
+        before.append((packed, "Camera Roll/packed.jpg"))
 
         // A device keeps uploading while the snapshot is taken.
         let stop = Atomic<Bool>(false)
