@@ -17,16 +17,16 @@ import Glibc
 /// records would have been 450,000 files. Appended here, a pack costs one `fdatasync` and
 /// one transaction of the index.
 ///
-/// One pack file per writing process: server processes that share a data folder (on one
+/// One pack file per server: server processes that share a data folder (on one
 /// PostgreSQL) each append to a pack file of their own, held with `flock` while they run
 /// (`takePackForWriting`); a collection or a snapshot only reads and punches.
 ///
 /// Order, and why a kill loses nothing (Docs/architecture.md, "The server's pack files"):
-/// a pack's records are written into ranges reserved at the end of the process's pack
+/// a pack's records are written into ranges reserved at the end of the server's pack
 /// file; at its commit the file is made durable, then the index rows are committed
 /// (synchronous=FULL: durable before the records' transaction that follows names the
 /// blocks), then the records. A kill before the index leaves bytes no row names: at the
-/// end, cut when a process takes the file again (`cutTail`); a range a writer gave up is
+/// end, cut when a server takes the file again (`cutTail`); a range a writer gave up is
 /// punched at once. A kill between the index and the records leaves indexed blocks
 /// without their records' rows: found as any unrecorded block is
 /// (`FolderBlocks.unrecorded`), checked and recorded. A removed block's row goes first,
@@ -42,8 +42,9 @@ final class PackedBlocks: Sendable {
     private let writer: Mutex<Database>
     /// Pack files opened so far, by number.
     private let opened = Mutex<[Int: PackFile]>([:])
-    /// The pack file this process appends to (`takePackForWriting`).
+    /// The pack file this server appends to, and the descriptor holding its lock (`takePackForWriting`).
     private let writing = Mutex<(number: Int, file: PackFile)?>(nil)
+    private let lockDescriptor = Mutex<Int32?>(nil)
 
     /// The index under `root` (the store's folder), created when missing.
     init(root: String) throws {
@@ -78,21 +79,26 @@ final class PackedBlocks: Sendable {
     /// Pack file `number`, opened once.
     func file(_ number: Int) throws -> PackFile {
         if let file = opened.withLock({ $0[number] }) { return file }
+        // Writable: a collection punches the ranges of blocks it removes.
         let file = try PackFile(path: Self.path(folder, number), writable: true)
-        return opened.withLock { $0[number, default: file] }
+        return opened.withLock { files in
+            if let first = files[number] { return first }
+            files[number] = file
+            return file
+        }
     }
 
     /// A block's `length` bytes.
     func read(_ range: Range) throws -> [UInt8] { try file(range.pack).read(at: range.offset, length: range.length) }
 
-    /// The pack file this process appends to; throws when it took none.
+    /// The pack file this server appends to; throws when it took none.
     func appending() throws -> (number: Int, file: PackFile) {
         guard let w = writing.withLock({ $0 }) else { throw PackNotTaken(folder: folder) }
         return w
     }
 
     /// Makes the appended bytes durable, then indexes `blocks` (in the pack file this
-    /// process appends to) in one durable transaction. Returns the positions of the
+    /// server appends to) in one durable transaction. Returns the positions of the
     /// blocks that were indexed already (by another writer meanwhile): their new ranges
     /// are not named, and the caller releases them.
     func index(_ blocks: [(digest: SHA256Digest, offset: Int64, length: Int)]) throws -> Set<Int> {
@@ -130,41 +136,39 @@ final class PackedBlocks: Sendable {
         }
     }
 
-    /// Takes a pack file for this process's appends, before it receives any pack: the
-    /// first no other process holds (its `flock`, kept until the process ends, also for a
-    /// server started again in it), else a new one. Cuts off what a kill left at its end
-    /// (bytes after the last block it indexes).
+    /// Takes a pack file for this server's appends, before it receives any pack: the
+    /// first no other server holds (its `flock`, held until this store is closed), else a
+    /// new one. Cuts off what a kill left at its end (bytes after the last block it indexes).
     func takePackForWriting() throws {
         if writing.withLock({ $0 != nil }) { return }
-        let (number, file, fresh) = try Self.taken.withLock { held -> (Int, PackFile, Bool) in
-            if let mine = held[folder] { return (mine.0, mine.1, false) }
-            let numbers = ((try? FileIO.listDirectory(folder)) ?? []).compactMap(Self.number(of:)).sorted()
-            for number in numbers + [(numbers.last ?? 0) + 1] {
-                let path = Self.path(folder, number)
-                let fd = try FileIO.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-                guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-                    FileIO.close(fd)
-                    continue
+        let numbers = ((try? FileIO.listDirectory(folder)) ?? []).compactMap(Self.number(of:)).sorted()
+        for number in numbers + [(numbers.last ?? 0) + 1] {
+            let path = Self.path(folder, number)
+            let lock = try FileIO.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+                FileIO.close(lock)
+                continue
+            }
+            do {
+                let file = try self.file(number)
+                let end = try reader.withLock { db in
+                    try db.queryOne("SELECT COALESCE(MAX(offset + length), 0) FROM packed WHERE pack = ?", number) { $0.int64(0) } ?? 0
                 }
-                // The lock's descriptor stays open: the lock lasts as long as the process.
-                let file = try PackFile(path: path, writable: true)
-                held[folder] = (number, file)
-                return (number, file, true)
+                try file.cutTail(keeping: end)
+                writing.withLock { $0 = (number, file) }
+                lockDescriptor.withLock { $0 = lock }
+                return
+            } catch {
+                FileIO.close(lock)
+                throw error
             }
-            throw PackNotTaken(folder: folder)
         }
-        if fresh {
-            let end = try reader.withLock { db in
-                try db.queryOne("SELECT COALESCE(MAX(offset + length), 0) FROM packed WHERE pack = ?", number) { $0.int64(0) } ?? 0
-            }
-            try file.cutTail(keeping: end)
-        }
-        opened.withLock { $0[number] = file }
-        writing.withLock { $0 = (number, file) }
+        throw PackNotTaken(folder: folder)
     }
 
-    /// The pack file each store folder's server in this process appends to.
-    private static let taken = Mutex<[String: (Int, PackFile)]>([:])
+    deinit {
+        if let lock = lockDescriptor.withLock({ $0 }) { FileIO.close(lock) }
+    }
 
     static func path(_ folder: String, _ number: Int) -> String { "\(folder)/\(number).pack" }
 
@@ -174,8 +178,8 @@ final class PackedBlocks: Sendable {
     }
 }
 
-/// Blocks in a pack came to a process that took no pack file to append to.
+/// Blocks in a pack came to a server that took no pack file to append to.
 struct PackNotTaken: Error, CustomStringConvertible {
     let folder: String
-    var description: String { "no pack file of \(folder) could be taken for this process's writes; check the folder's permissions and free space" }
+    var description: String { "no pack file of \(folder) could be taken for this server's writes; check the folder's permissions and free space" }
 }
