@@ -19,7 +19,9 @@ extension ServerContext {
     /// A stored block whose length is not the one its position needs is a 409
     /// `size_conflict`; a digest listed twice with two lengths a 422 (each entry fits the
     /// schema; together they contradict each other).
-    func absentBlocks(_ manifest: BlockManifest) throws -> [NeededBlock] {
+    /// `stored`: the sizes of blocks looked up already (one query for a whole batch of
+    /// contents); a block not in it is looked up here.
+    func absentBlocks(_ manifest: BlockManifest, stored known: [String: Int64]? = nil) throws -> [NeededBlock] {
         var first: [SHA256Digest: NeededBlock] = [:]
         var distinct: [NeededBlock] = []
         for i in manifest.blocks.indices where !manifest.isZero(i) {
@@ -34,7 +36,7 @@ extension ServerContext {
             first[block.digest] = block
             distinct.append(block)
         }
-        let stored = try metadata.blockSizes(distinct.map(\.digest.hex))
+        let stored = try known ?? metadata.blockSizes(distinct.map(\.digest.hex))
         var absent: [NeededBlock] = []
         for block in distinct {
             // A block file without its row (killed between rename and row) is checked and recorded here.
@@ -55,6 +57,12 @@ extension ServerContext {
     static func insertContent(_ manifest: BlockManifest, in db: any RecordSession) throws {
         let missing = try blocksMissing(manifest, in: db)
         if !missing.isEmpty { throw missingBlocks(missing) }
+        try insertCheckedContent(manifest, in: db)
+    }
+
+    /// Inside the caller's transaction, which found every block of `manifest` stored
+    /// (`blocksMissing` empty): records the manifest.
+    static func insertCheckedContent(_ manifest: BlockManifest, in db: any RecordSession) throws {
         try db.run("INSERT INTO contents(hash, size, blocks, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                    manifest.content.hex, manifest.size, Metadata.encodeBlockList(manifest.blocks), now())
         try BlockNames.index(content: manifest.content.hex, blocks: nonZeroBlocks(manifest), in: db)

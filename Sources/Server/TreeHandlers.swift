@@ -180,6 +180,16 @@ extension ServerContext {
         }
         var steps: [Step] = []
         steps.reserveCapacity(changes.count)
+        // What the workspace has of the batch's contents and of their blocks: two queries
+        // for the whole batch (a batch from a copy puts hundreds of new files), not two a put.
+        var manifests: [BlockManifest] = []
+        for case .success(.put(let put, let manifest?)) in changes where put.kind == .file { manifests.append(manifest) }
+        let known = manifests.isEmpty ? [] : Set(try metadata.presentContents(Array(Set(manifests.map(\.content.hex)))))
+        var blocks = Set<String>()
+        for manifest in manifests where !known.contains(manifest.content.hex) {
+            for i in manifest.blocks.indices where !manifest.isZero(i) { blocks.insert(manifest.blocks[i].hex) }
+        }
+        let stored = try metadata.blockSizes(Array(blocks))
         for item in changes {
             switch item {
             case .failure(let e):
@@ -190,8 +200,8 @@ extension ServerContext {
                 var content: TreeNodes.Content?
                 if put.kind == .file, let hash = put.hash, let size = put.size {
                     var absent: [String] = []
-                    if let manifest, try metadata.manifest(manifest.content) == nil {
-                        do { absent = try absentBlocks(manifest).map(\.digest.hex) } catch let failure as RequestFailure {
+                    if let manifest, !known.contains(manifest.content.hex) {
+                        do { absent = try absentBlocks(manifest, stored: stored).map(\.digest.hex) } catch let failure as RequestFailure {
                             steps.append(.refused(TreeResult(failure)))
                             continue
                         }

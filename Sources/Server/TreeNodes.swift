@@ -266,7 +266,7 @@ enum TreeNodes {
             result.missing = missing
             return result
         }
-        try ServerContext.insertContent(manifest, in: db)
+        try ServerContext.insertCheckedContent(manifest, in: db)
         return nil
     }
 

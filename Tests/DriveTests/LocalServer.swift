@@ -184,10 +184,16 @@ final class LocalServer {
         !records("SELECT 1 FROM file_versions WHERE path = '\(path.replacingOccurrences(of: "'", with: "''"))'").isEmpty
     }
 
-    /// How many blocks the server stores: block files, or with an object store the
-    /// blocks it verified and recorded.
+    /// How many blocks the server stores: block files and blocks in its pack files, or
+    /// with an object store the blocks it verified and recorded.
     func blockCount() -> Int {
-        seaweed == nil ? blockFileCount() : Int(records("SELECT count(*) FROM blocks").first ?? "") ?? 0
+        seaweed == nil ? blockFileCount() + packedBlockCount() : Int(records("SELECT count(*) FROM blocks").first ?? "") ?? 0
+    }
+
+    /// How many blocks are in the server's pack files (those that came in block packs).
+    func packedBlockCount() -> Int {
+        guard let index = try? Database(path: data + "/blobs/packs/index.db", options: .init(readOnly: true, create: false)) else { return 0 }
+        return (try? index.queryOne("SELECT count(*) FROM packed") { $0.int(0) }) ?? 0
     }
 
     /// How many block files are in the server's data folder (none with an object store).
