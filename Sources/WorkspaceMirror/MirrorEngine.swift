@@ -242,8 +242,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
             var next = 1.0
             do {
                 let more = try applyRemote()
-                next = try sendLocal(force: false)
-                if more { next = min(next, 0.01) }
+                let (wait, sent) = try sendLocal(force: false)
+                next = more ? min(wait, 0.01) : wait
+                if sent { sleepUnlessStopping(Self.passGap) }
                 failures = 0
                 state.withLock {
                     $0.status.offline = false
@@ -260,6 +261,17 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
             pause(min(next, publishStatus(force: false)))
         }
     }
+
+    /// After a pass that sent changes, the least time before the next one, whatever the
+    /// journal's wakes meanwhile: they gather into the next slice. Without it, a copy
+    /// into the drive woke a pass for every few files once the server answered quickly:
+    /// 300 slices of 30-40 files for 10,000 files, each a block pack, a batch of tree
+    /// changes, a page of every other device's feed and a fetch there; with 60 ms, 36
+    /// slices, and the copy's CPU across the mounts and the server 9.6-10.2 s instead of
+    /// 12.5-15.1 s (Docs/benchmarks.md, "Bulk: the server's pack files, and a gap between
+    /// passes"). A lone change is sent at once (it follows no sending pass); a copy's last
+    /// files wait at most this much more.
+    static let passGap = 0.06
 
     /// How often at most the status is looked at for `statusChanged` while passes follow
     /// each other (a large copy wakes the worker for each file): each look counts the

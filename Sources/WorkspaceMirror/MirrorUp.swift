@@ -17,13 +17,14 @@ extension MirrorEngine {
 
     static let emptyContent = ContentHash.of(blocks: []).hex
 
-    /// Sends what is due; returns how long until the next inode is due (seconds).
-    func sendLocal(force: Bool) throws -> Double {
+    /// Sends what is due; returns how long until the next inode is due (seconds), and
+    /// whether anything was sent.
+    func sendLocal(force: Bool) throws -> (wait: Double, sent: Bool) {
         let now = MirrorClock.nanoseconds()
         let quiet = Int64(settings.quiet * 1e9), most = Int64(settings.most * 1e9)
         let clock = Date().timeIntervalSince1970
         let (held, fullUntil) = state.withLock { ($0.retryAfter, $0.fullUntil) }
-        if !force && clock < fullUntil { return fullUntil - clock }
+        if !force && clock < fullUntil { return (fullUntil - clock, false) }
         // Paused, a metered network, a low battery: content does not go up (changes that
         // need no bytes do: moves, deletes, folders, content the server has).
         let holding = transferHold?()
@@ -204,9 +205,9 @@ extension MirrorEngine {
                 break
             }
         }
-        if sent == 0 { return nextDue.isFinite ? nextDue : 5 }
+        if sent == 0 { return (nextDue.isFinite ? nextDue : 5, false) }
         state.withLock { if $0.fullUntil < clock { $0.status.serverFull = false } }
-        return 0.05
+        return (0.05, true)
     }
 
     /// How many dirty rows a slice plans and sends at a time.

@@ -10,10 +10,11 @@ import Glibc
 /// `vdrive-bench server --packs` (and a row of a full run): many small blocks, the way a
 /// sync of small files moves them. `--pack-blocks` blocks (10,000) of 4-64 KiB of random
 /// bytes, each in a file of its own (as a small file is), to a fresh `vdrive serve`:
-///  - up one by one, as a device sends them today: per block `POST /v1/uploads` (its
-///    plan) and one tus PATCH (its commit: an fdatasync and a records transaction);
-///  - up in packs (`sendBlockPack`, `POST /v1/blocks`, up to 16 MiB each: two syncfs and
-///    one records transaction per pack), the files opened a pack at a time;
+///  - up one by one, as a device sends a large file's blocks: per block `POST /v1/uploads`
+///    (its plan) and one tus PATCH (its commit: an fdatasync and a records transaction);
+///  - up in packs (`sendBlockPack`, `POST /v1/blocks`, up to 16 MiB each: into the
+///    server's pack file, one fdatasync, one transaction of its index and one of the
+///    records per pack), the files opened a pack at a time;
 ///  - down one by one (`GET /v1/blocks/<hash>` each, hashed by the client), and in packs
 ///    (`fetchBlockPack`, `POST /v1/blocks/fetch`, 1,024 blocks a request, each hashed),
 ///    after an upload outside the clock.
