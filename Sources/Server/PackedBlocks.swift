@@ -142,7 +142,9 @@ final class PackedBlocks: Sendable {
     func takePackForWriting() throws {
         if writing.withLock({ $0 != nil }) { return }
         let numbers = ((try? FileIO.listDirectory(folder)) ?? []).compactMap(Self.number(of:)).sorted()
-        for number in numbers + [(numbers.last ?? 0) + 1] {
+        // A few new numbers: servers starting together may make the same new file, and one of them takes it.
+        let next = (numbers.last ?? 0) + 1
+        for number in numbers + Array(next..<next + 8) {
             let path = Self.path(folder, number)
             let lock = try FileIO.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
             guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
