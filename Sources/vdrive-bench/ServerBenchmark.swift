@@ -276,8 +276,13 @@ enum ServerBenchmark {
         return f
     }
 
+    /// The bytes of the blocks a folder store holds: its block files, and the blocks in its
+    /// pack files (by their index).
     static func blobBytes(_ root: String) -> Int64 {
         var total: Int64 = 0
+        if let index = try? Database(path: root + "/packs/index.db", options: .init(readOnly: true, create: false)) {
+            total += (try? index.queryOne("SELECT COALESCE(SUM(length), 0) FROM packed") { $0.int64(0) }) ?? 0
+        }
         for folder in (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? [] where folder.count == 2 {
             for name in (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? [] {
                 var st = stat()
