@@ -19,7 +19,7 @@ final class FolderPackStaging: PackStaging {
     private let store: FolderBlocks
     /// Records whose bytes are in the pack file, with their ranges' offsets.
     private var written: [(record: PackRecord, offset: Int64)] = []
-    /// The pack file this process appends to, and its number.
+    /// The pack file this server appends to, and its number.
     private var pack: (number: Int, file: PackFile)?
     /// Records dropped because the store holds their block.
     private var skipped: [PackRecord] = []

@@ -52,9 +52,9 @@ protocol BlockStore: Sendable {
     /// Where a block pack's records go while its body arrives (BlockPackUpload.swift).
     func packStaging(context: ServerContext) -> any PackStaging
 
-    /// At a server's start, before any request: takes the store for this process's writes
-    /// and tidies what a kill left (the folder store's pack file past its last indexed
-    /// block). Throws when another server process writes to it.
+    /// At a server's start, before any request: takes what this server writes to (the
+    /// folder store: a pack file no other server holds) and tidies what a kill left there
+    /// (bytes past its last indexed block).
     func takeForServing() throws
 
     /// URLs that let a device reach the store's blocks itself; nil when every block

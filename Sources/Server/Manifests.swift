@@ -75,7 +75,7 @@ extension ServerContext {
     }
 
     /// The distinct non-zero blocks of `manifest`, sorted (validated hex).
-    private static func nonZeroBlocks(_ manifest: BlockManifest) -> [String] {
+    static func nonZeroBlocks(_ manifest: BlockManifest) -> [String] {
         var nonZero = Set<String>()
         for i in manifest.blocks.indices where !manifest.isZero(i) { nonZero.insert(manifest.blocks[i].hex) }
         return nonZero.sorted()

@@ -13,10 +13,10 @@ import Glibc
 /// so they are the server as it was at one moment, whatever it does meanwhile. Then the
 /// blocks those records name are brought over: blocks are immutable files named by
 /// their hash, so on the same file system each is a hard link (no byte copied), else a
-/// copy made durable before the records are; a block in the store's pack file is copied
-/// out of it into a file of its own (checked against its hash on the way). A block the records name but the folder no
-/// longer has (removed after the records were copied) fails the snapshot: it is never
-/// written with a record that names bytes it lacks. Uploads in progress keep their rows
+/// copy made durable before the records are; a block in the store's pack files is
+/// copied out into a file of its own (checked against its hash on the way). A block the
+/// records name but the folder no longer has (removed after the records were copied)
+/// fails the snapshot: it is never written with a record that names bytes it lacks. Uploads in progress keep their rows
 /// and lose their staged bytes: their devices resume them from offset 0.
 public enum ServerSnapshot {
     public struct Summary: Sendable {

@@ -185,10 +185,7 @@ extension ServerContext {
         var manifests: [BlockManifest] = []
         for case .success(.put(let put, let manifest?)) in changes where put.kind == .file { manifests.append(manifest) }
         let known = manifests.isEmpty ? [] : Set(try metadata.presentContents(Array(Set(manifests.map(\.content.hex)))))
-        var blocks = Set<String>()
-        for manifest in manifests where !known.contains(manifest.content.hex) {
-            for i in manifest.blocks.indices where !manifest.isZero(i) { blocks.insert(manifest.blocks[i].hex) }
-        }
+        let blocks = Set(manifests.filter { !known.contains($0.content.hex) }.flatMap(Self.nonZeroBlocks))
         let stored = try metadata.blockSizes(Array(blocks))
         for item in changes {
             switch item {
