@@ -169,6 +169,11 @@ final class ClientMirrorServer: MirrorServer {
         return try mapped { try client.contentBlocks(digest) }.blocks.map(\.hex)
     }
 
+    func presentContents(_ contents: [String]) throws -> Set<String> {
+        let digests = contents.compactMap(SHA256Digest.init(hex:))
+        return Set(try mapped { try client.presentContents(digests) }.map(\.hex))
+    }
+
     /// The device name the token belongs to (for conflict copies' names).
     func deviceName() throws -> String { try mapped { try client.deviceName() } }
 

@@ -229,6 +229,7 @@ extension MirrorEngine {
         let batch = fileDeletes + puts + folderDeletes
         for start in stride(from: 0, to: batch.count, by: 1000) {
             let slice = Array(batch[start..<min(start + 1000, batch.count)])
+            if holding == nil { try sendAhead(slice) }
             var outcomes = try server.send(slice.map(\.change))
             var lacking: [Int] = []
             var uploads: [String: OutgoingContent] = [:]
@@ -241,10 +242,7 @@ extension MirrorEngine {
             if !lacking.isEmpty, holding != nil {
                 state.withLock { s in for i in lacking { s.heldContent[slice[i].ino] = now } }
             } else if !lacking.isEmpty {
-                let unread = try server.sendContents(Array(uploads.values), open: { hex in
-                    guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
-                    return try self.blocks.read(digest)
-                }, stop: { [weak self] in self?.stopping ?? true })
+                let unread = try server.sendContents(Array(uploads.values), open: openBlock, stop: { [weak self] in self?.stopping ?? true })
                 var again: [Int] = []
                 for i in lacking {
                     guard case .put(let node, _, _) = slice[i].change, let hash = node.hash, let why = unread[hash] else { again.append(i); continue }
@@ -270,6 +268,40 @@ extension MirrorEngine {
             }
             try settleApplied(applied, now: now)
         }
+    }
+
+    /// A new content of at most this size (256 KiB, one block) goes up before the change
+    /// that names it, when the workspace does not have the content. Sent the other way
+    /// round, a copy of many small files sent every change twice: first refused for its
+    /// missing block, then again after the block went, each time checked by the server.
+    /// A content the workspace lacks almost never has its only block stored (another
+    /// file's version would have to end in the same bytes), so little is sent for nothing,
+    /// and never more than this. A larger or longer content asks first: an edited large
+    /// file shares most blocks with its last version, and the refusal names the few the
+    /// server lacks.
+    static let sentAheadBytes: Int64 = 256 << 10
+
+    /// Sends the blocks of the slice's small new contents that the workspace lacks (one
+    /// question for the slice's contents, then their blocks in packs). A block that cannot
+    /// be read now is left to the change's refusal, which asks again.
+    private func sendAhead(_ slice: [Planned]) throws {
+        var small: [String: OutgoingContent] = [:]
+        for p in slice {
+            guard case .put(let node, _, let blocks?) = p.change, node.kind == .file, let hash = node.hash,
+                  node.size > 0, node.size <= Self.sentAheadBytes else { continue }
+            small[hash] = OutgoingContent(content: hash, size: node.size, blocks: blocks, missing: [])
+        }
+        if small.isEmpty { return }
+        let present = try server.presentContents(Array(small.keys))
+        let absent = small.values.filter { !present.contains($0.content) }
+        if absent.isEmpty { return }
+        _ = try server.sendContents(absent, open: openBlock, stop: { [weak self] in self?.stopping ?? true })
+    }
+
+    /// A block of this drive's store, to send.
+    private func openBlock(_ hex: String) throws -> StoredBlock {
+        guard let digest = SHA256Digest(hex: hex) else { throw Errno.invalidArgument }
+        return try blocks.read(digest)
     }
 
     /// A content whose block could not be read here. Changed since (the block went with

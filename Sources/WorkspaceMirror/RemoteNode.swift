@@ -121,4 +121,7 @@ public protocol MirrorServer: Sendable {
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String]
     /// A content's block list (hex), zero blocks included.
     func blockList(of content: String) throws -> [String]
+    /// Those of `contents` (hex) whose manifest the workspace holds: recording them sends
+    /// no bytes.
+    func presentContents(_ contents: [String]) throws -> Set<String>
 }

@@ -89,6 +89,28 @@ import Storage
         #expect(try b.tree()["Docs"] == nil)
     }
 
+    /// A small new file's block goes before its change, so the change is sent once; a
+    /// larger one's change goes first and is refused for the blocks it lacks, as before;
+    /// a copy of content the workspace has sends no bytes either way.
+    @Test func smallNewFilesGoUpBeforeTheirChangesAndLargerOnesAskFirst() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        for i in 0..<20 { try a.write("Docs/f\(i).txt", "small file \(i)") }
+        let large = String(repeating: "large ", count: 50_000)   // 300,000 bytes: over the 256 KiB sent ahead
+        try a.write("Docs/large.txt", large)
+        try settle(ds)
+        #expect(server.contentsSent == 21)
+        #expect(server.changesReceived == 1 + 20 + 2, "each small file's change once; the large file's refused once for its block, then applied")
+        #expect(try b.tree()["Docs/large.txt"] == "file \(contentHash(large)) 300000 xfalse")
+        #expect(try b.tree()["Docs/f7.txt"] == "file \(contentHash("small file 7")) 12 xfalse")
+        let sent = server.contentsSent
+        try a.write("Docs/copy.txt", "small file 7")
+        try settle(ds)
+        #expect(server.contentsSent == sent, "the workspace has that content: nothing is sent")
+        #expect(try b.tree()["Docs/copy.txt"] == "file \(contentHash("small file 7")) 12 xfalse")
+    }
+
     @Test func aChangeGoesUpOnceSettledWhileTheDriveGroupsItsCommits() throws {
         // The journal wakes the running mirror inside the change's own transaction, which
         // the drive's group commit keeps open (here for a whole second, so the mirror always

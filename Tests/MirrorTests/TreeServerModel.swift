@@ -81,6 +81,11 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
         return list
     }
 
+    func presentContents(_ hashes: [String]) throws -> Set<String> {
+        try unreachable()
+        return lock.withLock { Set(hashes.filter { contents[$0] != nil }) }
+    }
+
     /// The live tree: path → node (for comparing with a drive).
     func livePaths() -> [String: RemoteNode] {
         lock.withLock {
