@@ -148,6 +148,7 @@ extension Catalog.Locked {
                         """, s.digest.hex, s.length, generation)
                 }
                 for block in inlined {
+                    if try storeNewPacked(block.digest, block.bytes) { continue }
                     let damaged = try isMarkedDamaged(block.digest)
                     try db.run("""
                         INSERT INTO blocks(hash, size, refs, gen) VALUES (?, ?, 0, ?)

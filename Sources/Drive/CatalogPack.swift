@@ -66,6 +66,20 @@ extension Catalog.Locked {
         if let old { releasePackRanges([old]) }
     }
 
+    /// A small block this catalog has no row of (a new small file's: a commit's common
+    /// case) appended to the pack, its row written with its place: two statements where
+    /// `storePacked` after the row's upsert takes five. False, and nothing done, when the
+    /// block has a row: the caller takes the general way (a damaged or online-only copy,
+    /// one stored as a file).
+    func storeNewPacked(_ digest: SHA256Digest, _ bytes: [UInt8]) throws -> Bool {
+        guard try db.queryOne("SELECT 1 FROM blocks WHERE hash = ?", digest.hex, row: { _ in true }) == nil else { return false }
+        let offset = try bytes.withUnsafeBytes { try pack.append($0) }
+        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
+        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        try db.run("INSERT INTO blocks(hash, size, refs, gen, pack_offset) VALUES (?, ?, 0, ?, ?)", digest.hex, bytes.count, generation, offset)
+        return true
+    }
+
     /// A block marked damaged stored again as a file (a commit, a fetch): its packed copy,
     /// the wrong bytes, goes with the mark, so that no read prefers it to the new file.
     func dropDamagedPackedCopy(_ digest: SHA256Digest) throws {
