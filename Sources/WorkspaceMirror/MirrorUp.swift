@@ -283,7 +283,8 @@ extension MirrorEngine {
 
     /// Sends the blocks of the slice's small new contents that the workspace lacks (one
     /// question for the slice's contents, then their blocks in packs). A block that cannot
-    /// be read now is left to the change's refusal, which asks again.
+    /// be read now, or a pack the quota refuses, is left to the change's refusal, which
+    /// asks again.
     private func sendAhead(_ slice: [Planned]) throws {
         var small: [String: OutgoingContent] = [:]
         for p in slice {
@@ -295,7 +296,10 @@ extension MirrorEngine {
         let present = try server.presentContents(Array(small.keys))
         let absent = small.values.filter { !present.contains($0.content) }
         if absent.isEmpty { return }
-        _ = try server.sendContents(absent, open: openBlock, stop: { [weak self] in self?.stopping ?? true })
+        do { _ = try server.sendContents(absent, open: openBlock, stop: { [weak self] in self?.stopping ?? true }) } catch is MirrorServerFull {
+            // Over its quota, the workspace still takes the slice's changes that need no
+            // bytes: they go next, and the refused puts' blocks meet the quota again.
+        }
     }
 
     /// A block of this drive's store, to send.

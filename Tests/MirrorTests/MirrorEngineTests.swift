@@ -111,6 +111,25 @@ import Storage
         #expect(try b.tree()["Docs/copy.txt"] == "file \(contentHash("small file 7")) 12 xfalse")
     }
 
+    /// Over its quota, the workspace refuses blocks, not changes: a rename in the same
+    /// slice as a new file goes up; the new file follows once there is room.
+    @Test func aFullWorkspaceStillTakesTheChangesThatNeedNoBytes() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.write("old.txt", "synced before")
+        try settle(ds)
+        server.full = true
+        try a.rename("old.txt", "renamed.txt")
+        try a.write("new.txt", "waits for room")
+        try a.sendBeforeHearing()   // one pass: the rename goes in it, not a pass later
+        #expect(server.livePaths().keys.sorted() == ["renamed.txt"], "the rename went; the new file's block was refused")
+        server.full = false
+        _ = try a.engine.sendLocal(force: true)
+        try settle(ds)
+        #expect(try b.tree()["new.txt"] == "file \(contentHash("waits for room")) 14 xfalse")
+        #expect(try b.tree()["renamed.txt"] == "file \(contentHash("synced before")) 13 xfalse")
+    }
+
     @Test func aChangeGoesUpOnceSettledWhileTheDriveGroupsItsCommits() throws {
         // The journal wakes the running mirror inside the change's own transaction, which
         // the drive's group commit keeps open (here for a whole second, so the mirror always

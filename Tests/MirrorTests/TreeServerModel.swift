@@ -20,6 +20,8 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     var offline = false
     /// Names whose puts are refused for good (as a server refuses a change it cannot take).
     var refusedNames: Set<String> = []
+    /// When set, blocks are refused as by a workspace over its quota (changes are not).
+    var full = false
 
     /// Sends (of changes or contents) that failed as unreachable.
     var refusedSends: Int { lock.withLock { refused } }
@@ -60,6 +62,7 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     func sendContents(_ uploads: [OutgoingContent], open: (String) throws -> StoredBlock,
                       stop: @escaping @Sendable () -> Bool) throws -> [String: String] {
         try unreachable(send: true)
+        if full { throw MirrorServerFull("the test server is over its quota") }
         var unread: [String: String] = [:]
         for u in uploads {
             do {
