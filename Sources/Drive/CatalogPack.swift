@@ -55,9 +55,7 @@ extension Catalog.Locked {
     func storePacked(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer, damaged: Bool) throws {
         let old = try packedRangeSoundOrNot(digest)
         if old != nil && !damaged { return }
-        let offset = try pack.append(bytes)
-        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
-        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        let offset = try appendInChange(bytes)
         guard try db.run("UPDATE blocks SET pack_offset = ? WHERE hash = ? AND size = ?", offset, digest.hex, bytes.count) == 1 else {
             // Every caller writes the row first: a row missing, or of another size, is a damaged catalog.
             DriveLog.error("block \(digest.hex) of \(bytes.count) bytes has no row of that size to say where it is in the pack: the change fails with EIO")
@@ -73,11 +71,17 @@ extension Catalog.Locked {
     /// one stored as a file).
     func storeNewPacked(_ digest: SHA256Digest, _ bytes: [UInt8]) throws -> Bool {
         guard try db.queryOne("SELECT 1 FROM blocks WHERE hash = ?", digest.hex, row: { _ in true }) == nil else { return false }
-        let offset = try bytes.withUnsafeBytes { try pack.append($0) }
-        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
-        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        let offset = try bytes.withUnsafeBytes { try appendInChange($0) }
         try db.run("INSERT INTO blocks(hash, size, refs, gen, pack_offset) VALUES (?, ?, 0, ?, ?)", digest.hex, bytes.count, generation, offset)
         return true
+    }
+
+    /// Appends a block's bytes to the pack for the open change; returns where they are.
+    private func appendInChange(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
+        let offset = try pack.append(bytes)
+        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
+        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        return offset
     }
 
     /// A block marked damaged stored again as a file (a commit, a fetch): its packed copy,

@@ -196,6 +196,9 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
 
     var stopping: Bool { state.withLock { $0.stopping } }
 
+    /// `stopping` for a server call to ask while it waits (true once the engine is gone).
+    var stopAsked: @Sendable () -> Bool { { [weak self] in self?.stopping ?? true } }
+
     /// One transaction of the mirror's own rows on `connection` (its worker's by default),
     /// with the drive's changes held (`DriveFileSystem.holdingChanges`).
     func write<T>(on connection: Database? = nil, _ body: () throws -> T) throws -> T {

@@ -34,7 +34,7 @@ extension MirrorEngine {
     func pullPage(wait: Int) throws -> Bool {
         let db = feedDB
         let cursor = Int64(try MirrorRows.state("cursor", in: db) ?? "0") ?? 0
-        let page = try server.page(since: cursor, wait: wait) { [weak self] in self?.stopping ?? true }
+        let page = try server.page(since: cursor, wait: wait, stop: stopAsked)
         let known = try MirrorRows.state("workspace", in: db)
         if let workspace = page.workspace, let known, workspace != known {
             throw MirrorRefusal("the server at this address now holds another workspace (\(workspace), this drive mirrors \(known)); nothing is sent or applied: mount it with the right server, or with a new state folder")

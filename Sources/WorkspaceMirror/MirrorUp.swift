@@ -242,7 +242,7 @@ extension MirrorEngine {
             if !lacking.isEmpty, holding != nil {
                 state.withLock { s in for i in lacking { s.heldContent[slice[i].ino] = now } }
             } else if !lacking.isEmpty {
-                let unread = try server.sendContents(Array(uploads.values), open: openBlock, stop: { [weak self] in self?.stopping ?? true })
+                let unread = try server.sendContents(Array(uploads.values), open: openBlock, stop: stopAsked)
                 var again: [Int] = []
                 for i in lacking {
                     guard case .put(let node, _, _) = slice[i].change, let hash = node.hash, let why = unread[hash] else { again.append(i); continue }
@@ -296,7 +296,7 @@ extension MirrorEngine {
         let present = try server.presentContents(Array(small.keys))
         let absent = small.values.filter { !present.contains($0.content) }
         if absent.isEmpty { return }
-        do { _ = try server.sendContents(absent, open: openBlock, stop: { [weak self] in self?.stopping ?? true }) } catch is MirrorServerFull {
+        do { _ = try server.sendContents(absent, open: openBlock, stop: stopAsked) } catch is MirrorServerFull {
             // Over its quota, the workspace still takes the slice's changes that need no
             // bytes: they go next, and the refused puts' blocks meet the quota again.
         }
