@@ -144,9 +144,13 @@ public final class BlockCache: @unchecked Sendable {
     public func prefetch(_ blocks: [(hash: SHA256Digest, length: Int)]) {
         var wanted: [(hash: SHA256Digest, length: Int)] = []
         var seen = Set<SHA256Digest>()
-        for b in blocks where b.length > 0 && seen.insert(b.hash).inserted {
-            if (!isDamaged(b.hash) && blobs.contains(b.hash)) || (try? catalog.isPacked(b.hash)) == true || fetched.holds(b.hash) { continue }
-            if (try? catalog.verifiedChunks(b.hash)) != 0 { prefetch(b.hash, length: b.length, knownNotHeld: true); continue }
+        let unique = blocks.filter { $0.length > 0 && seen.insert($0.hash).inserted }
+        // One question to the catalog for all of them (not a lock and a stat each); if it
+        // fails, all are asked again under their claims before anything is fetched.
+        let here = (try? catalog.holdings(unique.map(\.hash))) ?? (held: [], partial: [])
+        for b in unique {
+            if (here.held.contains(b.hash) && !isDamaged(b.hash)) || fetched.holds(b.hash) { continue }
+            if here.partial.contains(b.hash) { prefetch(b.hash, length: b.length, knownNotHeld: true); continue }
             wanted.append(b)
         }
         let taken = state.withLock { s -> [(hash: SHA256Digest, length: Int)] in
@@ -175,6 +179,10 @@ public final class BlockCache: @unchecked Sendable {
     /// A group's bytes and blocks at most: one exchange each, a few of them in flight.
     static let prefetchGroupBytes = 8 << 20
     static let prefetchGroupBlocks = 512
+    /// Small blocks of a group recorded in the catalog together, at most, and the longest
+    /// the first of them waits for the others (nanoseconds).
+    static let adoptionBatch = 64
+    static let adoptionWait: UInt64 = 5_000_000
 
     /// One group: the blocks no one else is fetching are claimed (never waited for: two
     /// groups claiming in different orders must not wait on each other), fetched in one
@@ -191,12 +199,35 @@ public final class BlockCache: @unchecked Sendable {
         busy.unlock()
         var claimed = Set(mine.keys)
         defer { for hash in claimed { release(hash) } }
-        for (hash, _) in mine {
-            noteUse(hash)
-            if let fd = openResident(hash) { FileIO.close(fd); mine[hash] = nil }
+        for hash in mine.keys { noteUse(hash) }
+        if let held = try? catalog.holdings(Array(mine.keys)).held {
+            for hash in held where !isDamaged(hash) { mine[hash] = nil }
         }
         if mine.isEmpty { return }
         let order = group.map(\.hash).filter { mine[$0] != nil }
+        // Small blocks go into the pack as they come and are recorded a batch at a time:
+        // one lock and one transaction for a burst of them. A batch is recorded when it is
+        // full, when its first block has waited `adoptionWait` (a reader may be waiting
+        // for it: over a slow link every block goes on its own), and at the end.
+        var arrived: [(arrival: PackedArrival, wasDamaged: Bool)] = []
+        var firstArrival: UInt64 = 0
+        func adoptArrived() {
+            guard !arrived.isEmpty else { return }
+            let batch = arrived
+            arrived = []
+            do {
+                try catalog.adoptFetchedPacked(batch.map(\.arrival))
+                state.withLock { $0.stats.blocksAdopted += batch.count }
+                for a in batch { kept(a.arrival.digest, wasDamaged: a.wasDamaged) }
+            } catch {
+                DriveLog.error("\(batch.count) blocks were fetched but could not be kept in the store (\(error)): they are fetched again when read")
+            }
+            for a in batch {
+                release(a.arrival.digest)
+                claimed.remove(a.arrival.digest)
+            }
+        }
+        defer { adoptArrived() }
         _ = try? remoteCall(order[0]) { () throws(RemoteFailure) in
             try remote.wholeBlocks(order, interactive: false) { hash, bytes in
                 guard let length = mine[hash] else { return }
@@ -212,9 +243,12 @@ public final class BlockCache: @unchecked Sendable {
                     let wasDamaged = isDamaged(hash)
                     if length <= InlineBlocks.limit {
                         // Into the pack: no inode per block (PackFile.swift).
-                        _ = try catalog.adoptFetchedPacked(bytes, hash)
-                        state.withLock { $0.stats.blocksAdopted += 1 }
-                        kept(hash, wasDamaged: wasDamaged)
+                        let offset = try catalog.pack.append(bytes)
+                        if arrived.isEmpty { firstArrival = DispatchTime.now().uptimeNanoseconds }
+                        arrived.append((PackedArrival(digest: hash, range: PackRange(offset: offset, length: length)), wasDamaged))
+                        if arrived.count >= Self.adoptionBatch
+                            || DispatchTime.now().uptimeNanoseconds - firstArrival >= Self.adoptionWait { adoptArrived() }
+                        return
                     } else {
                         let (fd, path) = try blobs.makeStagingFile()
                         do {

@@ -156,16 +156,21 @@ extension Catalog.Locked {
                         """, block.digest.hex, block.bytes.count, generation)
                     try block.bytes.withUnsafeBytes { try storePacked(block.digest, $0, damaged: damaged) }
                 }
-                try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size))
+                // A file has block rows only below its size: one that was empty (a new
+                // file, the common commit) has none to clear or read back.
+                let hadBlocks = a.size > 0
+                if hadBlocks { try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx >= ?", ino, Blocks.count(forSize: change.size)) }
+                var added: [Int: SHA256Digest] = [:]
                 for (index, digest) in change.changed where index < Blocks.count(forSize: change.size) {
                     if let digest {
                         try db.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?) ON CONFLICT(ino, idx) DO UPDATE SET hash = excluded.hash",
                                    ino, index, digest.hex)
-                    } else {
+                        added[index] = digest
+                    } else if hadBlocks {
                         try db.run("DELETE FROM file_blocks WHERE ino = ? AND idx = ?", ino, index)
                     }
                 }
-                let rows = try Catalog.blockRows(of: ino, in: db)
+                let rows = hadBlocks ? try Catalog.blockRows(of: ino, in: db) : added
                 let blocks = Catalog.fullList(rows, size: change.size)
                 let content = ContentHash.of(blocks: blocks)
                 a.content = content

@@ -8,6 +8,13 @@ struct PackRange: Sendable, Equatable {
     let length: Int
 }
 
+/// A small block fetched and verified, its bytes appended to the pack at `range`, not yet
+/// named by its row.
+struct PackedArrival: Sendable {
+    let digest: SHA256Digest
+    let range: PackRange
+}
+
 extension PackFile {
     /// The drive's pack of small blocks: `small-blocks.pack` beside the catalog at `catalogPath`.
     public static func path(besideCatalog catalogPath: String) -> String {
@@ -55,10 +62,26 @@ extension Catalog.Locked {
     func storePacked(_ digest: SHA256Digest, _ bytes: UnsafeRawBufferPointer, damaged: Bool) throws {
         let old = try packedRangeSoundOrNot(digest)
         if old != nil && !damaged { return }
-        let offset = try appendInChange(bytes)
-        guard try db.run("UPDATE blocks SET pack_offset = ? WHERE hash = ? AND size = ?", offset, digest.hex, bytes.count) == 1 else {
+        try place(digest, at: PackRange(offset: try appendInChange(bytes), length: bytes.count), replacing: old)
+    }
+
+    /// The same for bytes appended already, at `range`, recorded as this change's
+    /// (`recordAppendedInChange`): the range is named by the row, or freed when the
+    /// pack holds the block sound already.
+    func storePacked(_ digest: SHA256Digest, appendedAt range: PackRange, damaged: Bool) throws {
+        let old = try packedRangeSoundOrNot(digest)
+        if old != nil && !damaged {
+            releasePackRanges([range])
+            return
+        }
+        try place(digest, at: range, replacing: old)
+    }
+
+    /// Points the block's row at `range`; the range it named before is freed with the change.
+    private func place(_ digest: SHA256Digest, at range: PackRange, replacing old: PackRange?) throws {
+        guard try db.run("UPDATE blocks SET pack_offset = ? WHERE hash = ? AND size = ?", range.offset, digest.hex, range.length) == 1 else {
             // Every caller writes the row first: a row missing, or of another size, is a damaged catalog.
-            DriveLog.error("block \(digest.hex) of \(bytes.count) bytes has no row of that size to say where it is in the pack: the change fails with EIO")
+            DriveLog.error("block \(digest.hex) of \(range.length) bytes has no row of that size to say where it is in the pack: the change fails with EIO")
             throw Errno.ioError
         }
         if let old { releasePackRanges([old]) }
@@ -79,9 +102,14 @@ extension Catalog.Locked {
     /// Appends a block's bytes to the pack for the open change; returns where they are.
     private func appendInChange(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
         let offset = try pack.append(bytes)
-        // Punched if this transaction is rolled back (`packChangeRolledBack`), or its group lost.
-        packAppendedInChange.append(PackRange(offset: offset, length: bytes.count))
+        recordAppendedInChange(PackRange(offset: offset, length: bytes.count))
         return offset
+    }
+
+    /// Makes bytes appended to the pack the open change's: punched if it is rolled back
+    /// (`packChangeRolledBack`), or its group lost.
+    func recordAppendedInChange(_ range: PackRange) {
+        packAppendedInChange.append(range)
     }
 
     /// A block marked damaged stored again as a file (a commit, a fetch): its packed copy,

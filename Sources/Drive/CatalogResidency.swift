@@ -27,8 +27,28 @@ extension Catalog {
         try withDatabase { try $0.adoptFetchedBlock(from: path, digest, length: length) }
     }
 
-    func adoptFetchedPacked(_ bytes: UnsafeRawBufferPointer, _ digest: SHA256Digest) throws -> Int64 {
-        try withDatabase { try $0.adoptFetchedPacked(bytes, digest) }
+    /// Small blocks fetched whole and verified whose bytes the caller already appended to
+    /// the pack (`pack.append`, outside the lock: a reader waits for the lock, not for
+    /// the copy), recorded as held in one step under the lock. Every range is the
+    /// catalog's from here: named by its row, or freed (punched) once the change ends,
+    /// and on any failure.
+    func adoptFetchedPacked(_ arrivals: [PackedArrival]) throws {
+        guard !arrivals.isEmpty else { return }
+        var taken = false
+        do {
+            try withDatabase { db in
+                try db.adoptFetchedPacked(arrivals) { taken = true }
+            }
+        } catch {
+            if !taken { for a in arrivals { pack.free(at: a.range.offset, length: a.range.length) } }
+            throw error
+        }
+    }
+
+    /// Of `digests`, those held here and sound (packed, or a block file), and those
+    /// some of whose chunks are here (a partial block): one lock for a batch of blocks.
+    func holdings(_ digests: [SHA256Digest]) throws -> (held: Set<SHA256Digest>, partial: Set<SHA256Digest>) {
+        try withDatabase { try $0.holdings(digests) }
     }
 
     func holdsAllBlocks(ofInode ino: UInt64) throws -> Bool { try withDatabase { try $0.holdsAllBlocks(ofInode: ino) } }
@@ -183,25 +203,51 @@ extension Catalog.Locked {
         }
     }
 
-    /// The same for a small block fetched whole and verified (at most `InlineBlocks.limit`
-    /// bytes): its bytes go to the pack, not to a file of its own (an inode per block was a
-    /// fifth of a receiving device's CPU when 10,000 small files came).
-    func adoptFetchedPacked(_ bytes: UnsafeRawBufferPointer, _ digest: SHA256Digest) throws -> Int64 {
+    /// Small blocks fetched whole and verified (at most `InlineBlocks.limit` bytes each),
+    /// kept in the pack, not in files of their own (an inode per block was a fifth of a
+    /// receiving device's CPU when 10,000 small files came), many in one
+    /// transaction (`Catalog.adoptFetchedPacked(_:)`): `taken` is called once the ranges are this change's (a rollback
+    /// punches them). A block with the row its file's arrival made (online-only, sound,
+    /// unpacked: the common case) takes one statement; any other goes the one-block way.
+    func adoptFetchedPacked(_ arrivals: [PackedArrival], taken: () -> Void) throws {
         try write {
+            for a in arrivals { recordAppendedInChange(a.range) }
+            taken()
             generation += 1
-            let damaged = try isMarkedDamaged(digest)
-            try db.run("""
-                INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
-                ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
-                """, digest.hex, bytes.count, generation, nowNanoseconds())
-            try storePacked(digest, bytes, damaged: damaged)
-            try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
-            for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
-                attributeCache.removeValue(forKey: ino)
+            let now = nowNanoseconds()
+            for a in arrivals {
+                let placed = try db.run("""
+                    UPDATE blocks SET resident = 1, fetched = 1, gen = ?, used_ns = ?, pack_offset = ?
+                    WHERE hash = ? AND size = ? AND resident = 0 AND damaged = 0 AND pack_offset IS NULL
+                    """, generation, now, a.range.offset, a.digest.hex, a.range.length) == 1
+                if !placed {
+                    let damaged = try isMarkedDamaged(a.digest)
+                    try db.run("""
+                        INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
+                        ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
+                        """, a.digest.hex, a.range.length, generation, now)
+                    try storePacked(a.digest, appendedAt: a.range, damaged: damaged)
+                }
+                try db.run("DELETE FROM partial_blocks WHERE hash = ?", a.digest.hex)
+                for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", a.digest.hex, row: { UInt64($0.int64(0)) }) {
+                    attributeCache.removeValue(forKey: ino)
+                }
             }
             blocksStored?([])
-            return generation
         }
+    }
+
+    func holdings(_ digests: [SHA256Digest]) throws -> (held: Set<SHA256Digest>, partial: Set<SHA256Digest>) {
+        var held = Set<SHA256Digest>(), partial = Set<SHA256Digest>()
+        for d in digests {
+            let (isHeld, isPartial) = try db.queryOne("""
+                SELECT (SELECT resident = 1 AND damaged = 0 FROM blocks WHERE hash = ?1),
+                       (SELECT chunks <> 0 FROM partial_blocks WHERE hash = ?1)
+                """, d.hex) { ($0.int(0) == 1, $0.int(1) == 1) } ?? (false, false)
+            if isHeld { held.insert(d) }
+            if isPartial { partial.insert(d) }
+        }
+        return (held, partial)
     }
 
     /// True when every block file `ino` names is held here (none online-only): reading

@@ -357,6 +357,51 @@ import Storage
         again.shutdown()
     }
 
+    /// Blocks fetched ahead are appended to the pack before the catalog records them, a
+    /// batch at a time: a block the pack holds sound already keeps its place (the bytes
+    /// appended again are freed), and a batch the catalog refuses leaves none of its
+    /// bytes behind and none of its blocks recorded.
+    @Test func fetchedBytesAppendedBeforeTheirRowsAreNamedOrFreed() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try logic.makeFS(dir)
+        let kept = pseudoRandomBytes(30_000, seed: 31)
+        let a = try logic.store(fs, "kept", kept)
+        let digest = SHA256Hasher.digest(kept)
+        let place = try #require(try fs.catalog.withDatabaseUnchecked { try Catalog.packedRange(digest, in: $0.db) })
+        try fs.syncAll()
+        let held = try packDiskBlocks(dir)
+
+        // The same block again, as a second fetch of it would bring it.
+        let again = try kept.withUnsafeBytes { try fs.catalog.pack.append($0) }
+        try fs.catalog.adoptFetchedPacked([PackedArrival(digest: digest, range: PackRange(offset: again, length: kept.count))])
+        try fs.syncAll()
+        #expect(try fs.catalog.withDatabaseUnchecked { try Catalog.packedRange(digest, in: $0.db) } == place)
+        #expect(try packDiskBlocks(dir) == held, "the second copy's bytes are freed")
+
+        // Two online-only rows, as files that came from another device make them; the
+        // second says another size than its bytes have (a damaged catalog).
+        let online = pseudoRandomBytes(9_000, seed: 32)
+        let odd = pseudoRandomBytes(7_000, seed: 33)
+        try fs.catalog.withDatabase { locked in
+            for (bytes, size) in [(online, online.count), (odd, odd.count + 1)] {
+                _ = try locked.db.run("INSERT INTO blocks(hash, size, refs, gen, resident) VALUES (?, ?, 1, 0, 0)", SHA256Hasher.digest(bytes).hex, size)
+            }
+        }
+        let arrivals = try [online, odd].map { bytes in
+            PackedArrival(digest: SHA256Hasher.digest(bytes),
+                          range: PackRange(offset: try bytes.withUnsafeBytes { try fs.catalog.pack.append($0) }, length: bytes.count))
+        }
+        #expect(throws: Errno.ioError) { try fs.catalog.adoptFetchedPacked(arrivals) }
+        try fs.syncAll()
+        #expect(try packDiskBlocks(dir) == held, "the refused batch's bytes are freed")
+        #expect(try fs.catalog.withDatabaseUnchecked { try Catalog.packedRange(SHA256Hasher.digest(online), in: $0.db) } == nil)
+        #expect(try fs.catalog.withDatabaseUnchecked {
+            try $0.db.queryOne("SELECT resident FROM blocks WHERE hash = ?", SHA256Hasher.digest(online).hex) { $0.int(0) }
+        } == 0, "nothing of the refused batch recorded")
+        #expect(try contents(fs, a.ino) == kept)
+        fs.shutdown()
+    }
+
     /// A kill after bytes were appended and before a commit named them: the next open cuts
     /// them off; what rows name stays.
     @Test func bytesNoRowNamesAreCutAtTheNextOpen() throws {
