@@ -22,8 +22,14 @@ extension Catalog {
     /// A file's stored blocks by index (holes have none).
     func storedBlocks(_ ino: UInt64) throws -> [Int: SHA256Digest] { try withDatabase { try $0.storedBlocks(ino) } }
 
-    func storedBlocksAndNotHeld(_ ino: UInt64) throws -> (blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
-        try withDatabase { try $0.storedBlocksAndNotHeld(ino) }
+    /// A file's committed size, its stored blocks by index, and those of them that are
+    /// online-only: what a reader needs, in one step.
+    func committedContent(_ ino: UInt64) throws -> (size: Int64, blocks: [Int: SHA256Digest], notHeld: Set<SHA256Digest>) {
+        try withDatabase { c in
+            let size = try c.node(ino).size
+            let (blocks, notHeld) = try c.storedBlocksAndNotHeld(ino)
+            return (size, blocks, notHeld)
+        }
     }
 
     func commit(ino: UInt64, _ change: ContentCommit) throws -> NodeAttributes {

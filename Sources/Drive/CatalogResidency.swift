@@ -51,8 +51,6 @@ extension Catalog {
         try withDatabase { try $0.holdings(digests) }
     }
 
-    func holdsAllBlocks(ofInode ino: UInt64) throws -> Bool { try withDatabase { try $0.holdsAllBlocks(ofInode: ino) } }
-
     func holdsAll(_ digests: Set<SHA256Digest>) throws -> Bool { try withDatabase { try $0.holdsAll(digests) } }
 
     /// An empty batch takes no lock.
@@ -248,15 +246,6 @@ extension Catalog.Locked {
             if isPartial { partial.insert(d) }
         }
         return (held, partial)
-    }
-
-    /// True when every block file `ino` names is held here (none online-only): reading
-    /// it asks nothing of the server.
-    func holdsAllBlocks(ofInode ino: UInt64) throws -> Bool {
-        try db.queryOne("""
-            SELECT NOT EXISTS (SELECT 1 FROM file_blocks f JOIN blocks b ON b.hash = f.hash
-                               WHERE f.ino = ? AND b.resident = 0)
-            """, Int64(ino)) { $0.int(0) == 1 } ?? true
     }
 
     /// True when every block of `digests` is held here.

@@ -432,10 +432,25 @@ public final class DriveFileSystem: @unchecked Sendable {
                 let needed = list.enumerated().filter { i, d in !Blocks.isZero(d, length: Blocks.length(ofBlock: i, fileSize: r.file.size)) }
                 return try !catalog.holdsAll(Set(needed.map(\.element)))
             }
-            return try !catalog.holdsAllBlocks(ofInode: try handle(fh).node.ino)
+            // Asked through the open file's block list, which its reads use next.
+            let node = try handle(fh).node
+            return try node.lock.withLock {
+                _ = try loadCommitted(node)
+                return !node.notHeld.isEmpty
+            }
         } catch {
             return false   // the read itself will report what is wrong
         }
+    }
+
+    /// An open file's committed size and block list, and which of its blocks were not
+    /// held here then: loaded once (one step under the catalog's lock), cached until the
+    /// next commit drops them. Called with `node.lock` held.
+    private func loadCommitted(_ node: OpenNode) throws -> [Int: SHA256Digest] {
+        if let committed = node.committed { return committed }
+        let loaded = try catalog.committedContent(node.ino)
+        (node.committedSize, node.committed, node.notHeld) = (loaded.size, loaded.blocks, loaded.notHeld)
+        return loaded.blocks
     }
 
     /// True for an open generated file (`.backup/status`): its size changes under it.
@@ -618,12 +633,7 @@ public final class DriveFileSystem: @unchecked Sendable {
             if let d = node.draft, d.changed {
                 return [.copied(try readDraft(node, d, into: makeBuffer(), at: offset))]
             }
-            // The committed size and block list, cached until the next commit drops them.
-            if node.committed == nil {
-                node.committedSize = try catalog.attributes(node.ino).size
-                (node.committed, node.notHeld) = try catalog.storedBlocksAndNotHeld(node.ino)
-            }
-            let committed = node.committed!
+            let committed = try loadCommitted(node)
             let size = node.committedSize
             let spans = Self.blockSpans(offset: offset, count: count, size: size)
             // Blocks not held here: the chunks of the read and of the open file's window,

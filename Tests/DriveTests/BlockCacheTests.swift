@@ -343,6 +343,36 @@ extension FakeRemote {
         fs.shutdown()
     }
 
+    /// Whether an open file may read from the server (a read-only handle on it then
+    /// reads past the kernel's page cache) is told by the file's block list, which its
+    /// reads use next: true while a block is online-only, false once it is back.
+    @Test func anOpenFileTellsWhetherItReadsFromTheServer() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        let fs = try DriveFileSystem(statePath: dir.path + "/state")
+        _ = try fs.recover()
+        let bytes = pseudoRandomBytes(Blocks.size + 10_000, seed: 45)
+        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f".utf8), mode: 0o644, uid: 0, gid: 0)
+        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
+        try fs.flush(fh)
+        fs.release(fh)
+        let digests = try fs.catalog.storedBlocks(a.ino)
+        try #require(digests.count == 2)
+        func readsFromTheServer() throws -> Bool {
+            let reader = try fs.open(a.ino, writable: false, truncate: false)
+            defer { fs.release(reader) }
+            return fs.readsFromTheServer(reader)
+        }
+        #expect(try !readsFromTheServer())
+        #expect(try fs.catalog.evict(try #require(digests[1]), onlyNamedBy: [a.ino]))
+        #expect(try readsFromTheServer(), "one block of two online-only")
+        let remote = FakeRemote()
+        _ = remote.add(Array(bytes[Blocks.size...]))
+        fs.blockCache.remote = remote
+        #expect(try read(fs, a.ino, count: bytes.count, at: 0) == bytes)
+        #expect(try !readsFromTheServer(), "read back: held again")
+        fs.shutdown()
+    }
+
     /// A small block whose packed bytes were found wrong (marked damaged) comes back in
     /// a group fetched ahead: kept anew at a new place in the pack, its reads right again.
     @Test func aDamagedSmallBlockFetchedAheadIsKeptAnew() throws {
