@@ -203,10 +203,11 @@ extension Catalog.Locked {
 
     /// Small blocks fetched whole and verified (at most `InlineBlocks.limit` bytes each),
     /// kept in the pack, not in files of their own (an inode per block was a fifth of a
-    /// receiving device's CPU when 10,000 small files came), many in one
-    /// transaction (`Catalog.adoptFetchedPacked(_:)`): `taken` is called once the ranges are this change's (a rollback
-    /// punches them). A block with the row its file's arrival made (online-only, sound,
-    /// unpacked: the common case) takes one statement; any other goes the one-block way.
+    /// receiving device's CPU when 10,000 small files came), many in one transaction
+    /// (`Catalog.adoptFetchedPacked(_:)`). `taken` is called once the ranges are this
+    /// change's (a rollback punches them). A block with the row its file's arrival made
+    /// (online-only, sound, unpacked: the common case) takes one statement; any other
+    /// goes the general way, as a commit's block does.
     func adoptFetchedPacked(_ arrivals: [PackedArrival], taken: () -> Void) throws {
         try write {
             for a in arrivals { recordAppendedInChange(a.range) }
