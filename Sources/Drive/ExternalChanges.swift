@@ -92,18 +92,21 @@ public final class ExternalEdit {
         }
         let a = try catalog.node(ino)
         guard a.isRegularFile else { throw Errno.invalidArgument }
-        try database.run("DELETE FROM file_blocks WHERE ino = ?", ino)
+        // A file has block rows only below its size: an empty one (a file just made for
+        // a remote change, the common case) has none to clear.
+        if a.size > 0 { try database.run("DELETE FROM file_blocks WHERE ino = ?", ino) }
         var stored: Int64 = 0
         var online = false
         for (index, digest) in blocks.enumerated() {
             let length = Blocks.length(ofBlock: index, fileSize: size)
             if Blocks.isZero(digest, length: length) { continue }
-            try database.run("INSERT INTO blocks(hash, size, refs, gen, resident) VALUES (?, ?, 0, ?, 0) ON CONFLICT(hash) DO NOTHING",
-                             digest.hex, length, catalog.generation)
+            let made = try database.run("INSERT INTO blocks(hash, size, refs, gen, resident) VALUES (?, ?, 0, ?, 0) ON CONFLICT(hash) DO NOTHING",
+                                        digest.hex, length, catalog.generation) == 1
             try database.run("INSERT INTO file_blocks(ino, idx, hash) VALUES (?, ?, ?)", ino, index, digest.hex)
             stored += Int64(length)
             if !online {
-                online = try database.queryOne("SELECT resident FROM blocks WHERE hash = ?", digest.hex) { $0.int64(0) == 0 } ?? true
+                // A row just made is online-only; a block the drive had says whether it holds it.
+                online = try made || (database.queryOne("SELECT resident FROM blocks WHERE hash = ?", digest.hex) { $0.int64(0) == 0 } ?? true)
             }
         }
         let now = nowNanoseconds()

@@ -104,10 +104,7 @@ extension FakeRemote {
         let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(size, seed: 11)
-        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("video.mp4".utf8), mode: 0o644, uid: 0, gid: 0)
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-        try fs.flush(fh)
-        fs.release(fh)
+        let a = try FileSystemLogicTests().store(fs, "video.mp4", bytes)
         let remote = FakeRemote()
         for digest in try fs.catalog.storedBlocks(a.ino).values {
             let data = [UInt8](try Data(contentsOf: URL(fileURLWithPath: fs.blobs.path(for: digest))))
@@ -269,10 +266,7 @@ extension FakeRemote {
         var files: [(ino: UInt64, bytes: [UInt8], digest: SHA256Digest)] = []
         for i in 0..<300 {
             let bytes = pseudoRandomBytes(InlineBlocks.limit + 1 + i * 97, seed: UInt64(i + 1))   // past the catalog's inline blocks
-            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f\(i)".utf8), mode: 0o644, uid: 0, gid: 0)
-            _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-            try fs.flush(fh)
-            fs.release(fh)
+            let a = try FileSystemLogicTests().store(fs, "f\(i)", bytes)
             let digest = try #require(try fs.catalog.storedBlocks(a.ino)[0])
             #expect(remote.add(bytes) == digest)
             try fs.catalog.evict(digest, onlyNamedBy: [a.ino])
@@ -307,10 +301,7 @@ extension FakeRemote {
         var files: [(ino: UInt64, bytes: [UInt8], digest: SHA256Digest)] = []
         for i in 0..<50 {
             let bytes = pseudoRandomBytes(5_000 + i * 97, seed: UInt64(i + 500))
-            let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("s\(i)".utf8), mode: 0o644, uid: 0, gid: 0)
-            _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-            try fs.flush(fh)
-            fs.release(fh)
+            let a = try FileSystemLogicTests().store(fs, "s\(i)", bytes)
             let digest = try #require(try fs.catalog.storedBlocks(a.ino)[0])
             #expect(try fs.catalog.isPacked(digest))
             #expect(remote.add(bytes) == digest)
@@ -351,10 +342,7 @@ extension FakeRemote {
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(Blocks.size + 10_000, seed: 45)
-        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("f".utf8), mode: 0o644, uid: 0, gid: 0)
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-        try fs.flush(fh)
-        fs.release(fh)
+        let a = try FileSystemLogicTests().store(fs, "f", bytes)
         let digests = try fs.catalog.storedBlocks(a.ino)
         try #require(digests.count == 2)
         func readsFromTheServer() throws -> Bool {
@@ -380,10 +368,7 @@ extension FakeRemote {
         let fs = try DriveFileSystem(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(6_000, seed: 41)
-        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("small".utf8), mode: 0o644, uid: 0, gid: 0)
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-        try fs.flush(fh)
-        fs.release(fh)
+        let a = try FileSystemLogicTests().store(fs, "small", bytes)
         let digest = try #require(try fs.catalog.storedBlocks(a.ino)[0])
         let before = try #require(try fs.catalog.withDatabaseUnchecked { try Catalog.packedRange(digest, in: $0.db) })
         // What the check after an unclean stop finds: wrong bytes in the pack, marked damaged.
@@ -408,10 +393,7 @@ extension FakeRemote {
         let fs = try DriveFileSystem.workspace(statePath: dir.path + "/state")
         _ = try fs.recover()
         let bytes = pseudoRandomBytes(100_000, seed: 3)
-        let (a, fh) = try fs.createAndOpen(parent: 1, name: Array("p.jpg".utf8), mode: 0o644, uid: 0, gid: 0)
-        _ = try bytes.withUnsafeBytes { try fs.write(fh, $0, at: 0) }
-        try fs.flush(fh)
-        fs.release(fh)
+        let a = try FileSystemLogicTests().store(fs, "p.jpg", bytes)
         let digest = try fs.catalog.storedBlocks(a.ino)[0]!
         let remote = FakeRemote()
         _ = remote.add(bytes)
