@@ -188,14 +188,8 @@ extension Catalog.Locked {
         return try write {
             generation += 1
             try dropDamagedPackedCopy(digest)
-            try db.run("""
-                INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
-                ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
-                """, digest.hex, length, generation, nowNanoseconds())
-            try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
-            for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
-                attributeCache.removeValue(forKey: ino)
-            }
+            try recordFetched(digest, length: length, now: nowNanoseconds())
+            try forgetPartialOfFetched(digest)
             blocksStored?([digest])
             return generation
         }
@@ -221,18 +215,30 @@ extension Catalog.Locked {
                     """, generation, now, a.range.offset, a.digest.hex, a.range.length) == 1
                 if !placed {
                     let damaged = try isMarkedDamaged(a.digest)
-                    try db.run("""
-                        INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
-                        ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
-                        """, a.digest.hex, a.range.length, generation, now)
+                    try recordFetched(a.digest, length: a.range.length, now: now)
                     try storePacked(a.digest, appendedAt: a.range, damaged: damaged)
                 }
-                try db.run("DELETE FROM partial_blocks WHERE hash = ?", a.digest.hex)
-                for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", a.digest.hex, row: { UInt64($0.int64(0)) }) {
-                    attributeCache.removeValue(forKey: ino)
-                }
+                try forgetPartialOfFetched(a.digest)
             }
             blocksStored?([])
+        }
+    }
+
+    /// A fetched and verified block's row says it is held here, sound and cache (made
+    /// when missing), stored in the open change's generation.
+    private func recordFetched(_ digest: SHA256Digest, length: Int, now: Int64) throws {
+        try db.run("""
+            INSERT INTO blocks(hash, size, refs, gen, resident, fetched, used_ns) VALUES (?, ?, 0, ?, 1, 1, ?)
+            ON CONFLICT(hash) DO UPDATE SET resident = 1, damaged = 0, fetched = 1, gen = excluded.gen, used_ns = excluded.used_ns
+            """, digest.hex, length, generation, now)
+    }
+
+    /// After a fetched block was recorded: its partial record goes, and the files naming
+    /// it are read again (their attributes count what is held here).
+    private func forgetPartialOfFetched(_ digest: SHA256Digest) throws {
+        try db.run("DELETE FROM partial_blocks WHERE hash = ?", digest.hex)
+        for ino in try db.query("SELECT DISTINCT ino FROM file_blocks WHERE hash = ?", digest.hex, row: { UInt64($0.int64(0)) }) {
+            attributeCache.removeValue(forKey: ino)
         }
     }
 
