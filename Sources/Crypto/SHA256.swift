@@ -36,7 +36,7 @@ public final class SHA256Hasher: @unchecked Sendable {
     public init() {
         guard let ctx = EVP_MD_CTX_new() else { fatalError("EVP_MD_CTX_new failed: out of memory") }
         context = ctx
-        precondition(EVP_DigestInit_ex(context, EVP_sha256(), nil) == 1, "EVP_DigestInit_ex(sha256) failed")
+        precondition(EVP_DigestInit_ex(context, sha256Algorithm, nil) == 1, "EVP_DigestInit_ex(sha256) failed")
     }
 
     deinit { EVP_MD_CTX_free(context) }
@@ -78,6 +78,15 @@ public final class SHA256Hasher: @unchecked Sendable {
 
     public static func digest(_ string: String) -> SHA256Digest { digest(Array(string.utf8)) }
 }
+
+/// SHA-256 from OpenSSL's default provider, looked up once. `EVP_sha256()` is a legacy
+/// handle that OpenSSL 3 looks up again in its provider tables at every `EVP_DigestInit_ex`
+/// (a lock and a hash-table search): about 1% of the CPU of a device or a server that
+/// hashes one small block after another.
+nonisolated(unsafe) private let sha256Algorithm: OpaquePointer = {
+    guard let md = EVP_MD_fetch(nil, "SHA2-256", nil) else { fatalError("OpenSSL has no SHA2-256 (EVP_MD_fetch)") }
+    return md
+}()
 
 /// HMAC-SHA256 (RFC 2104) for presigned URLs and token checks.
 public enum HMACSHA256 {
