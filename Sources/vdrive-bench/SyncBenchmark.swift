@@ -31,7 +31,7 @@ import TestSupport
 /// One mode for now, the rows; another mode (a model-based run) would be another branch
 /// of `run` with its own options.
 enum SyncBenchmark {
-    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH] [--perf PREFIX] [--timeline]"
+    static let usage = "       vdrive-bench sync [--rows propagation,bulk,idle,storm,first-mount] [--changes N] [--bulk-files N] [--idle-seconds N] [--storm-seconds N] [--files N] [--dir DIR] [--vdrive PATH] [--perf PREFIX] [--timeline] [--anchors-first]"
 
     static let allRows = ["propagation", "bulk", "idle", "storm", "first-mount"]
 
@@ -50,6 +50,8 @@ enum SyncBenchmark {
         /// A line every half second of the bulk row's vdrive leg: files identical on B, the
         /// CPU seconds of A, B and the server so far, the requests each device has finished.
         var timeline = false
+        /// The bulk row's anchors (Syncthing, then rsync) before the drive instead of after it.
+        var anchorsFirst = false
     }
 
     /// One line of the final table.
@@ -77,7 +79,7 @@ enum SyncBenchmark {
             "--dir": { o.dir = $0 },
             "--vdrive": { o.vdrive = $0 },
             "--perf": { o.perf = $0 },
-        ], flags: ["--timeline": { o.timeline = true }])
+        ], flags: ["--timeline": { o.timeline = true }, "--anchors-first": { o.anchorsFirst = true }])
         guard FileManager.default.isExecutableFile(atPath: o.vdrive) else {
             throw Bench.UsageError(description: "no vdrive at \(o.vdrive): build it beside vdrive-bench (swift build -c release) or pass --vdrive PATH")
         }
@@ -163,7 +165,7 @@ enum SyncBenchmark {
         say("  bulk: \(o.bulkFiles) files, \(Bench.f(megabytes, 0)) MB in \(expected.folders.count) folders")
 
         // vdrive: cp -r into A until B reads every file back identical.
-        let drive = try withPair(o, "bulk", removeAfter: false) { workspace, a, b -> Transfer in
+        let driveLeg = { try withPair(o, "bulk", removeAfter: false) { workspace, a, b -> Transfer in
             let copy = "cp -r '\(source)' '\(a.path("bulk"))'"
             let offset = workspace.accessLogOffset
             var t = Transfer(seconds: 0, sendSeconds: 0, processCPU: 0, machineCPU: 0)
@@ -182,33 +184,47 @@ enum SyncBenchmark {
             say("  vdrive: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: mounts and server \(Bench.f(t.processCPU)) "
                 + "(A \(Bench.f(t.eachCPU[0])), B \(Bench.f(t.eachCPU[1])), server \(Bench.f(t.eachCPU[2]))), machine \(Bench.f(t.machineCPU))")
             return t
-        }
-        try Bench.sh("sync")
+        } }
 
         // rsync -a to an rsync daemon on loopback.
-        let daemon = try RsyncDaemon(dir: rsyncDir)
-        let rsync: Transfer
-        do {
+        let rsyncLeg = {
+            let daemon = try RsyncDaemon(dir: rsyncDir)
             defer { daemon.stop() }
             let copy = "rsync -a '\(source)/' \(daemon.url)bulk/"
-            rsync = try timedTransfer(expected: expected, receiver: daemon.module + "/bulk", pids: []) { try Bench.sh(copy) }
-            say("  rsync -a to rsync --daemon: \(Bench.f(rsync.sendSeconds)) s, checked after \(Bench.f(rsync.seconds)) s; machine CPU s \(Bench.f(rsync.machineCPU))")
+            let t = try timedTransfer(expected: expected, receiver: daemon.module + "/bulk", pids: []) { try Bench.sh(copy) }
+            say("  rsync -a to rsync --daemon: \(Bench.f(t.sendSeconds)) s, checked after \(Bench.f(t.seconds)) s; machine CPU s \(Bench.f(t.machineCPU))")
+            return t
         }
-        try Bench.sh("sync")
 
         // Two Syncthing instances: cp -r into one until the other has every file.
-        var syncthing: Transfer?
         var syncthingProblem: String?
-        do {
-            let pair = try SyncthingPair(dir: stDir)
-            defer { pair.stop() }
-            let copy = "cp -r '\(source)' '\(pair.a.folder)/bulk'"
-            let t = try timedTransfer(expected: expected, receiver: pair.b.folder + "/bulk", pids: pair.pids) { try Bench.sh(copy) }
-            say("  Syncthing: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: both instances \(Bench.f(t.processCPU)), machine \(Bench.f(t.machineCPU))")
-            syncthing = t
-        } catch {
-            syncthingProblem = "\(error)"
-            say("  Syncthing could not be measured: \(error)")
+        let syncthingLeg = { () -> Transfer? in
+            do {
+                let pair = try SyncthingPair(dir: stDir)
+                defer { pair.stop() }
+                let copy = "cp -r '\(source)' '\(pair.a.folder)/bulk'"
+                let t = try timedTransfer(expected: expected, receiver: pair.b.folder + "/bulk", pids: pair.pids) { try Bench.sh(copy) }
+                say("  Syncthing: cp into A \(Bench.f(t.sendSeconds)) s, all identical on B after \(Bench.f(t.seconds)) s; CPU s: both instances \(Bench.f(t.processCPU)), machine \(Bench.f(t.machineCPU))")
+                return t
+            } catch {
+                syncthingProblem = "\(error)"
+                say("  Syncthing could not be measured: \(error)")
+                return nil
+            }
+        }
+
+        // Each leg leaves its files in the page cache, so a later leg finds fewer pages the
+        // machine has touched lately (see Docs/benchmarks.md, "Bulk: pages touched for the first
+        // time"): `--anchors-first` runs Syncthing and rsync before the drive.
+        let drive: Transfer, rsync: Transfer, syncthing: Transfer?
+        if o.anchorsFirst {
+            syncthing = syncthingLeg(); try Bench.sh("sync")
+            rsync = try rsyncLeg(); try Bench.sh("sync")
+            drive = try driveLeg()
+        } else {
+            drive = try driveLeg(); try Bench.sh("sync")
+            rsync = try rsyncLeg(); try Bench.sh("sync")
+            syncthing = syncthingLeg()
         }
 
         let files = "\(o.bulkFiles) files, \(Bench.f(megabytes, 0)) MB"
