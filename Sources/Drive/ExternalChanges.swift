@@ -64,7 +64,8 @@ public final class ExternalEdit {
     }
 
     /// Creates a folder, an empty file or a symlink; its content comes with `setContent`.
-    public func create(parent: UInt64, name: [UInt8], kind: DriveEntry.Kind, permissions: UInt32, mtime: Int64, target: [UInt8]?) throws -> UInt64 {
+    /// With no `mtime` it is made now, as by a local call.
+    public func create(parent: UInt64, name: [UInt8], kind: DriveEntry.Kind, permissions: UInt32, mtime: Int64?, target: [UInt8]?) throws -> UInt64 {
         try Catalog.checkName(name)
         let type: UInt32
         switch kind {
@@ -78,7 +79,7 @@ public final class ExternalEdit {
         if try child(parent, name) != nil { throw Errno.fileExists }
         let a = try catalog.insertNode(parent: parent, name: name, mode: type | (permissions & 0o7777), uid: owner.uid, gid: owner.gid,
                                        rdev: 0, target: kind == .symlink ? target : nil, now: nowNanoseconds())
-        try database.run("UPDATE inodes SET mtime_ns = ? WHERE ino = ?", mtime, a.ino)
+        if let mtime { try database.run("UPDATE inodes SET mtime_ns = ? WHERE ino = ?", mtime, a.ino) }
         staleNames.append((parent, name))
         return a.ino
     }

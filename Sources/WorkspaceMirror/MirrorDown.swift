@@ -139,7 +139,7 @@ extension MirrorEngine {
             if let merged = try makeRoom(parentIno, name, for: r, edit) {
                 ino = merged
             } else {
-                ino = try edit.create(parent: parentIno, name: name, kind: kind(r.kind), permissions: permissions(r), mtime: r.mtime,
+                ino = try edit.create(parent: parentIno, name: name, kind: kind(r.kind), permissions: permissions(r), mtime: r.mtimeWhenMade,
                                       target: r.target.map { Array($0.utf8) })
                 if r.kind == .file, let hash = r.hash, r.size > 0 { try setContent(ino, r, hash, lists, edit) }
             }

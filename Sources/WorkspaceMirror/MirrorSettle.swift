@@ -177,7 +177,7 @@ extension MirrorEngine {
                 ino = merged
             } else {
                 ino = try edit.create(parent: parent, name: name, kind: kind(theirs.kind), permissions: permissions(theirs),
-                                      mtime: theirs.mtime, target: theirs.target.map { Array($0.utf8) })
+                                      mtime: theirs.mtimeWhenMade, target: theirs.target.map { Array($0.utf8) })
             }
             if let hash = theirs.hash, let content = SHA256Digest(hex: hash), theirs.kind == .file {
                 try edit.setContent(ino, content: content, blocks: lists ?? [], size: theirs.size, mtime: theirs.mtime)

@@ -15,7 +15,7 @@ public struct RemoteNode: Sendable, Equatable {
     /// A file's content hash (hex), nil for other kinds.
     public var hash: String?
     public var size: Int64
-    /// Nanoseconds since 1970.
+    /// Nanoseconds since 1970; 0 for a folder, whose time is each device's own.
     public var mtime: Int64
     public var executable: Bool
     public var target: String?
@@ -34,6 +34,10 @@ public struct RemoteNode: Sendable, Equatable {
         self.mtime = mtime; self.executable = executable; self.target = target; self.version = version
         self.deleted = deleted; self.device = device; self.blocks = blocks
     }
+
+    /// The time a device gives the node when it makes it: a folder's is the time it is
+    /// made there, as a `mkdir` of its own would give it (the server has none for it).
+    public var mtimeWhenMade: Int64? { kind == .folder ? nil : mtime }
 
     /// Same place, kind, content and attributes (versions and authors aside).
     public func sameState(as other: RemoteNode) -> Bool {

@@ -99,6 +99,10 @@ import TestTraits
         #expect(try readFile(b.path("Docs/video.mov")) == big)
         #expect(try readFile(b.path("Docs/note.txt")) == Array("draft".utf8))
         #expect(!FileManager.default.fileExists(atPath: b.path("Docs/note.txt.swp")))
+        // A folder's time is each device's own: the empty one was made on this device just now.
+        var folder = stat()
+        #expect(stat(b.path("Docs/Empty"), &folder) == 0)
+        #expect(abs(Double(folder.st_mtim.tv_sec) - Date().timeIntervalSince1970) < 120, "Docs/Empty on the other device: mtime \(folder.st_mtim.tv_sec)")
         var expected = try Self.snapshot(a.mountPoint)
         expected["Docs/note.txt.swp"] = nil
         #expect(try Self.snapshot(b.mountPoint) == expected)

@@ -36,6 +36,25 @@ import Storage
         #expect(server.livePaths().keys.sorted() == ["Docs", "Docs/note.txt", "Empty", "link"])
     }
 
+    /// A folder's time is not part of the workspace (each device's own, as a `mkdir`'s):
+    /// one made for another device's folder gets the time it is made here, never 1970.
+    @Test func aFolderFromAnotherDeviceIsMadeNowHere() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Empty")
+        try a.mkdir("Docs")
+        try a.write("Docs/note.txt", "draft")
+        let before = Int64(Date().timeIntervalSince1970 * 1e9) - 1_000_000_000
+        try settle(ds)
+        let after = Int64(Date().timeIntervalSince1970 * 1e9) + 1_000_000_000
+        for path in ["Empty", "Docs"] {
+            let made = try b.fs.getattr(try b.ino(path)).modificationTime
+            #expect((before...after).contains(made), "\(path) on b: mtime \(made), made between \(before) and \(after)")
+        }
+        let note = try b.fs.getattr(try b.ino("Docs/note.txt")).modificationTime
+        #expect(note == (try a.fs.getattr(try a.ino("Docs/note.txt")).modificationTime), "a file keeps the time it was written")
+    }
+
     /// A file hard-linked while the drive had no server: its first name is synced, the
     /// other stays here and the list of what stays says so; with a server, a new link in
     /// the workspace is refused (EPERM) and one inside the Camera Roll is made.
