@@ -50,7 +50,12 @@ public enum DeviceMount {
             }
             tree.hasWriters = { [unowned fs] in fs.hasWriters($0) }
         }
-        let session = FuseSession(fs: fs, mountPoint: mountPoint)
+        if let remote {
+            do { try remote.remember(in: state) } catch {
+                printError("could not note the server in \(RemoteConfig.rememberedPath(in: state)) (\(error)); 'vdrive versions' and 'trash' then need --server and --token-file")
+            }
+        }
+        let session = FuseSession(fs: fs, mountPoint: mountPoint, source: state)
         do { try session.mount() } catch let error as MountError { throw cliError(error) }
         let pidFile = MountRegistry.pidFile(for: mountPoint)
         MountRegistry.record(pidFile)

@@ -1,4 +1,5 @@
 import Foundation
+import Backup
 import Client
 import HTTPClient
 #if canImport(Glibc)
@@ -30,14 +31,34 @@ public struct RemoteConfig: Codable {
         }
     }
 
-    /// The configured remote (remote.json, then `server` and `tokenFile` over it), not yet
-    /// checked, or nil when none is set up (backup then waits and says so).
-    public static func load(server: String?, tokenFile: String?) throws -> RemoteConfig? {
+    /// Where a drive's state folder names the server its last mount synced with
+    /// (`remember`): the nodes in that drive's catalog are that server's.
+    public static func rememberedPath(in stateFolder: String) -> String { stateFolder + "/remote.json" }
+
+    /// Written by each mount with a server, so that the commands reading this drive's
+    /// catalog (`vdrive versions`, `trash`, `task`) ask the same server untold, whatever
+    /// options it was mounted with. The token stays in its own file; only its path is here.
+    public func remember(in stateFolder: String) throws {
+        var kept = self
+        kept.localServerData = nil
+        kept.tokenFile = Paths.absolute(tokenFile)
+        kept.caFile = caFile.map(Paths.absolute)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        try AtomicFile.write(try encoder.encode(kept), to: Self.rememberedPath(in: stateFolder), durable: false)
+    }
+
+    /// The configured remote (the one `stateFolder`'s drive remembers, else remote.json;
+    /// then `server` and `tokenFile` over it), not yet checked, or nil when none is set up
+    /// (backup then waits and says so).
+    public static func load(server: String?, tokenFile: String?, stateFolder: String? = nil) throws -> RemoteConfig? {
         var config: RemoteConfig?
-        if let data = FileManager.default.contents(atPath: path) {
+        for file in [stateFolder.map { rememberedPath(in: $0) }, path].compactMap({ $0 }) {
+            guard let data = FileManager.default.contents(atPath: file) else { continue }
             do { config = try JSONDecoder().decode(RemoteConfig.self, from: data) } catch {
-                throw CLIError("\(path) is not valid ({\"url\": ..., \"tokenFile\": ...}): \(error); fix or remove it", code: ExitCode.config)
+                throw CLIError("\(file) is not valid ({\"url\": ..., \"tokenFile\": ...}): \(error); fix or remove it", code: ExitCode.config)
             }
+            break
         }
         if let server {
             config = RemoteConfig(url: server, tokenFile: tokenFile ?? config?.tokenFile ?? Paths.configHome + "/token", localServerData: nil,

@@ -30,11 +30,21 @@ public final class FuseSession {
     private let retained: Unmanaged<FuseContext>
     private var session: OpaquePointer?
     public let mountPoint: String
+    /// What the mount table shows as the mount's source (`df`'s first column).
+    public let source: String
 
-    public init(fs: DriveFileSystem, mountPoint: String) {
+    /// `source`: the drive's state folder, so that a tool given a path on the mount finds
+    /// the drive's catalog (/proc/self/mountinfo) whatever `--state` it was mounted with.
+    public init(fs: DriveFileSystem, mountPoint: String, source: String = "vdrive") {
         context = FuseContext(fs: fs)
         retained = Unmanaged.passRetained(context)
         self.mountPoint = mountPoint
+        self.source = source
+    }
+
+    /// A value inside libfuse's `-o` list: a comma would end it, a backslash escapes.
+    static func optionValue(_ text: String) -> String {
+        text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: ",", with: "\\,")
     }
 
     deinit { retained.release() }
@@ -75,7 +85,7 @@ public final class FuseSession {
         FuseFileOps.install(&ops)
         FuseXattrOps.install(&ops)
 
-        var options = "fsname=vdrive,subtype=vdrive,default_permissions"
+        var options = "fsname=\(Self.optionValue(source)),subtype=vdrive,default_permissions"
         if getuid() == 0 { options += ",allow_other" }
         // VDRIVE_FUSE_DEBUG=1 makes libfuse print every request and reply on stderr
         // (what the kernel asks, in which order: how per-file costs were counted).

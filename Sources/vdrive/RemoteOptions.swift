@@ -13,9 +13,10 @@ extension RemoteConfig {
                          otherwise: anyone on the path could read it)
     """
 
-    /// The remote of the options and remote.json, checked (`check`), or nil when none is set up.
-    static func load(_ options: Options) throws -> RemoteConfig? {
-        guard var config = try load(server: options.value("--server"), tokenFile: options.value("--token-file")) else { return nil }
+    /// The remote of the options and remote.json (or the one the drive in `stateFolder`
+    /// remembers), checked (`check`), or nil when none is set up.
+    static func load(_ options: Options, stateFolder: String? = nil) throws -> RemoteConfig? {
+        guard var config = try load(server: options.value("--server"), tokenFile: options.value("--token-file"), stateFolder: stateFolder) else { return nil }
         if let caFile = options.value("--ca-file") { config.caFile = caFile }
         if options.has("--allow-insecure-http") { config.allowInsecureHTTP = true }
         try config.check()

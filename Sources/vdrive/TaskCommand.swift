@@ -26,6 +26,10 @@ enum TaskCommand {
         75 when another process holds the queue, 66 when there is no workspace yet
         (or the CA file is unreadable), 78 a token bound for plain HTTP to another machine.
 
+        The server is --server with --token-file, else the one the drive in the state
+        folder (--state, default $XDG_DATA_HOME/vdrive/drive) was last mounted with, else
+        $XDG_CONFIG_HOME/vdrive/remote.json.
+
         Options:
         \(RemoteConfig.help)
         """, run: run)
@@ -53,7 +57,7 @@ enum TaskCommand {
         } catch let error as MigrationError {
             throw CLIError(error.description, code: ExitCode.config)
         }
-        let remote = try RemoteConfig.load(options)
+        let remote = try RemoteConfig.load(options, stateFolder: state)
         let report = try BackupEngine.runOnce(task: task, configuration: BackupWiring.configuration(catalogPath: catalog, state: state),
                                               transport: try BackupWiring.transport(remote),
                                               blobs: WorkspaceBlocks(stored: StoredBlocks(blobs: blobs, catalogPath: catalog)),

@@ -33,9 +33,10 @@ enum TrashCommand {
 
     Restored nodes appear on every device as its mirror follows the server. The
     server keeps deleted nodes for its --trash-days (default 30).
-    The server is the one the drive uses ($XDG_CONFIG_HOME/vdrive/remote.json), or
-    --server with --token-file; --state names the drive's state folder (to find a
-    live FOLDER's node).
+    The server is --server with --token-file, else the one the drive syncs with (the
+    drive PATH or FOLDER is on, or --state DIR's: its last mount noted it there), else
+    $XDG_CONFIG_HOME/vdrive/remote.json. --state names the drive's state folder (to
+    find a live FOLDER's node; default: that of the mounted drive FOLDER is on).
     \(RemoteConfig.help)
 
     Exit codes: 0 done, 64 usage, 66 nothing in the trash at PATH (or FOLDER unknown),
@@ -50,31 +51,34 @@ enum TrashCommand {
         switch action {
         case "list":
             guard options.positionals.count == 1 else { throw CLIError.usage("trash list takes no path; see --help") }
-            return try list(client(options), json: options.has("--json"))
+            return try list(client(options, stateFolder: options.value("--state").map(Paths.absolute)), json: options.has("--json"))
         case "restore":
             let wanted = options.value("--under") == nil ? 2 : 1
             guard options.positionals.count == wanted else {
                 throw CLIError.usage(wanted == 1 ? "give either PATH or --under FOLDER, not both" : "trash restore needs one PATH (or --under FOLDER); see --help")
             }
-            let client = try client(options)
-            if let folder = options.value("--under") {
+            if let folder = options.value("--under").map(WorkspacePath.init) {
+                let state = folder.stateFolder(options)
                 let since = try options.value("--since").map { text -> Int64 in
                     guard let t = TimeText.parse(text) else {
                         throw CLIError.usage("--since takes a time: 2026-01-02, \"2026-01-02 10:00\", 2h, 3d or @SECONDS; got '\(text)'")
                     }
                     return t
                 } ?? 0
-                return try restoreUnder(client, WorkspacePath(folder), since: since, stateFolder: BackupPaths.from(options).state)
+                return try restoreUnder(client(options, stateFolder: state), folder, since: since, stateFolder: state)
             }
             if options.value("--since") != nil { throw CLIError.usage("--since goes with --under FOLDER") }
-            return try restore(client, WorkspacePath(options.positionals[1]))
+            let path = WorkspacePath(options.positionals[1])
+            return try restore(client(options, stateFolder: path.stateFolder(options)), path)
         default:
             throw CLIError.usage("unknown trash action '\(action)': use 'list' or 'restore'")
         }
     }
 
-    static func client(_ options: Options) throws -> (WorkspaceClient, String) {
-        guard let remote = try RemoteConfig.load(options) else {
+    /// The server of the options, else the one the drive in `stateFolder` syncs with, else
+    /// this user's (remote.json).
+    static func client(_ options: Options, stateFolder: String?) throws -> (WorkspaceClient, String) {
+        guard let remote = try RemoteConfig.load(options, stateFolder: stateFolder) else {
             throw CLIError("no workspace server is configured; run ./mount once, or pass --server URL --token-file FILE", code: ExitCode.config)
         }
         return (try remote.client(), remote.url)

@@ -32,7 +32,10 @@ enum VersionsCommand {
     (on another device, or here and not sent yet), nothing is done and it says so:
     run the command again once the drive has synced ('vdrive status').
 
-    --state names the drive's state folder (default $XDG_DATA_HOME/vdrive/drive).
+    --state names the drive's state folder (default: that of the mounted drive PATH
+    is on, else $XDG_DATA_HOME/vdrive/drive). The server is --server with --token-file,
+    else the one that drive syncs with (its last mount noted it in the state folder),
+    else $XDG_CONFIG_HOME/vdrive/remote.json.
     \(RemoteConfig.help)
 
     Exit codes: 0 done, 64 usage (no version N), 65 the server refused the change,
@@ -48,11 +51,12 @@ enum VersionsCommand {
             return n
         }
         let path = WorkspacePath(options.positionals[0])
-        let node = try CatalogNode.find(path, stateFolder: BackupPaths.from(options).state)
+        let state = path.stateFolder(options)
+        let node = try CatalogNode.find(path, stateFolder: state)
         guard node.kind == "file" else {
             throw CLIError("'\(path.path)' is a \(node.kind); only files have versions", code: ExitCode.usage)
         }
-        let (client, server) = try TrashCommand.client(options)
+        let (client, server) = try TrashCommand.client(options, stateFolder: state)
         let versions: [TreeVersion]
         do { versions = try client.nodeVersions(id: node.id) } catch {
             if case .notFound = error {

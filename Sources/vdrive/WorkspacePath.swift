@@ -11,17 +11,27 @@ struct WorkspacePath {
     let path: String
     /// The mounted drive it was found on, when it was given as a path there.
     let mountPoint: String?
+    /// That drive's state folder (its mount's source), when the mount names one.
+    let mountedState: String?
 
     init(_ text: String) {
         let absolute = (Paths.absolute(text) as NSString).standardizingPath
-        if let mount = Self.mountPoints().filter({ absolute == $0 || absolute.hasPrefix($0 == "/" ? "/" : $0 + "/") })
-            .max(by: { $0.count < $1.count }) {
-            mountPoint = mount
-            path = String(absolute.dropFirst(mount.count)).trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+        if let mount = Self.mounts().filter({ absolute == $0.point || absolute.hasPrefix($0.point == "/" ? "/" : $0.point + "/") })
+            .max(by: { $0.point.count < $1.point.count }) {
+            mountPoint = mount.point
+            mountedState = mount.source.hasPrefix("/") ? mount.source : nil
+            path = String(absolute.dropFirst(mount.point.count)).trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         } else {
             mountPoint = nil
+            mountedState = nil
             path = Self.normalized(text)
         }
+    }
+
+    /// The state folder of the drive to read for this path: `--state`, else that of the
+    /// mounted drive the path is on, else the default one.
+    func stateFolder(_ options: Options) -> String {
+        options.value("--state").map(Paths.absolute) ?? mountedState ?? BackupPaths.stateFolder
     }
 
     /// `a//b/./c/` → `a/b/c`: the form the server's trash paths and the catalog use.
@@ -34,13 +44,14 @@ struct WorkspacePath {
     /// Where it is on the mounted drive (given there), else nil.
     var mountedPath: String? { mountPoint.map { path.isEmpty ? $0 : $0 + "/" + path } }
 
-    /// Mount points of drives (`fuse.vdrive` in /proc/self/mountinfo).
-    static func mountPoints() -> [String] {
+    /// Mounted drives (`fuse.vdrive` in /proc/self/mountinfo): each mount point and its
+    /// source (the drive's state folder; `vdrive` for a mount that names none).
+    static func mounts() -> [(point: String, source: String)] {
         let info = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? ""
-        return info.split(separator: "\n").compactMap { line -> String? in
+        return info.split(separator: "\n").compactMap { line -> (point: String, source: String)? in
             let fields = line.split(separator: " ", omittingEmptySubsequences: false)
-            guard let dash = fields.firstIndex(of: "-"), dash + 1 < fields.count, fields[dash + 1] == "fuse.vdrive", fields.count > 4 else { return nil }
-            return unescape(String(fields[4]))
+            guard let dash = fields.firstIndex(of: "-"), dash + 2 < fields.count, fields[dash + 1] == "fuse.vdrive", fields.count > 4 else { return nil }
+            return (unescape(String(fields[4])), unescape(String(fields[dash + 2])))
         }
     }
 

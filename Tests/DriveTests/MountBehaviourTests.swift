@@ -26,6 +26,22 @@ import Storage
         if ProcessInfo.processInfo.environment["VDRIVE_SHOW_TRANSCRIPT"] != nil { print(actual.transcript.joined(separator: "\n")) }
     }
 
+    /// The mount table names the drive's state folder as the mount's source (`df` shows
+    /// it; the command line finds a drive's catalog from a path on it), whatever the
+    /// folder's name holds: a space and a comma, which libfuse's option list must escape.
+    @Test func theMountTableNamesTheStateFolder() throws {
+        let dir = TemporaryDirectory("vdrive-source"); defer { dir.remove() }
+        let state = dir.path + "/state of mine, here"
+        let drive = try MountedDrive(state: state)
+        defer { drive.stop() }
+        let info = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        let line = try #require(info.split(separator: "\n").first { $0.split(separator: " ")[4] == drive.mountPoint }, "\(info)")
+        let fields = line.split(separator: " ")
+        let dash = try #require(fields.firstIndex(of: "-"))
+        #expect(fields[dash + 1] == "fuse.vdrive")
+        #expect(fields[dash + 2].replacingOccurrences(of: "\\040", with: " ") == state, "\(line)")
+    }
+
     @Test func newWorkspaceHasCameraRollAndSurvivesRemount() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }

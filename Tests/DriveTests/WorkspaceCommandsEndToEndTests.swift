@@ -66,7 +66,8 @@ import TestTraits
         // the mount, with what was deleted in it.
         let one = try Self.vdrive(b, ["trash", "restore", "Docs/note.txt"])
         #expect(one.status == 0, "\(one.stderr)")
-        let folder = try Self.vdrive(a, ["trash", "restore", a.path("Old")])
+        // (by its path on the mount alone: the server is the one that drive syncs with)
+        let folder = try a.vdrive(["trash", "restore", a.path("Old")])
         #expect(folder.status == 0, "\(folder.stderr)")
         try Mirror.waitFor("the restored nodes on both devices", drives) {
             [a, b].allSatisfy { Self.exists($0.path("Docs/note.txt")) && Self.exists($0.path("Old/a.txt")) && Self.exists($0.path("Old/b.txt")) }
@@ -125,6 +126,13 @@ import TestTraits
         #expect(try versions(a, "plan.txt").count == 3)
         let table = try Self.vdrive(b, ["versions", "plan.txt"])
         #expect(table.status == 0 && table.stdout.contains("(current)"), "\(table.stdout)")
+        // A path on the mount is enough: the drive's state folder is the mount's source and
+        // its server the one the mount noted there (the drive has no default state or
+        // remote.json in this user's folders, and is mounted with --state and --server).
+        let untold = try b.vdrive(["versions", b.path("plan.txt"), "--json"])
+        #expect(untold.status == 0 && (try? Self.json(untold.stdout).count) == 3, "\(untold.status) \(untold.stderr)")
+        let noDrive = try b.vdrive(["versions", "plan.txt"])
+        #expect(noDrive.status == 66 && noDrive.stderr.contains("--state DIR"), "a workspace path names no drive: \(noDrive.status) \(noDrive.stderr)")
 
         // Version 1 made current from the second device: both read it, history kept.
         let restored = try Self.vdrive(b, ["versions", "plan.txt", "--restore", "1"])
