@@ -94,8 +94,8 @@ enum TaskCommand {
         } catch let offline as MirrorUnreachable {
             throw CLIError("could not reach the workspace server at \(remote.url): \(offline); local changes stay and go at the next run", code: ExitCode.unavailable)
         }
-        let status = engine.status
-        print("Workspace: \(status.waitingUp) change(s) to send, \(status.waitingDown) to apply, \(status.conflicts) conflict copy(ies), \(status.failures) failure(s)")
+        // The words of `vdrive status`: what is left after the pass, conflicts it made.
+        print(engine.status.line)
     }
 
     /// Follows the change feed into the records table, as a mount does, so the next

@@ -224,6 +224,45 @@ import TestTraits
         }
     }
 
+    /// Without a mount (the hourly `vdrive-sync.timer`), the sync task brings a drive up
+    /// to date both ways, told nothing but its state folder: the server is the one its
+    /// last mount noted there (the device has no remote.json). Up: a change made while
+    /// the server was down; down: one made on the other device meanwhile.
+    @Test(arguments: Backend.allCases)
+    func theSyncTaskBringsAnUnmountedDriveUpToDateBothWays(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-mirror-task"); defer { dir.remove() }
+        let (server, drives) = try Self.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        try Self.mkdir(a.path("Notes"))
+        try Self.waitFor("the folder on the other device", drives) { FileManager.default.fileExists(atPath: b.path("Notes")) }
+
+        server.stopServer()
+        let desktops = Array("written on the desktop while the server was down".utf8)
+        try writeFile(b.path("Notes/from-desktop.txt"), desktops)
+        try Self.waitFor("the desktop's change waiting for the server", [b]) {
+            try b.vdrive(["status", "--state", b.state]).stdout.contains("to send · waiting for the workspace server")
+        }
+        try b.unmount()
+        try server.start()
+        let laptops = Array("written on the laptop while the desktop was away".utf8)
+        try writeFile(a.path("Notes/from-laptop.txt"), laptops)
+        try Self.waitFor("the laptop's file on the server", [a]) { try a.vdrive(["versions", a.path("Notes/from-laptop.txt")]).status == 0 }
+
+        let task = try b.vdrive(["task", "run", "us.virtualdrive.sync", "--state", b.state])
+        #expect(task.status == 0, "sync task: \(task.status) \(task.stderr)")
+        #expect(task.stdout.contains("Workspace: up to date"), "\(task.stdout)")
+        // Up: the desktop's file reaches the laptop, read back whole.
+        try Self.waitFor("the desktop's file on the laptop", [a]) { FileManager.default.fileExists(atPath: a.path("Notes/from-desktop.txt")) }
+        #expect(try readFile(a.path("Notes/from-desktop.txt")) == desktops)
+        // Down: the laptop's file is in the desktop's catalog before it mounts again.
+        let known = try b.vdrive(["versions", "Notes/from-laptop.txt", "--state", b.state, "--json"])
+        #expect(known.status == 0 && known.stdout.contains("\"device\":\"laptop\""), "\(known.status) \(known.stdout) \(known.stderr)")
+        try b.start()
+        try Self.waitForSameTree(drives)
+        #expect(try readFile(b.path("Notes/from-laptop.txt")) == laptops)
+    }
+
     /// A node of the workspace has one place, so the synced workspace refuses a second
     /// name of a file (EPERM, as a file system without hard links answers), and a tool's
     /// fallback, a copy, reaches the other device; in the Camera Roll, which is not
