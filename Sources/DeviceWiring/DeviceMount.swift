@@ -78,7 +78,7 @@ public enum DeviceMount {
         switch error {
         case .mountPointMissing, .mountPointNotDirectory: return CLIError(error.description, code: ExitCode.noInput)
         case .alreadyMounted: return CLIError(error.description, code: ExitCode.unavailable)
-        case .fuseUnavailable: return CLIError(error.description, code: ExitCode.unavailable)
+        case .fuseUnavailable, .fuseDeviceClosed: return CLIError(error.description, code: ExitCode.unavailable)
         case .mountFailed: return CLIError(error.description, code: ExitCode.osError)
         }
     }

@@ -9,6 +9,8 @@ public enum MountError: Error, CustomStringConvertible {
     case mountPointNotDirectory(String)
     case alreadyMounted(String)
     case fuseUnavailable(String)
+    /// /dev/fuse exists but this user may not open it (its mode, in octal).
+    case fuseDeviceClosed(mode: UInt32)
     case mountFailed(String)
 
     public var description: String {
@@ -17,6 +19,9 @@ public enum MountError: Error, CustomStringConvertible {
         case .mountPointNotDirectory(let p): return "mount point \(p) is not a folder; name an empty folder"
         case .alreadyMounted(let p): return "\(p) is already mounted; unmount it first (vdrive unmount '\(p)')"
         case .fuseUnavailable(let m): return "FUSE is not available: \(m); install fuse3 and check that /dev/fuse exists"
+        case .fuseDeviceClosed(let mode):
+            return "/dev/fuse is not open to this user (mode 0\(String(mode & 0o7777, radix: 8))); a user's mount needs it readable and writable by all, "
+                + "as Debian's fuse3 leaves it: ask an administrator to run 'chmod 0666 /dev/fuse' (a udev rule KERNEL==\"fuse\", MODE=\"0666\" keeps it so)"
         case .mountFailed(let p): return "the kernel refused to mount \(p); check that it is an empty folder you may write to and that fuse3 is installed"
         }
     }
@@ -67,7 +72,12 @@ public final class FuseSession {
         }
         if st.st_mode & S_IFMT != S_IFDIR { throw MountError.mountPointNotDirectory(path) }
         if isMounted(path) { throw MountError.alreadyMounted(path) }
-        if access("/dev/fuse", R_OK | W_OK) != 0 { throw MountError.fuseUnavailable("/dev/fuse: \(Errno.current)") }
+        if access("/dev/fuse", R_OK | W_OK) != 0 {
+            let why = Errno.current
+            var device = stat()
+            if why == .permissionDenied, stat("/dev/fuse", &device) == 0 { throw MountError.fuseDeviceClosed(mode: device.st_mode) }
+            throw MountError.fuseUnavailable("/dev/fuse: \(why)")
+        }
     }
 
     /// Mounts the file system. After this returns the mount point serves requests

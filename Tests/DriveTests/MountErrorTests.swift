@@ -74,6 +74,26 @@ import Storage
         #expect(FileManager.default.contents(atPath: dir.path + "/s/catalog.sqlite") == before)
     }
 
+    /// A user's mount where /dev/fuse is closed to users (mode 0600, as on some machines
+    /// and containers): 69, saying what an administrator can do. Root opens it whatever
+    /// its mode, so the mount is tried as nobody, with the device at 0600 meanwhile.
+    @Test func aFuseDeviceClosedToUsersSaysSo() throws {
+        let dir = TemporaryDirectory(); defer { dir.remove() }
+        #expect(chmod(dir.path, 0o777) == 0)
+        try FileManager.default.createDirectory(atPath: dir.path + "/mnt", withIntermediateDirectories: false)
+        #expect(chown(dir.path + "/mnt", 65534, 65534) == 0)
+        var device = stat()
+        try #require(stat("/dev/fuse", &device) == 0)
+        #expect(chmod("/dev/fuse", 0o600) == 0)
+        defer { chmod("/dev/fuse", device.st_mode & 0o7777) }
+        let r = try runCommand("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", vdriveBinary, "mount", dir.path + "/mnt",
+                                                    "--state", dir.path + "/state"],
+                               environment: ["XDG_DATA_HOME": dir.path + "/xdg", "XDG_RUNTIME_DIR": dir.path + "/run", "XDG_CONFIG_HOME": dir.path + "/config"])
+        expectOneLine(r, code: 69, mentions: "/dev/fuse is not open to this user (mode 0600)")
+        #expect(r.stderr.contains("chmod 0666 /dev/fuse"), "\(r.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/state/catalog.sqlite"), "nothing made before the check")
+    }
+
     @Test func alreadyMountedIsRefused() throws {
         let drive = try MountedDrive()
         defer { drive.stop() }
