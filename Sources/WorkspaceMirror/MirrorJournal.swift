@@ -28,7 +28,21 @@ public final class MirrorJournal: ChangeJournal, @unchecked Sendable {   // `wak
     }
 
     public func record(_ change: DriveChange, in database: Database) throws {
+        if try isTheCameraRollsOwn(change, database) { return }
         try MirrorRows.markDirty(change.ino, now: MirrorClock.nanoseconds(), in: database)
+    }
+
+    /// A new photo in the Camera Roll, its content and its mode are the camera backup's,
+    /// never the workspace's: left unmarked, they wake no pass and are not counted as
+    /// waiting to go up while an import runs. Still marked: every rename and removal (a
+    /// node moving into or out of the workspace), a node the workspace has synced, and one
+    /// with a second name, which the workspace may know it by.
+    private func isTheCameraRollsOwn(_ change: DriveChange, _ database: Database) throws -> Bool {
+        guard change.kind == .created || change.kind == .content || change.kind == .attributes,
+              let path = try change.path(), !MirrorRules.isInWorkspace(path: path) else { return false }
+        let names = try database.queryOne("SELECT count(*) FROM entries WHERE ino = ?", change.ino) { $0.int64(0) } ?? 0
+        guard names == 1 else { return false }
+        return try MirrorRows.synced(ino: change.ino, in: database) == nil
     }
 
     public func committed() { wake?() }

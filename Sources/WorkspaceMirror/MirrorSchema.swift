@@ -107,6 +107,20 @@ enum MirrorRows {
             """, ino, now, now)
     }
 
+    /// Marks everything under `folder` not synced yet and not marked already: a folder
+    /// that enters the workspace whole (moved out of the Camera Roll, renamed from a
+    /// temporary or excluded name) brings contents whose own changes were never sent.
+    static func markUnsentBelow(_ folder: UInt64, now: Int64, in db: Database) throws {
+        try db.run("""
+            WITH RECURSIVE below(ino) AS (
+                SELECT ino FROM entries WHERE parent = ?
+                UNION SELECT e.ino FROM entries e JOIN below b ON e.parent = b.ino)
+            INSERT INTO mirror_dirty(ino, seq, changed_ns, since_ns)
+            SELECT ino, 1, ?, ? FROM below WHERE ino NOT IN (SELECT ino FROM mirror_nodes)
+            ON CONFLICT(ino) DO NOTHING
+            """, folder, now, now)
+    }
+
     /// Clears the mark if nothing changed since `seq` was read; else the inode stays dirty
     /// and its wait for the next send starts now (at most about one send a second).
     static func clearDirty(_ ino: UInt64, seq: Int64, now: Int64, in db: Database) throws {

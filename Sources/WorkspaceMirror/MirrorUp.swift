@@ -191,7 +191,14 @@ extension MirrorEngine {
             }
             let fresh = order[first...].compactMap { planned[$0] }
             if !newNodes.isEmpty {
-                try write { for n in newNodes.values { try MirrorRows.save(n, in: db) } }
+                try write {
+                    for n in newNodes.values {
+                        try MirrorRows.save(n, in: db)
+                        // A new folder's contents go up after it, in the next pass: those a
+                        // copy into it marked, and those it brought from outside the workspace.
+                        if n.node.kind == .folder { try MirrorRows.markUnsentBelow(n.ino, now: now, in: db) }
+                    }
+                }
                 newNodes = [:]
             }
             if fresh.isEmpty { continue }

@@ -438,6 +438,17 @@ import TestTraits
         try Self.waitFor("the status says the workspace is up to date", drives) {
             (try? String(contentsOfFile: a.path(".backup/status"), encoding: .utf8))?.contains("Workspace: up to date") == true
         }
+        // A folder moved out of the Camera Roll enters the workspace with what is in it
+        // (whose own changes, made in the Camera Roll, were never the workspace's).
+        try FileManager.default.createDirectory(atPath: a.path("Camera Roll/Trip/Day 1"), withIntermediateDirectories: true)
+        try writeFile(a.path("Camera Roll/Trip/Day 1/IMG_2.jpg"), Array("a trip's photo".utf8))
+        try writeFile(a.path("Camera Roll/Trip/notes.txt"), Array("the trip's notes".utf8))
+        #expect(rename(a.path("Camera Roll/Trip"), a.path("Trip")) == 0)
+        try Self.waitFor("the trip's photo and notes on the other device", drives) {
+            (try? readFile(b.path("Trip/Day 1/IMG_2.jpg"))) == Array("a trip's photo".utf8)
+                && (try? readFile(b.path("Trip/notes.txt"))) == Array("the trip's notes".utf8)
+        }
+        try Self.waitFor("the trip's photo synced here", drives) { xattr(a.path("Trip/Day 1/IMG_2.jpg"), "user.vdrive.sync") == "synced" }
 
         // With the server down, a change waits, and the status says so (never "up to date").
         server.stopServer()

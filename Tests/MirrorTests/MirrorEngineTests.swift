@@ -451,10 +451,32 @@ import Storage
         try a.write("notes.txt.swp", "swap")
         try a.write(".~lock.report.odt#", "lock")
         try a.write("Camera Roll/IMG_1.jpg", "photo")
+        try a.write("Camera Roll/IMG_2.jpg", "photo 2")
+        // Before any pass the photos are not waiting to go (the status line during a
+        // camera import): only what the workspace may send is counted.
+        #expect(a.engine.status.waitingUp == 2, "the swap and the lock file, not the photos")
         try a.write("real.txt", "real")
+        #expect(a.engine.status.waitingUp == 3)
         try settle(ds)
+        #expect(a.engine.status.waitingUp == 0)
         #expect(server.livePaths().keys.sorted() == ["real.txt"])
         #expect(try b.tree() == ["real.txt": "file \(contentHash("real")) 4 xfalse"])
+    }
+
+    /// A folder made under a temporary name and filled there goes up with its contents
+    /// once it takes its real name (a download manager's `*.part` folder).
+    @Test func aFolderRenamedFromATemporaryNameGoesUpWithItsContents() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("album.part")
+        try a.mkdir("album.part/disc 1")
+        try a.write("album.part/disc 1/track.flac", "music")
+        try settle(ds)
+        #expect(server.livePaths().isEmpty)
+        try a.rename("album.part", "album")
+        try settle(ds)
+        #expect(server.livePaths().keys.sorted() == ["album", "album/disc 1", "album/disc 1/track.flac"])
+        #expect(try b.tree() == (try a.tree()))
     }
 
     @Test func theExecutableBitAndEmptyFilesSync() throws {
@@ -570,5 +592,13 @@ import Storage
         #expect(try b.tree().isEmpty)
         // Still on this device, in its Camera Roll (the backup's now).
         #expect(try a.ino("Camera Roll/Trip/Day 1/IMG_1.jpg") > 0)
+        // Changed there, then moved back out: in the workspace again, as it is now.
+        try a.write("Camera Roll/Trip/Day 1/IMG_1.jpg", "photo, edited in the Camera Roll")
+        try a.write("Camera Roll/Trip/new.txt", "made in the Camera Roll")
+        try a.rename("Camera Roll/Trip", "Trip")
+        try settle(ds)
+        #expect(server.livePaths().keys.sorted() == ["Trip", "Trip/Day 1", "Trip/Day 1/IMG_1.jpg", "Trip/new.txt", "Trip/notes.txt"])
+        #expect(try b.tree()["Trip/Day 1/IMG_1.jpg"] == "file \(contentHash("photo, edited in the Camera Roll")) 32 xfalse")
+        #expect(try b.tree() == (try a.tree()))
     }
 }
