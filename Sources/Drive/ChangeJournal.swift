@@ -85,9 +85,9 @@ public struct ContentVersion: Sendable, Equatable {
 /// that call (it reads the catalog inside the change's transaction, under its lock): a
 /// follower keeps the values it asks for, never the change.
 ///
-/// What costs a query is worked out on first ask and shared by every follower, so the
-/// mirror, which needs only the kind and the inode, costs no more than before, and the
-/// path of a file costs one query (its folder's path is remembered, `Catalog.Locked.folderPaths`).
+/// What costs a query is worked out on first ask and shared by every follower: the path
+/// of a file costs one query, once, whoever asks (its folder's path is remembered,
+/// `Catalog.Locked.folderPaths`).
 public final class DriveChange {
     public let kind: DriveChangeKind
     public let ino: UInt64
