@@ -445,7 +445,7 @@ extension Catalog.Locked {
                 if mode & S_IFMT == S_IFDIR { mode |= UInt32(S_ISGID) }
             }
             let a = try insertNode(parent: parent, name: name, mode: mode, uid: uid, gid: gid, rdev: rdev, target: symlinkTarget, now: nowNanoseconds())
-            try journal(.created, a.ino)
+            try journal(DriveChange(.created, a.ino, catalog: self, madeAs: (parent, name)))
             return a
         }
         attributeCache[a.ino] = a   // the row just written: the kernel asks for it next

@@ -100,21 +100,24 @@ public final class DriveChange {
 
     /// `version`: the content just committed, for a `.content` change. `earlier`: a change
     /// of the same inode asked about in this operation, whose path holds (no name moved since).
+    /// `madeAs`: the one name of a node this change created, so its path needs no query.
     init(_ kind: DriveChangeKind, _ ino: UInt64, catalog: Catalog.Locked, sharingPathWith earlier: DriveChange? = nil,
-         version: ContentVersion? = nil) {
+         version: ContentVersion? = nil, madeAs: (parent: UInt64, name: [UInt8])? = nil) {
         self.kind = kind
         self.ino = ino
         self.catalog = catalog
+        self.madeAs = madeAs
         knownPath = earlier?.knownPath
         if let version { knownVersion = .some(version) }
     }
+    private let madeAs: (parent: UInt64, name: [UInt8])?
 
     /// The workspace path of the inode as this change left it ("Camera Roll/2024/IMG_1.jpg";
     /// the first name of a hard-linked file), nil when it has no name left.
     public func path() throws -> String? {
         precondition(valid, "a DriveChange is read only during ChangeJournal.record")
         if let knownPath { return knownPath }
-        let path = try catalog.pathThroughFolders(of: ino)
+        let path = try madeAs.map { try catalog.path(ofNewName: $0.name, in: $0.parent) } ?? catalog.pathThroughFolders(of: ino)
         knownPath = .some(path)
         return path
     }
@@ -206,6 +209,15 @@ extension Catalog.Locked {
         // The name read as text: its bytes decoded as `path(of:)` decodes them, with no copy between.
         guard let (parent, leaf) = try db.queryOne("SELECT parent, name FROM entries WHERE ino = ? ORDER BY id LIMIT 1", ino,
                                                    row: { (UInt64($0.int64(0)), $0.string(1) ?? "") }) else { return nil }
+        if parent == Catalog.rootIno { return leaf }
+        guard let folder = try folderPath(parent) else { return nil }
+        return folder + "/" + leaf
+    }
+
+    /// The path of a name just made in `parent`, from the folder's remembered path: no
+    /// query for the name (decoded as `pathThroughFolders` decodes the names it reads).
+    func path(ofNewName name: [UInt8], in parent: UInt64) throws -> String? {
+        let leaf = String(decoding: name, as: UTF8.self)
         if parent == Catalog.rootIno { return leaf }
         guard let folder = try folderPath(parent) else { return nil }
         return folder + "/" + leaf
