@@ -116,7 +116,7 @@ enum MirrorRows {
                 SELECT ino FROM entries WHERE parent = ?
                 UNION SELECT e.ino FROM entries e JOIN below b ON e.parent = b.ino)
             INSERT INTO mirror_dirty(ino, seq, changed_ns, since_ns)
-            SELECT ino, 1, ?, ? FROM below WHERE ino NOT IN (SELECT ino FROM mirror_nodes)
+            SELECT ino, 1, ?, ? FROM below WHERE NOT EXISTS (SELECT 1 FROM mirror_nodes m WHERE m.ino = below.ino)
             ON CONFLICT(ino) DO NOTHING
             """, folder, now, now)
     }
