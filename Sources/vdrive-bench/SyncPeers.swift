@@ -191,10 +191,13 @@ final class SyncthingPair {
                                 "--no-upgrade", "--logflags=3"], output: i.home + "/syncthing.log")
     }
 
-    /// One REST call; returns the body, fails on an HTTP error.
+    /// One REST call; returns the body, fails on an HTTP error. A refused connection is
+    /// tried again for up to 30 s: Syncthing may close its API for a moment just after it
+    /// starts (a run once lost its Syncthing leg to one refused call after the port had
+    /// answered).
     @discardableResult
     static func rest(_ i: Instance, _ method: String, _ path: String, _ body: String? = nil) throws -> String {
-        var command = "curl -sS -f -X \(method) -H 'X-API-Key: \(i.apiKey)' 'http://127.0.0.1:\(i.apiPort)\(path)'"
+        var command = "curl -sS -f --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 -X \(method) -H 'X-API-Key: \(i.apiKey)' 'http://127.0.0.1:\(i.apiPort)\(path)'"
         if let body {
             let file = i.home + "/request.json"
             try body.write(toFile: file, atomically: true, encoding: .utf8)
