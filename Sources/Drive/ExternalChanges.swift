@@ -204,6 +204,13 @@ extension DriveFileSystem {
         try committedReads.read(catalogPath) { db in try CommittedReads.entry(ino, in: db) }
     }
 
+    /// The inode named `name` in `folder`, as committed; nil when the name is free.
+    public func committedIno(named name: [UInt8], in folder: UInt64) throws -> UInt64? {
+        try committedReads.read(catalogPath) { db in
+            try db.queryOne("SELECT ino FROM entries WHERE parent = ? AND name = ?", folder, name) { UInt64($0.int64(0)) }
+        }
+    }
+
     /// Every committed name of the tree, in the order they were made, with its kind and
     /// whether it is a later name of an inode named before (a hard link's second name).
     /// One read on the committed-reads connection: a scan of the whole catalog, for a

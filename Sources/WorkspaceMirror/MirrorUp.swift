@@ -79,6 +79,11 @@ extension MirrorEngine {
                     }
                     return true
                 }
+                // Its place taken by a new node of its kind (an editor's save: the old file
+                // renamed to a backup name or replaced, the new one written): that node takes
+                // it over when it is due, and this node is no delete. Planned now, the delete
+                // would go first whenever the old file's change settled before the new one's.
+                if s.node.kind != .folder, try isTakenOver(s) { return false }
                 let depth = try depth(of: s.node)
                 var below: [(SyncedNode, Int)] = []
                 if s.node.kind == .folder {
@@ -357,6 +362,24 @@ extension MirrorEngine {
             try MirrorRows.save(adopted, in: db)
         }
         return adopted
+    }
+
+    /// Whether a synced node gone from its place here has a successor there that
+    /// `adoptReplaced` will give it to: an inode of its kind the workspace has not synced,
+    /// at the same name in the same folder.
+    private func isTakenOver(_ gone: SyncedNode) throws -> Bool {
+        let folder: UInt64
+        if gone.node.parent == RemoteNode.rootID {
+            folder = 1
+        } else if let parent = try MirrorRows.synced(node: gone.node.parent, in: db) {
+            folder = parent.ino
+        } else {
+            return false
+        }
+        guard let ino = try drive.committedIno(named: Array(gone.node.name.utf8), in: folder), ino != gone.ino,
+              let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind,
+              (try MirrorRows.synced(ino: ino, in: db)?.node.version ?? 0) == 0 else { return false }
+        return try place(there) != nil
     }
 
     /// Whether inode `ino` is still in the workspace here: every folder up to the root

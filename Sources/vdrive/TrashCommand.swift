@@ -12,14 +12,17 @@ enum TrashCommand {
     static var verb: Verb { Verb(name: "trash", summary: "list or restore what was deleted from the synced workspace", help: help, run: run) }
 
     static let help = """
-    Usage: vdrive trash list [--json]
+    Usage: vdrive trash list [FOLDER] [--json]
            vdrive trash restore PATH
            vdrive trash restore --under FOLDER [--since TIME]
                   [--state DIR] [--server URL --token-file FILE] [--ca-file FILE] [--allow-insecure-http]
 
-    list      what was deleted from the workspace, newest first: its path when it was
-              deleted, kind, size, the device that deleted it and when. --json prints
-              one JSON array (id, path, kind, size, deletedBy, deletedAt in seconds).
+    list [FOLDER]
+              what was deleted from the workspace, newest first: its path when it was
+              deleted, kind, size, the device that deleted it and when; with FOLDER
+              (a workspace folder such as Docs, or a folder on the mounted drive), only
+              what was deleted in it or below. --json prints one JSON array (id, path,
+              kind, size, deletedBy, deletedAt in seconds).
     restore PATH
               brings back the newest deleted node at PATH (a workspace path such as
               Docs/note.txt, or its path on the mounted drive). A folder comes back with
@@ -34,7 +37,8 @@ enum TrashCommand {
     Restored nodes appear on every device as its mirror follows the server. The
     server keeps deleted nodes for its --trash-days (default 30).
     The server is --server with --token-file, else the one the drive syncs with (the
-    drive PATH or FOLDER is on, or --state DIR's: its last mount noted it there), else
+    drive PATH or FOLDER is on, or the current folder for a list, or --state DIR's: its
+    last mount noted it there), else
     $XDG_CONFIG_HOME/vdrive/remote.json. --state names the drive's state folder (to
     find a live FOLDER's node; default: that of the mounted drive FOLDER is on).
     \(RemoteConfig.help)
@@ -50,8 +54,12 @@ enum TrashCommand {
         guard let action = options.positionals.first else { throw CLIError.usage("trash needs 'list' or 'restore'; see --help") }
         switch action {
         case "list":
-            guard options.positionals.count == 1 else { throw CLIError.usage("trash list takes no path; see --help") }
-            return try list(client(options, stateFolder: options.value("--state").map(Paths.absolute)), json: options.has("--json"))
+            guard options.positionals.count <= 2 else { throw CLIError.usage("trash list takes at most one FOLDER; see --help") }
+            let folder = options.positionals.count == 2 ? WorkspacePath(options.positionals[1]) : nil
+            // The server: the one of the drive FOLDER (or the current folder) is on.
+            let on = folder ?? WorkspacePath(FileManager.default.currentDirectoryPath)
+            let state = options.value("--state").map(Paths.absolute) ?? on.mountedState
+            return try list(client(options, stateFolder: state), under: folder?.path ?? "", json: options.has("--json"))
         case "restore":
             let wanted = options.value("--under") == nil ? 2 : 1
             guard options.positionals.count == wanted else {
@@ -97,8 +105,12 @@ enum TrashCommand {
         return out
     }
 
-    static func list(_ c: (WorkspaceClient, String), json: Bool) throws -> Int32 {
-        let all = try entries(c)
+    /// `under`: a workspace folder ("" for all): what was deleted in it or below.
+    static func list(_ c: (WorkspaceClient, String), under: String, json: Bool) throws -> Int32 {
+        let all = try entries(c).filter {
+            let path = WorkspacePath.normalized($0.path)
+            return under.isEmpty || path == under || path.hasPrefix(under + "/")
+        }
         if json {
             struct Item: Encodable { var id, path, kind: String; var size: Int64?; var deletedBy: String?; var deletedAt: Int64? }
             let items = all.map { Item(id: $0.node.id, path: WorkspacePath.normalized($0.path), kind: $0.node.kind.rawValue,
@@ -109,7 +121,7 @@ enum TrashCommand {
             return ExitCode.ok
         }
         if all.isEmpty {
-            print("The trash is empty.")
+            print(under.isEmpty ? "The trash is empty." : "Nothing deleted in '\(under)' is in the trash.")
             return ExitCode.ok
         }
         print("DELETED".padding(21) + "BY".padding(14) + "KIND".padding(8) + "SIZE".padding(10) + "PATH")

@@ -163,6 +163,65 @@ import TestTraits
         #expect(try readFile(b.path("plan.txt")) == Array("changed while the desktop was away".utf8))
     }
 
+    /// Editors save through other names: a temporary renamed over the file, or the old
+    /// file renamed to a backup name and the new one written. Either way the save is a new
+    /// version of the file, listed by `vdrive versions` on the other device, and nothing
+    /// goes to the trash; what was really deleted does, and `trash list FOLDER` (a folder
+    /// on the mount, nothing else given) shows what was deleted in it.
+    @Test(arguments: Backend.allCases)
+    func anEditorsSaveIsANewVersionNotADelete(_ backend: Backend) throws {
+        let dir = TemporaryDirectory("vdrive-editor-save"); defer { dir.remove() }
+        let (server, drives) = try Mirror.devices(dir, backend, ["laptop", "desktop"])
+        defer { drives.forEach { $0.stop() }; server.stop() }
+        let (a, b) = (drives[0], drives[1])
+        try Mirror.mkdir(a.path("Docs"))
+        let file = a.path("Docs/notes.txt"), temp = a.path("Docs/.goutputstream-4TQ2Z1"), backup = file + "~"
+        let saved = (1...4).map { Array("version \($0) of the notes\n".utf8) }
+        func onTheOtherDevice(_ k: Int) throws {
+            try Mirror.waitFor("version \(k + 1) on the other device", drives) { (try? readFile(b.path("Docs/notes.txt"))) == saved[k] }
+        }
+        try writeFile(file, saved[0])
+        try onTheOtherDevice(0)
+        // A temporary renamed over the file (GNOME's editors, most save dialogs).
+        try writeFile(temp, saved[1])
+        try #require(rename(temp, file) == 0)
+        try onTheOtherDevice(1)
+        // The old file renamed to a backup name, the new one written, the backup removed (vim).
+        try #require(rename(file, backup) == 0)
+        try writeFile(file, saved[2])
+        try #require(unlink(backup) == 0)
+        try onTheOtherDevice(2)
+        // Both in one save.
+        try writeFile(temp, Array("an unfinished save".utf8))
+        try #require(rename(temp, file) == 0)
+        try #require(rename(file, backup) == 0)
+        try writeFile(file, saved[3])
+        try #require(unlink(backup) == 0)
+        try onTheOtherDevice(3)
+
+        let listed = try Self.vdrive(b, ["versions", "Docs/notes.txt", "--json"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let hashes = try Self.json(listed.stdout).compactMap { $0["hash"] as? String }
+        let wanted = saved.map { ContentHash.of(bytes: $0).hex }
+        #expect(hashes.filter(wanted.contains) == wanted, "every save a version of the one file, in order: \(hashes)")
+
+        // Really deleted: in the trash, and listed under its folder only.
+        try writeFile(a.path("Docs/gone.txt"), Array("gone".utf8))
+        try writeFile(a.path("elsewhere.txt"), Array("also gone".utf8))
+        try Mirror.waitFor("both files on the other device", drives) { Self.exists(b.path("Docs/gone.txt")) && Self.exists(b.path("elsewhere.txt")) }
+        try FileManager.default.removeItem(atPath: a.path("Docs/gone.txt"))
+        try FileManager.default.removeItem(atPath: a.path("elsewhere.txt"))
+        try Mirror.waitFor("the deletes in the trash", drives) {
+            Set(try Self.json(try Self.vdrive(b, ["trash", "list", "--json"]).stdout).compactMap { $0["path"] as? String })
+                .isSuperset(of: ["Docs/gone.txt", "elsewhere.txt"])
+        }
+        let docs = try b.vdrive(["trash", "list", b.path("Docs"), "--json"])
+        #expect(docs.status == 0, "\(docs.stderr)")
+        #expect(try Self.json(docs.stdout).compactMap { $0["path"] as? String } == ["Docs/gone.txt"], "\(docs.stdout)")
+        let table = try b.vdrive(["trash", "list", b.path("Docs")])
+        #expect(table.status == 0 && table.stdout.contains("Docs/gone.txt") && !table.stdout.contains("elsewhere"), "\(table.stdout)")
+    }
+
     /// Optimize storage makes synced files online-only on a device once the server holds
     /// them; reading brings them back whole. A pinned folder's files (made on the other
     /// device, later) are fetched without a read and stay. A small file is fetched ahead.

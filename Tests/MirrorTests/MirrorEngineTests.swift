@@ -440,6 +440,37 @@ import Storage
         try a.write(".goutputstream-XYZ", "v2 saved")
         try a.rename(".goutputstream-XYZ", "doc.txt")
         try settle(ds)
+        #expect(server.deletesApplied == 0, "a save is no delete (its old version would be in the trash, not in the node's versions)")
+        #expect(server.livePaths()["doc.txt"]?.id == id)
+        #expect(server.livePaths().count == 1)
+        #expect(try b.tree() == ["doc.txt": "file \(contentHash("v2 saved")) 8 xfalse"])
+    }
+
+    /// The other way editors save (the old file renamed to a backup name, the new one
+    /// written, the backup removed), with the old file's change due before the new one's:
+    /// the new file still takes the node over, and nothing is deleted on the server. A
+    /// pass that sent the delete as soon as it was due made the save a delete (the old
+    /// version in the trash, not in the node's versions) and a new node.
+    @Test func anEditorsSaveKeepsTheNodeWhenTheOldFilesChangeIsDueFirst() throws {
+        var settings = MirrorSettings()
+        settings.quiet = 60; settings.most = 600   // only what the test makes due is due
+        let a = try MirrorDevice("a", server: server, settings: settings), b = try MirrorDevice("b", server: server)
+        defer { a.remove(); b.remove() }
+        try a.write("doc.txt", "v1")
+        try settle([a, b])
+        let id = try #require(server.livePaths()["doc.txt"]?.id)
+        let old = try a.ino("doc.txt")
+        try a.rename("doc.txt", "doc.txt~")
+        try a.write("doc.txt", "v2 saved")
+        try a.fs.commitOpenChanges()
+        // The old file's change waited long enough; the new file's has just been made.
+        try a.engine.db.run("UPDATE mirror_dirty SET changed_ns = changed_ns - 120000000000, since_ns = since_ns - 120000000000 WHERE ino = ?", old)
+        _ = try a.engine.sendLocal(force: false)
+        #expect(server.deletesApplied == 0)
+        #expect(server.livePaths()["doc.txt"]?.id == id, "the old version stays the current one until the new one goes")
+        try a.unlink("doc.txt~")
+        try settle([a, b])
+        #expect(server.deletesApplied == 0)
         #expect(server.livePaths()["doc.txt"]?.id == id)
         #expect(server.livePaths().count == 1)
         #expect(try b.tree() == ["doc.txt": "file \(contentHash("v2 saved")) 8 xfalse"])

@@ -13,6 +13,8 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
     private var contents: [String: [String]] = [:]
     /// Changes answered so far (puts and deletes), and contents sent.
     private(set) var changesReceived = 0
+    /// Deletes applied (a node put in the trash).
+    private(set) var deletesApplied = 0
     private(set) var contentsSent = 0
     /// Blocks sent (a put naming a new content is refused until its blocks are here).
     private var blocks = Set<String>()
@@ -132,6 +134,7 @@ final class TreeServerModel: MirrorServer, @unchecked Sendable {   // all state 
             if n.kind == .folder, nodes.values.contains(where: { $0.parent == id && !$0.deleted }) { return .notEmpty(n) }
             n.deleted = true
             bump(&n)
+            deletesApplied += 1
             return .applied(n)
         case .put(var node, let base, let blocks):
             if refusedNames.contains(node.name) { return .refused("the test server refuses '\(node.name)'") }
