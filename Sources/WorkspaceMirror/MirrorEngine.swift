@@ -19,6 +19,9 @@ public struct MirrorStatus: Sendable, Equatable {
     public var lastProblem: String?
     /// The server could not be reached at the last try.
     public var offline = false
+    /// The server has not answered the feed since the mirror started: what it holds is
+    /// not known yet, so nothing is said to be up to date.
+    public var connecting = false
     /// The workspace is over its quota: nothing new goes up until space is freed.
     public var serverFull = false
     /// Why content waits to go up now (paused, a metered network, the battery), or nil.
@@ -93,7 +96,7 @@ public final class MirrorEngine: @unchecked Sendable {   // mutable state under 
         /// The feed brought changes: the server answers again, a pass backing off goes now.
         var serverSpoke = false
         var stopping = false
-        var status = MirrorStatus()
+        var status = MirrorStatus(connecting: true)
         /// Inodes whose send failed: not tried again before `until` (seconds) unless
         /// changed here after the failure (`failedAt`, the mirror's clock): a file renamed
         /// away from a name the server refuses goes at once. Its inodes still dirty are the

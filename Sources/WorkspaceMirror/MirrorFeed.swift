@@ -11,9 +11,13 @@ extension MirrorEngine {
             do {
                 let brought = try pullPage(wait: settings.hold)
                 failures = 0
-                // The server answers the feed again: its failure is over (the worker
-                // publishes the status).
-                if state.withLock({ s in defer { s.feedFailure = nil }; return s.feedFailure != nil }) { wake() }
+                // The server answers the feed (again): its failure is over, and it can be
+                // reached (the worker publishes the status).
+                let news = state.withLock { s in
+                    defer { s.feedFailure = nil; s.status.offline = false }
+                    return s.feedFailure != nil || s.status.offline || s.status.connecting
+                }
+                if news { wake() }
                 if brought { continue }
                 // An empty answer that came at once: a server that does not hold requests.
                 // Asked again once a second then.
@@ -35,6 +39,7 @@ extension MirrorEngine {
         let db = feedDB
         let cursor = Int64(try MirrorRows.state("cursor", in: db) ?? "0") ?? 0
         let page = try server.page(since: cursor, wait: wait, stop: stopAsked)
+        state.withLock { $0.status.connecting = false }
         let known = try MirrorRows.state("workspace", in: db)
         if let workspace = page.workspace, let known, workspace != known {
             throw MirrorRefusal("the server at this address now holds another workspace (\(workspace), this drive mirrors \(known)); nothing is sent or applied: mount it with the right server, or with a new state folder")

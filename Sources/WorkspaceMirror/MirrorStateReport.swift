@@ -2,11 +2,12 @@ import Storage
 
 extension MirrorStatus {
     /// One line for the status file and `vdrive status`: never "up to date" while
-    /// something waits or failed.
+    /// something waits or failed, or while the server's side is not known (not reached
+    /// yet, or not reachable now): then "nothing to send".
     public var line: String {
         var parts: [String] = []
         if waitingUp == 0 && waitingDown == 0 && failures == 0 && !serverFull && passFailure == nil {
-            parts.append("Workspace: up to date")
+            parts.append(offline || connecting ? "Workspace: nothing to send" : "Workspace: up to date")
         } else {
             var waits: [String] = []
             if waitingUp > 0 { waits.append("\(waitingUp) change\(waitingUp == 1 ? "" : "s") to send") }
@@ -16,6 +17,7 @@ extension MirrorStatus {
         if conflicts > 0 { parts.append("\(conflicts) conflict cop\(conflicts == 1 ? "y" : "ies") made") }
         if serverFull { parts.append("waiting: the workspace server is full (its quota is reached); free space on it") }
         else if offline { parts.append("waiting for the workspace server") }
+        else if connecting { parts.append("connecting to the workspace server") }
         else if let passFailure { parts.append("failing: " + passFailure) }
         else if let held, waitingUp > 0 { parts.append(held) }
         if failures > 0 { parts.append("\(failures) failed" + (lastProblem.map { ": \($0)" } ?? "")) }

@@ -174,7 +174,7 @@ enum SyncModelBenchmark {
 
         func printLogs() {
             for d in 0..<deviceCount {
-                let log = (try? String(contentsOfFile: folder(d) + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? "(no log)"
+                let log = (try? String(contentsOfFile: folder(d) + "/state/vdrive.log", encoding: .utf8)) ?? "(no log)"
                 print("--- d\(d) log:\n" + log.split(separator: "\n").suffix(30).joined(separator: "\n"))
             }
         }

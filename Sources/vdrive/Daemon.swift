@@ -7,9 +7,9 @@ import DeviceWiring
 /// the exit code to use; we print that and exit with it. (Re-running beats fork():
 /// forking a Swift process after its runtime started threads is unsafe.)
 enum Daemon {
-    static func start(arguments: [String], mountPoint: String) throws -> Int32 {
-        let logPath = Paths.dataHome + "/vdrive.log"
-        try? FileManager.default.createDirectory(atPath: Paths.dataHome, withIntermediateDirectories: true)
+    /// `logPath`: where the mount process's stderr goes (its folder is made if missing).
+    static func start(arguments: [String], mountPoint: String, logPath: String) throws -> Int32 {
+        try? FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CommandLine.executablePath)
         process.arguments = arguments

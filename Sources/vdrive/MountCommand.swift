@@ -18,8 +18,9 @@ enum MountCommand {
         'ls MOUNTPOINT/.backup/pending' and 'cat MOUNTPOINT/.backup/status'.
 
         Options:
-          --state DIR        where the workspace lives (catalog and blobs);
-                             default $XDG_DATA_HOME/vdrive/drive
+          --state DIR        where the workspace lives (catalog and blobs), and the
+                             background mount's log (DIR/vdrive.log); default
+                             $XDG_DATA_HOME/vdrive/drive, log $XDG_DATA_HOME/vdrive/vdrive.log
           --camera-backup    turn camera backup on (the same as
                              'vdrive settings camera-backup on'; it stays on)
           --server URL       the workspace server (default: from
@@ -63,7 +64,10 @@ enum MountCommand {
         if !foreground && options.value("--ready-pipe") == nil {
             var childArguments = ["mount", mountPoint, "--state", state, "-f", "--ready-pipe", "stdout"]
             if let remote { childArguments += remote.arguments }
-            return try Daemon.start(arguments: childArguments, mountPoint: mountPoint)
+            // A drive of its own state folder logs there: several mounts of one user each
+            // have their log, not one file of all their lines.
+            let log = options.value("--state") == nil ? Paths.dataHome + "/vdrive.log" : state + "/vdrive.log"
+            return try Daemon.start(arguments: childArguments, mountPoint: mountPoint, logPath: log)
         }
         let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)
         do {

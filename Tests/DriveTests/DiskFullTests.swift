@@ -94,7 +94,7 @@ import Storage
             closed.append((i, Date()))
         }
         let failure = try #require(firstError, "2,000 files of 20 KB fitted in 3 MiB: the disk never filled")
-        #expect(failure.errno == ENOSPC, "file \(failure.index) failed with errno \(failure.errno), not ENOSPC; log: \((try? String(contentsOfFile: drive.root.path + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? "none")")
+        #expect(failure.errno == ENOSPC, "file \(failure.index) failed with errno \(failure.errno), not ENOSPC; log: \((try? String(contentsOfFile: drive.state + "/vdrive.log", encoding: .utf8)) ?? "none")")
 
         // Space back: the drive works again, then every file it lists is whole after a remount.
         unlink(small.path + "/filler")

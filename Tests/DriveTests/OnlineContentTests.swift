@@ -24,7 +24,7 @@ import TestSupport
     }
 
     static func log(_ drive: MountedDrive) -> String {
-        (try? String(contentsOfFile: drive.root.path + "/xdg/vdrive/vdrive.log", encoding: .utf8)) ?? ""
+        (try? String(contentsOfFile: drive.state + "/vdrive.log", encoding: .utf8)) ?? ""
     }
 
     /// Passes of the cache bound the mount has finished, from its log.

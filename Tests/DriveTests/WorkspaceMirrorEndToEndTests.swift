@@ -42,7 +42,7 @@ import TestTraits
     /// The end of each mount's log, printed when a wait fails.
     static func printLogs(_ drives: [MountedDrive]) {
         for d in drives {
-            for file in [d.root.path + "/xdg/vdrive/vdrive.log", d.foregroundLog] {
+            for file in [d.state + "/vdrive.log", d.foregroundLog] {
                 guard let log = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
                 print("--- \(d.mountPoint) \(file.hasSuffix("vdrive.log") ? "log" : "foreground mount's stderr"):\n"
                       + log.split(separator: "\n").suffix(30).joined(separator: "\n"))

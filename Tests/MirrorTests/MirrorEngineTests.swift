@@ -164,6 +164,19 @@ import Storage
     /// Offline, the mirror tries again on its timer (1 s, 2 s, ...), not at each change:
     /// every try plans all that waits, so trying at each file of a copy cost CPU
     /// quadratic in the files. Once the server is back, everything goes up.
+    /// Until the server answers, nothing is said to be up to date: a new device mounted
+    /// while its server is down has nothing to send, and does not know what it lacks.
+    @Test func theWorkspaceIsNotUpToDateBeforeTheServerAnswers() throws {
+        let a = try MirrorDevice("a", server: server); defer { a.remove() }
+        #expect(a.engine.status.line == "Workspace: nothing to send · connecting to the workspace server")
+        server.offline = true
+        a.engine.start(); defer { a.engine.stop() }
+        try eventually("the server found unreachable", within: 10, poll: 0.01) { a.engine.status.offline }
+        #expect(a.engine.status.line == "Workspace: nothing to send · waiting for the workspace server")
+        server.offline = false
+        try eventually("up to date once the server answers", within: 40, poll: 0.05) { a.engine.status.line == "Workspace: up to date" }
+    }
+
     @Test func anOfflineMirrorTriesAgainOnItsTimerNotAtEveryChange() throws {
         let a = try MirrorDevice("a", server: server); defer { a.remove() }
         server.offline = true
