@@ -365,8 +365,8 @@ extension MirrorEngine {
     }
 
     /// Whether a synced node gone from its place here has a successor there that
-    /// `adoptReplaced` will give it to: an inode of its kind the workspace has not synced,
-    /// at the same name in the same folder.
+    /// `adoptReplaced` will give it to: an inode of its kind the mirror has no row of (not
+    /// planned yet), at the same name in the same folder.
     private func isTakenOver(_ gone: SyncedNode) throws -> Bool {
         let folder: UInt64
         if gone.node.parent == RemoteNode.rootID {
@@ -378,7 +378,7 @@ extension MirrorEngine {
         }
         guard let ino = try drive.committedIno(named: Array(gone.node.name.utf8), in: folder), ino != gone.ino,
               let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind,
-              (try MirrorRows.synced(ino: ino, in: db)?.node.version ?? 0) == 0 else { return false }
+              try MirrorRows.synced(ino: ino, in: db) == nil else { return false }
         return try place(there) != nil
     }
 
