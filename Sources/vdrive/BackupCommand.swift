@@ -11,7 +11,8 @@ enum BackupCommand {
                vdrive backup list [STATE] [--state DIR]   items by state (pending, uploading,
                                                           done, failed; default: all)
 
-        DIR is the state folder ($XDG_DATA_HOME/vdrive/drive); the queue lives in its catalog.sqlite.
+        DIR is the state folder (default: that of the mounted drive the current folder is
+        on, else $XDG_DATA_HOME/vdrive/drive); the queue lives in its catalog.sqlite.
         A running mount starts on retried items at once.
         """,
         run: run) }

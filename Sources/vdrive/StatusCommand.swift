@@ -26,6 +26,9 @@ enum StatusCommand {
         mount sees it; without a mount, what the catalog says waits). --watch follows
         the backup's changes until interrupted (a progress bar on a terminal, one line
         per change in a pipe). --json prints status.json as written.
+
+        The drive: --state DIR's, else the mounted drive the current folder is on,
+        else $XDG_DATA_HOME/vdrive/drive.
         """,
         run: run) }
 

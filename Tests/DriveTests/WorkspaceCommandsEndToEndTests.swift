@@ -220,6 +220,13 @@ import TestTraits
         #expect(try Self.json(docs.stdout).compactMap { $0["path"] as? String } == ["Docs/gone.txt"], "\(docs.stdout)")
         let table = try b.vdrive(["trash", "list", b.path("Docs")])
         #expect(table.status == 0 && table.stdout.contains("Docs/gone.txt") && !table.stdout.contains("elsewhere"), "\(table.stdout)")
+        // Run in a folder of the drive, nothing given: that drive's server and status.
+        let here = try runCommand(vdriveBinary, ["trash", "list"], environment: b.environment, directory: b.path("Docs"))
+        #expect(here.status == 0 && here.stdout.contains("Docs/gone.txt") && here.stdout.contains("elsewhere.txt"), "\(here.status) \(here.stderr)")
+        try Mirror.waitFor("vdrive status in the drive's folder saying it is up to date", drives) {
+            let status = try runCommand(vdriveBinary, ["status"], environment: b.environment, directory: b.path("Docs"))
+            return status.status == 0 && status.stdout.contains("Workspace: up to date")
+        }
     }
 
     /// Optimize storage makes synced files online-only on a device once the server holds
