@@ -10,7 +10,7 @@ import WorkspaceMirror
 /// uploads at a time (the engine's lock in the state folder).
 enum TaskCommand {
     static var verb: Verb {
-        Verb(name: "task", summary: "run one backup task without a mount (for systemd timers)", help: """
+        Verb(name: "task", summary: "run a backup or sync task without a mount (for systemd timers)", help: """
         Usage: vdrive task run TASK [--state DIR] [--server URL] [--token-file FILE]
                                     [--ca-file FILE] [--allow-insecure-http]
 
