@@ -8,15 +8,19 @@ extension MirrorEngine {
         var failures = 0
         while !stopping {
             let started = MirrorClock.nanoseconds()
+            let connecting = state.withLock { $0.status.connecting }
             do {
                 let brought = try pullPage(wait: settings.hold)
-                failures = 0
                 // The server answers the feed (again): its failure is over, and it can be
-                // reached (the worker publishes the status).
+                // reached. The worker, backing off after its own failures (up to 30 s),
+                // goes now, and publishes the status.
                 let news = state.withLock { s in
                     defer { s.feedFailure = nil; s.status.offline = false }
-                    return s.feedFailure != nil || s.status.offline || s.status.connecting
+                    let news = s.feedFailure != nil || s.status.offline || connecting || failures > 0
+                    if news { s.serverSpoke = true }
+                    return news
                 }
+                failures = 0
                 if news { wake() }
                 if brought { continue }
                 // An empty answer that came at once: a server that does not hold requests.
@@ -27,9 +31,18 @@ extension MirrorEngine {
                 if stopping { break }
                 failures += 1
                 noteProblem(error, fromFeed: true)
-                sleepUnlessStopping(min(30, 0.5 * Double(1 << min(failures, 6))))
+                sleepUnlessStopping(Self.feedRetry(after: failures, unreachable: MirrorLog.isUnreachable(error)))
             }
         }
+    }
+
+    /// How long the feed waits before asking again after `failures` failures in a row:
+    /// 1, 2, 4, ... s. A server that answered with an error (overloaded, stopping) is left
+    /// up to 30 s; one that could not be reached at all is asked at least every 5 s (a
+    /// refused connection costs it nothing), so a device is back within 5 s of its server's
+    /// return, and its worker with it: changes closed meanwhile are not held for 30 s.
+    static func feedRetry(after failures: Int, unreachable: Bool) -> Double {
+        min(unreachable ? 5 : 30, 0.5 * Double(1 << min(failures, 6)))
     }
 
     /// Reads one page from the cursor into the remote table. Returns true when it brought

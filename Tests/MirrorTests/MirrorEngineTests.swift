@@ -177,6 +177,29 @@ import Storage
         try eventually("up to date once the server answers", within: 40, poll: 0.05) { a.engine.status.line == "Workspace: up to date" }
     }
 
+    /// The server back: the feed reaches it within 5 s however long it was away (a refused
+    /// connection costs the server nothing), and its answer ends the worker's wait after
+    /// its own failures (up to 30 s) at once. A worker still waiting held a change closed
+    /// after the server's return until it was replaced (the model-based run's seed 6061:
+    /// a version lost).
+    @Test func aServerBackEndsTheWorkersWaitAtOnce() throws {
+        #expect(MirrorEngine.feedRetry(after: 1, unreachable: true) == 1)
+        #expect(MirrorEngine.feedRetry(after: 20, unreachable: true) == 5)
+        #expect(MirrorEngine.feedRetry(after: 20, unreachable: false) == 30)
+        let a = try MirrorDevice("a", server: server); defer { a.remove() }
+        server.offline = true
+        // The feed alone, on its thread: this test is the worker.
+        let engine = a.engine, feedEnded = DispatchSemaphore(value: 0)
+        Thread { engine.followFeed(); feedEnded.signal() }.start()
+        defer { a.engine.stop(); feedEnded.wait() }
+        try eventually("the feed finding the server unreachable", within: 10, poll: 0.01) { a.engine.status.offline }
+        let waitEnded = DispatchSemaphore(value: 0)
+        Thread { engine.backOff(30); waitEnded.signal() }.start()
+        server.offline = false
+        #expect(waitEnded.wait(timeout: .now() + 15) == .success, "the worker's 30 s wait ends when the feed reaches the server")
+        #expect(!a.engine.status.offline)
+    }
+
     @Test func anOfflineMirrorTriesAgainOnItsTimerNotAtEveryChange() throws {
         let a = try MirrorDevice("a", server: server); defer { a.remove() }
         server.offline = true

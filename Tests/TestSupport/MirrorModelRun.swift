@@ -85,7 +85,9 @@ public struct MirrorModelReport: Sendable {
 ///    write, append or truncate that succeeded) on a file (an inode, as `fstat` names
 ///    it) that the same device then left alone for `quietStretch` seconds (no other
 ///    content closed on that inode, no unlink of it, no rename over it, no `rm -r` of its
-///    folder) while the device stayed mounted and the server stayed up the whole time.
+///    folder) while the device stayed mounted and the server stayed up the whole time,
+///    and had been up for `reconnect` seconds when it was closed (a device that found
+///    the server unreachable asks again at most 5 s apart).
 ///    Why these: the mirror sends the latest *settled* state of a node (0.2 s of quiet,
 ///    Docs/sync.md "Up"), so a content its own device replaced or deleted sooner was
 ///    never meant to be sent; a content closed while the server was down, or just before
@@ -129,6 +131,8 @@ public final class MirrorModelRun {
     private var mounted: [Bool]
     private var foreground: [Bool]
     private var serverUp = true
+    /// When the server last started (the run's clock).
+    private var serverStarted = -Double.infinity
     private var start = 0.0
 
     public init(_ options: MirrorModelOptions, world: MirrorModelWorld) {
@@ -259,7 +263,8 @@ public final class MirrorModelRun {
                 end(d, [c.ino])
                 known[c.sha256] = c.contentHash
                 pending[d, default: [:]][c.ino] = Version(step: index, device: d, path: op.path, ino: c.ino, contentHash: c.contentHash,
-                                                          size: c.size, closedAt: now(), disturbed: !serverUp || !mounted[d])
+                                                          size: c.size, closedAt: now(),
+                                                          disturbed: !serverUp || now() - serverStarted < options.reconnect || !mounted[d])
                 note("#\(index) d\(d) \(op): ok, ino \(c.ino), \(c.size) B, content \(c.contentHash.prefix(12))")
             } else {
                 note("#\(index) d\(d) \(op): \(outcome.text)" + (outcome.removed.isEmpty ? "" : ", removed ino \(outcome.removed)"))
@@ -289,6 +294,7 @@ public final class MirrorModelRun {
             note("#\(index) \(step)")
             try world.startServer()
             serverUp = true
+            serverStarted = now()
         case .foreground(let d):
             disturb([d])
             note("#\(index) \(step)")

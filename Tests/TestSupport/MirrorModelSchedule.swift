@@ -101,6 +101,10 @@ public struct MirrorModelOptions: Sendable {
     /// content for the test to require that content to be kept (the mirror sends a change
     /// after 0.2 s of quiet: this is fifteen times that, for a loaded machine).
     public var quietStretch: Double = 3
+    /// How long after the server starts again a device may still be away from it: its
+    /// feed asks a server it cannot reach at most 5 s apart (`MirrorEngine.feedRetry`),
+    /// and a content closed before it is back goes up once it is, unless replaced first.
+    public var reconnect: Double = 6
     /// The longest pause after an operation (most are much shorter).
     public var maxPause: Double = 0.25
     /// The deadline for every tree to be the same at the end.
