@@ -7,18 +7,29 @@ import DeviceWiring
 /// the exit code to use; we print that and exit with it. (Re-running beats fork():
 /// forking a Swift process after its runtime started threads is unsafe.)
 enum Daemon {
-    /// `logPath`: where the mount process's stderr goes (its folder is made if missing).
-    static func start(arguments: [String], mountPoint: String, logPath: String) throws -> Int32 {
-        try? FileManager.default.createDirectory(atPath: (logPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+    /// `logPaths`: where the mount process's stderr may go, in order of preference: the
+    /// first that can be written (its folder made if missing). A state folder that is no
+    /// folder is the child's error to report, so the next place takes its log.
+    static func start(arguments: [String], mountPoint: String, logPaths: [String]) throws -> Int32 {
+        var logPath = logPaths.last ?? ""
+        var logFile: FileHandle?
+        for path in logPaths {
+            try? FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            if let file = FileHandle(forWritingAtPath: path) ?? createLog(path) {
+                logFile = file
+                logPath = path
+                break
+            }
+        }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: CommandLine.executablePath)
         process.arguments = arguments
         let pipe = Pipe()
         process.standardOutput = pipe
         process.standardInput = FileHandle.nullDevice
-        if let log = FileHandle(forWritingAtPath: logPath) ?? createLog(logPath) {
-            log.seekToEndOfFile()
-            process.standardError = log
+        if let logFile {
+            logFile.seekToEndOfFile()
+            process.standardError = logFile
         }
         var env = ProcessInfo.processInfo.environment
         env["VDRIVE_DAEMON"] = "1"

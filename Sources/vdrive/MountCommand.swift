@@ -66,8 +66,8 @@ enum MountCommand {
             if let remote { childArguments += remote.arguments }
             // A drive of its own state folder logs there: several mounts of one user each
             // have their log, not one file of all their lines.
-            let log = options.value("--state") == nil ? Paths.dataHome + "/vdrive.log" : state + "/vdrive.log"
-            return try Daemon.start(arguments: childArguments, mountPoint: mountPoint, logPath: log)
+            let logs = (options.value("--state") == nil ? [] : [state + "/vdrive.log"]) + [Paths.dataHome + "/vdrive.log"]
+            return try Daemon.start(arguments: childArguments, mountPoint: mountPoint, logPaths: logs)
         }
         let notifier = ReadyNotifier(enabled: options.value("--ready-pipe") != nil)
         do {

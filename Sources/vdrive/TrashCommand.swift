@@ -56,9 +56,9 @@ enum TrashCommand {
         case "list":
             guard options.positionals.count <= 2 else { throw CLIError.usage("trash list takes at most one FOLDER; see --help") }
             let folder = options.positionals.count == 2 ? WorkspacePath(options.positionals[1]) : nil
-            // The server: the one of the drive FOLDER (or the current folder) is on.
-            let on = folder ?? WorkspacePath(FileManager.default.currentDirectoryPath)
-            let state = options.value("--state").map(Paths.absolute) ?? on.mountedState
+            // The server: the one of the drive FOLDER is on, else the current folder's.
+            let state = options.value("--state").map(Paths.absolute) ?? folder?.mountedState
+                ?? WorkspacePath(FileManager.default.currentDirectoryPath).mountedState
             return try list(client(options, stateFolder: state), under: folder?.path ?? "", json: options.has("--json"))
         case "restore":
             let wanted = options.value("--under") == nil ? 2 : 1
