@@ -1,5 +1,4 @@
 import DeviceWiring
-import Foundation
 
 extension BackupPaths {
     /// `--config FILE` and `--state DIR` as the backup verbs accept them. Without
@@ -8,6 +7,6 @@ extension BackupPaths {
     /// drive's.
     static func from(_ options: Options) -> (settings: String, state: String) {
         (options.value("--config").map(Paths.absolute) ?? settings,
-         options.value("--state").map(Paths.absolute) ?? WorkspacePath(FileManager.default.currentDirectoryPath).mountedState ?? stateFolder)
+         options.value("--state").map(Paths.absolute) ?? WorkspacePath.currentDriveState ?? stateFolder)
     }
 }

@@ -58,7 +58,7 @@ enum TrashCommand {
             let folder = options.positionals.count == 2 ? WorkspacePath(options.positionals[1]) : nil
             // The server: the one of the drive FOLDER is on, else the current folder's.
             let state = options.value("--state").map(Paths.absolute) ?? folder?.mountedState
-                ?? WorkspacePath(FileManager.default.currentDirectoryPath).mountedState
+                ?? WorkspacePath.currentDriveState
             return try list(client(options, stateFolder: state), under: folder?.path ?? "", json: options.has("--json"))
         case "restore":
             let wanted = options.value("--under") == nil ? 2 : 1

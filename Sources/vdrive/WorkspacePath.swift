@@ -28,6 +28,10 @@ struct WorkspacePath {
         }
     }
 
+    /// The state folder of the mounted drive the current folder is on, if any: the drive
+    /// a command run inside a mount is about when it is given none.
+    static var currentDriveState: String? { WorkspacePath(FileManager.default.currentDirectoryPath).mountedState }
+
     /// The state folder of the drive to read for this path: `--state`, else that of the
     /// mounted drive the path is on, else the default one.
     func stateFolder(_ options: Options) -> String {
