@@ -137,6 +137,13 @@ enum MirrorRows {
         }
     }
 
+    /// Dirty inodes the mirror has no row of: new here, not planned yet.
+    static func dirtyUnknown(in db: Database) throws -> Set<UInt64> {
+        Set(try db.query("SELECT d.ino FROM mirror_dirty d WHERE NOT EXISTS (SELECT 1 FROM mirror_nodes n WHERE n.ino = d.ino)") {
+            UInt64($0.int64(0))
+        })
+    }
+
     static func isDirty(_ ino: UInt64, in db: Database) throws -> Bool {
         try db.queryOne("SELECT 1 FROM mirror_dirty WHERE ino = ?", ino) { _ in true } ?? false
     }

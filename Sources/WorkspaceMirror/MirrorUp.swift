@@ -49,6 +49,15 @@ extension MirrorEngine {
         // (one transaction for the slice, not one per file, beside the drive's writer).
         var newNodes: [UInt64: SyncedNode] = [:]
         func known(_ ino: UInt64) throws -> SyncedNode? { try newNodes[ino] ?? MirrorRows.synced(ino: ino, in: db) }
+        // The inodes that may take over a gone node's place (asked once a pass, when a
+        // synced node is gone: none in an `rm -r`, which then costs no lookup per file).
+        var newHereOnce: Set<UInt64>?
+        func newHere() throws -> Set<UInt64> {
+            if let newHereOnce { return newHereOnce }
+            let found = try MirrorRows.dirtyUnknown(in: db)
+            newHereOnce = found
+            return found
+        }
 
         /// Plans one inode (its parent first, when the parent is new too). Returns false when
         /// it cannot be sent yet.
@@ -83,7 +92,7 @@ extension MirrorEngine {
                 // renamed to a backup name or replaced, the new one written): that node takes
                 // it over when it is due, and this node is no delete. Planned now, the delete
                 // would go first whenever the old file's change settled before the new one's.
-                if s.node.kind != .folder, try isTakenOver(s) { return false }
+                if s.node.kind != .folder, try isTakenOver(s, successors: newHere()) { return false }
                 let depth = try depth(of: s.node)
                 var below: [(SyncedNode, Int)] = []
                 if s.node.kind == .folder {
@@ -366,8 +375,10 @@ extension MirrorEngine {
 
     /// Whether a synced node gone from its place here has a successor there that
     /// `adoptReplaced` will give it to: an inode of its kind the mirror has no row of (not
-    /// planned yet), at the same name in the same folder.
-    private func isTakenOver(_ gone: SyncedNode) throws -> Bool {
+    /// planned yet: one of `successors`, the dirty such inodes), at the same name in the
+    /// same folder.
+    private func isTakenOver(_ gone: SyncedNode, successors: Set<UInt64>) throws -> Bool {
+        if successors.isEmpty { return false }
         let folder: UInt64
         if gone.node.parent == RemoteNode.rootID {
             folder = 1
@@ -376,9 +387,8 @@ extension MirrorEngine {
         } else {
             return false
         }
-        guard let ino = try drive.committedIno(named: Array(gone.node.name.utf8), in: folder), ino != gone.ino,
-              let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind,
-              try MirrorRows.synced(ino: ino, in: db) == nil else { return false }
+        guard let ino = try drive.committedIno(named: Array(gone.node.name.utf8), in: folder), successors.contains(ino),
+              let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind else { return false }
         return try place(there) != nil
     }
 
