@@ -8,11 +8,11 @@ public enum MirrorRules {
     /// (the backup's rule names it).
     public static let cameraRoll = CameraRollRules.folderName
 
-    /// Names editors and tools give their temporary files: never sent (a save through a
-    /// temporary name is sent once, under its final name).
     /// Where a node waits when its place was taken before its own move arrived.
     public static let movingPrefix = ".vdrive-moving-"
 
+    /// Names editors and tools give their temporary files: never sent (a save through a
+    /// temporary name is sent once, under its final name).
     public static let temporaryPatterns = [".vdrive-moving-*", ".~lock.*#", "*.swp", "*.swx", "*~", ".goutputstream-*", "*.part", ".#*", "*.crdownload", ".nfs*"]
 
     /// Whether a name is one of `patterns` (shell globs, `fnmatch`).

@@ -89,10 +89,11 @@ extension MirrorEngine {
                     return true
                 }
                 // Its place taken by a new node of its kind (an editor's save: the old file
-                // renamed to a backup name or replaced, the new one written): that node takes
-                // it over when it is due, and this node is no delete. Planned now, the delete
-                // would go first whenever the old file's change settled before the new one's.
-                if s.node.kind != .folder, try isTakenOver(s, successors: newHere()) { return false }
+                // renamed to a backup name or replaced, the new one written; a new folder
+                // renamed over an empty one): that node takes it over when it is due, and
+                // this node is no delete. Planned now, the delete would go first whenever the
+                // old node's change settled before the new one's.
+                if try isTakenOver(s, successors: newHere()) { return false }
                 let depth = try depth(of: s.node)
                 var below: [(SyncedNode, Int)] = []
                 if s.node.kind == .folder {
@@ -139,7 +140,7 @@ extension MirrorEngine {
                 }
             }
             var synced = s
-            if synced == nil { synced = try adoptReplaced(local, parentID: parentID, name: placement) }
+            if synced == nil { synced = try adoptReplaced(local, parentID: parentID, name: placement, planned: { planned[$0] != nil }) }
             var desired = RemoteNode(id: synced?.node.id ?? Self.newID(), parent: parentID, name: placement, kind: remoteKind(local.kind),
                                      hash: nil, size: 0, mtime: local.mtime, executable: false, target: nil)
             switch local.kind {
@@ -356,19 +357,24 @@ extension MirrorEngine {
     }
 
     /// An editor's save: a new file renamed over the old name (or the old one renamed
-    /// away to a backup name). The new inode takes over the node that had that place, so
-    /// the node keeps its id and its versions instead of a delete and a create.
-    private func adoptReplaced(_ local: DriveEntry, parentID: String, name: String) throws -> SyncedNode? {
+    /// away to a backup name); a new folder renamed over an empty one. The new inode takes
+    /// over the node that had that place, so the node keeps its id and its versions
+    /// instead of a delete and a create. Never a node whose own change this pass planned
+    /// (`planned`): one node would go up twice, as a delete and as a put.
+    private func adoptReplaced(_ local: DriveEntry, parentID: String, name: String, planned: (UInt64) -> Bool) throws -> SyncedNode? {
         guard let old = try db.queryOne("SELECT ino, \(MirrorRows.nodeColumns) FROM mirror_nodes WHERE parent = ? AND name = ? AND ino != ? AND version > 0",
                                         parentID, name, local.ino, row: { SyncedNode(ino: UInt64($0.int64(0)), node: MirrorRows.node($0, from: 1)) })
         else { return nil }
-        guard old.node.kind == remoteKind(local.kind) else { return nil }
+        guard old.node.kind == remoteKind(local.kind), !planned(old.ino), try mayBeTakenOver(old) else { return nil }
         if let there = try drive.committedEntry(old.ino), try place(there) != nil { return nil }   // it moved elsewhere in the workspace
         let adopted = SyncedNode(ino: local.ino, node: old.node)
         try write {
             try MirrorRows.forget(ino: old.ino, in: db)
             try db.run("DELETE FROM mirror_dirty WHERE ino = ?", old.ino)
             try MirrorRows.save(adopted, in: db)
+            // A folder made under a temporary name brings contents never sent: they go up
+            // into the node it takes over, as into a new folder.
+            if local.kind == .folder { try MirrorRows.markUnsentBelow(local.ino, now: MirrorClock.nanoseconds(), in: db) }
         }
         return adopted
     }
@@ -388,8 +394,19 @@ extension MirrorEngine {
             return false
         }
         guard let ino = try drive.committedIno(named: Array(gone.node.name.utf8), in: folder), successors.contains(ino),
-              let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind else { return false }
+              let there = try drive.committedEntry(ino), remoteKind(there.kind) == gone.node.kind,
+              try mayBeTakenOver(gone) else { return false }
         return try place(there) != nil
+    }
+
+    /// Whether a synced node no longer in its place here may pass its id to a new node
+    /// there. A folder only when its inode is gone (removed, or replaced by a rename: it
+    /// was empty then); one that left the workspace took its contents along, and those
+    /// must go from the workspace as its delete takes them, not stay in the server's
+    /// folder under a new inode that does not hold them.
+    private func mayBeTakenOver(_ old: SyncedNode) throws -> Bool {
+        if old.node.kind != .folder { return true }
+        return try drive.committedEntry(old.ino) == nil
     }
 
     /// Whether inode `ino` is still in the workspace here: every folder up to the root

@@ -205,6 +205,14 @@ import TestTraits
         let wanted = saved.map { ContentHash.of(bytes: $0).hex }
         #expect(hashes.filter(wanted.contains) == wanted, "every save a version of the one file, in order: \(hashes)")
 
+        // A folder made under a temporary name and renamed over an empty one takes it over.
+        try Mirror.mkdir(a.path("Drafts"))
+        try Mirror.waitFor("the empty folder on the other device", drives) { Self.exists(b.path("Drafts")) }
+        try Mirror.mkdir(a.path("Drafts.part"))
+        try writeFile(a.path("Drafts.part/plan.txt"), Array("the plan".utf8))
+        try #require(rename(a.path("Drafts.part"), a.path("Drafts")) == 0)
+        try Mirror.waitFor("the new folder's file on the other device", drives) { (try? readFile(b.path("Drafts/plan.txt"))) == Array("the plan".utf8) }
+
         // Really deleted: in the trash, and listed under its folder only.
         try writeFile(a.path("Docs/gone.txt"), Array("gone".utf8))
         try writeFile(a.path("elsewhere.txt"), Array("also gone".utf8))
@@ -215,6 +223,8 @@ import TestTraits
             Set(try Self.json(try Self.vdrive(b, ["trash", "list", "--json"]).stdout).compactMap { $0["path"] as? String })
                 .isSuperset(of: ["Docs/gone.txt", "elsewhere.txt"])
         }
+        let trashed = try Self.json(try Self.vdrive(b, ["trash", "list", "--json"]).stdout).compactMap { $0["path"] as? String }
+        #expect(!trashed.contains { $0.hasPrefix("Docs/notes") || $0.hasPrefix("Drafts") }, "a save is no delete: \(trashed)")
         let docs = try b.vdrive(["trash", "list", b.path("Docs"), "--json"])
         #expect(docs.status == 0, "\(docs.stderr)")
         #expect(try Self.json(docs.stdout).compactMap { $0["path"] as? String } == ["Docs/gone.txt"], "\(docs.stdout)")

@@ -512,6 +512,73 @@ import Storage
         #expect(try b.tree() == ["doc.txt": "file \(contentHash("v2 saved")) 8 xfalse"])
     }
 
+    /// A new folder renamed over an empty one (`mv new old`) takes over the old folder's
+    /// node, as an editor's save does a file's: no delete reaches the server.
+    @Test func aFolderRenamedOverAnEmptyOneTakesItsNodeOver() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("B")
+        try settle(ds)
+        let id = try #require(server.livePaths()["B"]?.id)
+        try a.mkdir("C")
+        try a.write("C/inside.txt", "in the new folder")
+        try a.rename("C", "B")
+        try settle(ds)
+        #expect(server.deletesApplied == 0)
+        #expect(server.livePaths()["B"]?.id == id)
+        #expect(try b.tree() == ["B": "folder", "B/inside.txt": "file \(contentHash("in the new folder")) 17 xfalse"])
+        #expect(try a.tree() == (try b.tree()))
+
+        // Made under a temporary name, with its contents, and renamed over the folder only
+        // then: what it brings goes up into the node it takes over.
+        try a.mkdir("Draft.part")
+        try a.write("Draft.part/plan.txt", "the plan")
+        try a.sync()
+        try a.unlink("B/inside.txt")
+        try a.rename("Draft.part", "B")
+        try settle(ds)
+        #expect(server.livePaths()["B"]?.id == id)
+        #expect(try b.tree() == ["B": "folder", "B/plan.txt": "file \(contentHash("the plan")) 8 xfalse"])
+        #expect(try a.tree() == (try b.tree()))
+    }
+
+    /// The same while another device moved the old folder elsewhere: one pass here planned
+    /// the old folder's delete and gave its node to the new one, two changes of one node;
+    /// the delete's answer then took the node back from the new folder, which was never
+    /// sent, and this device's tree stayed apart from the others' for good.
+    @Test func aFolderRenamedOverOneMovedElsewhereMeanwhileConverges() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("A")
+        try a.mkdir("B")
+        try settle(ds)
+        try b.rename("B", "A/B")
+        try b.sync()
+        try a.mkdir("C")
+        try a.rename("C", "B")
+        try a.sync()
+        try settle(ds)
+        #expect(try a.tree() == (try b.tree()))
+        #expect(server.livePaths().keys.sorted() == (try a.tree()).keys.sorted())
+    }
+
+    /// A folder that left the workspace (into the Camera Roll) took its contents along: a
+    /// new folder made under its name is a new node, and the old one's contents go from
+    /// the workspace. Handed the old node, the new folder left them on the server.
+    @Test func aNewFolderWhereOneLeftTheWorkspaceIsNewAndTheOldContentsGo() throws {
+        let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
+        let (a, b) = (ds[0], ds[1])
+        try a.mkdir("Docs")
+        try a.write("Docs/x.txt", "x")
+        try settle(ds)
+        try a.rename("Docs", "Camera Roll/Docs")
+        try a.mkdir("Docs")
+        try settle(ds)
+        #expect(try b.tree() == ["Docs": "folder"])
+        #expect(server.livePaths().keys.sorted() == ["Docs"])
+        #expect(try a.tree() == (try b.tree()))
+    }
+
     @Test func temporaryFilesAndTheCameraRollStayLocal() throws {
         let ds = try devices("a", "b"); defer { ds.forEach { $0.remove() } }
         let (a, b) = (ds[0], ds[1])
